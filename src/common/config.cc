@@ -1,0 +1,173 @@
+#include "common/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace dtrain {
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kScheduler:
+      return "scheduler";
+    case Role::kServer:
+      return "server";
+    case Role::kWorker:
+      return "worker";
+  }
+  return "unknown";
+}
+
+EnvLookup ProcessEnvironment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+EnvLookup MapEnvironment(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(const EnvLookup& env) : env_(env) {}
+
+  std::optional<std::string> Text(const std::string& name) {
+    auto v = env_(name);
+    if (v && v->empty()) return std::nullopt;  // NAME= counts as unset, as in the shell
+    return v;
+  }
+
+  std::optional<int64_t> Integer(const std::string& name, int64_t min, int64_t max) {
+    auto text = Text(name);
+    if (!text) return std::nullopt;
+    errno = 0;
+    char* end = nullptr;
+    long long value = std::strtoll(text->c_str(), &end, 10);
+    if (errno != 0 || end == text->c_str() || *end != '\0') {
+      throw ConfigError(name + "='" + *text + "' is not an integer");
+    }
+    if (value < min || value > max) {
+      throw ConfigError(name + "=" + *text + " is out of range [" + std::to_string(min) + ", " +
+                        std::to_string(max) + "]");
+    }
+    return value;
+  }
+
+  std::optional<bool> Boolean(const std::string& name) {
+    auto text = Text(name);
+    if (!text) return std::nullopt;
+    if (*text == "1" || *text == "true" || *text == "TRUE" || *text == "yes") return true;
+    if (*text == "0" || *text == "false" || *text == "FALSE" || *text == "no") return false;
+    throw ConfigError(name + "='" + *text + "' is not a boolean (use 0 or 1)");
+  }
+
+  void Millis(const std::string& name, Duration* out, int64_t min = 1) {
+    if (auto v = Integer(name, min, int64_t{1} << 40)) *out = Duration(*v);
+  }
+
+ private:
+  const EnvLookup& env_;
+};
+
+}  // namespace
+
+Config Config::FromEnvironment(const EnvLookup& env) {
+  Reader r(env);
+  Config c;
+  if (auto role = r.Text("DMLC_ROLE")) {
+    if (*role == "scheduler") {
+      c.role = Role::kScheduler;
+    } else if (*role == "server") {
+      c.role = Role::kServer;
+    } else if (*role == "worker") {
+      c.role = Role::kWorker;
+    } else {
+      throw ConfigError("DMLC_ROLE='" + *role + "' is not one of scheduler, server, worker");
+    }
+  }
+  c.scheduler_host = r.Text("DMLC_PS_ROOT_URI").value_or("");
+  if (auto v = r.Integer("DMLC_PS_ROOT_PORT", 1, 65535)) c.scheduler_port = static_cast<uint16_t>(*v);
+  if (auto v = r.Integer("DMLC_NUM_SERVER", 0, 1 << 16)) c.num_servers = static_cast<int>(*v);
+  if (auto v = r.Integer("DMLC_NUM_WORKER", 0, 1 << 16)) c.num_workers = static_cast<int>(*v);
+  c.interface = r.Text("DMLC_INTERFACE").value_or("");
+  c.node_host = r.Text("DMLC_NODE_HOST").value_or("");
+  if (auto v = r.Integer("DMLC_NODE_PORT", 0, 65535)) c.node_port = static_cast<uint16_t>(*v);
+
+  if (auto v = r.Integer("PS_VERBOSE", 0, 2)) c.verbose = static_cast<int>(*v);
+  if (auto v = r.Boolean("PS_RESEND")) c.resend = *v;
+  r.Millis("PS_RESEND_TIMEOUT", &c.resend_timeout);
+  r.Millis("PS_HEARTBEAT_INTERVAL", &c.heartbeat_interval);
+  r.Millis("PS_HEARTBEAT_TIMEOUT", &c.heartbeat_timeout);
+
+  if (auto v = r.Integer("MXNET_KVSTORE_BIGARRAY_BOUND", 1, std::numeric_limits<int64_t>::max())) {
+    c.bigarray_bound = *v;
+  }
+  if (auto v = r.Integer("MXNET_KVSTORE_REDUCTION_NTHREADS", 1, 256)) {
+    c.reduction_threads = static_cast<int>(*v);
+  }
+
+  r.Millis("DTRAIN_CONNECT_TIMEOUT_MS", &c.connect_timeout);
+  r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
+  r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
+  r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
+  if (auto v = r.Integer("DTRAIN_STREAMS_PER_PEER", 1, 16)) c.streams_per_peer = static_cast<int>(*v);
+  if (auto v = r.Integer("DTRAIN_IO_THREADS", 1, 64)) c.io_threads = static_cast<int>(*v);
+  if (auto v = r.Integer("DTRAIN_CHUNK_BYTES", 4096, int64_t{1} << 40)) c.chunk_bytes = *v;
+  if (auto v = r.Integer("DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40)) {
+    c.max_message_bytes = *v;
+  }
+  if (c.role) c.RequireDistributed(std::string("DMLC_ROLE=") + RoleName(*c.role));
+  return c;
+}
+
+void Config::RequireDistributed(const std::string& why) const {
+  auto missing = [&why](const char* name) {
+    return ConfigError(std::string(name) + " is not set (needed because " + why +
+                       "); start the job with `dtrain launch` or set DMLC_ROLE, DMLC_PS_ROOT_URI, "
+                       "DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER and DMLC_NUM_WORKER");
+  };
+  if (!role) throw missing("DMLC_ROLE");
+  if (scheduler_host.empty()) throw missing("DMLC_PS_ROOT_URI");
+  if (scheduler_port == 0) throw missing("DMLC_PS_ROOT_PORT");
+  if (num_servers < 1) {
+    throw ConfigError(num_servers == 0 ? "DMLC_NUM_SERVER is not set or 0 (needed because " + why +
+                                             "; a job needs at least one server)"
+                                       : "DMLC_NUM_SERVER must be at least 1");
+  }
+  if (num_workers < 1) {
+    throw ConfigError("DMLC_NUM_WORKER is not set or 0 (needed because " + why +
+                      "; a job needs at least one worker)");
+  }
+}
+
+std::string Config::Describe() const {
+  std::ostringstream out;
+  out << "DMLC_ROLE=" << (role ? RoleName(*role) : "(unset)") << " DMLC_PS_ROOT_URI=" << scheduler_host
+      << " DMLC_PS_ROOT_PORT=" << scheduler_port << " DMLC_NUM_SERVER=" << num_servers
+      << " DMLC_NUM_WORKER=" << num_workers << " DMLC_INTERFACE=" << interface
+      << " DMLC_NODE_HOST=" << node_host << " PS_VERBOSE=" << verbose << " PS_RESEND=" << resend
+      << " PS_HEARTBEAT_INTERVAL=" << heartbeat_interval.count()
+      << " PS_HEARTBEAT_TIMEOUT=" << heartbeat_timeout.count()
+      << " MXNET_KVSTORE_BIGARRAY_BOUND=" << bigarray_bound
+      << " MXNET_KVSTORE_REDUCTION_NTHREADS=" << reduction_threads
+      << " DTRAIN_CONNECT_TIMEOUT_MS=" << connect_timeout.count()
+      << " DTRAIN_START_TIMEOUT_MS=" << start_timeout.count()
+      << " DTRAIN_REQUEST_TIMEOUT_MS=" << request_timeout.count()
+      << " DTRAIN_STREAMS_PER_PEER=" << streams_per_peer << " DTRAIN_IO_THREADS=" << io_threads
+      << " DTRAIN_CHUNK_BYTES=" << chunk_bytes;
+  return out.str();
+}
+
+}  // namespace dtrain

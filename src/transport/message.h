@@ -1,0 +1,88 @@
+// Messages: what nodes of a job say to each other.
+//
+// A message is a fixed header (command, sender, request id, key and part of the value it concerns,
+// element type), an optional `meta` text (JSON for control messages, an error text for failed
+// requests) and an optional binary `body` (the values). On the wire the header is 64 bytes in a
+// versioned layout, see wire.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/dtype.h"
+
+namespace dtrain::transport {
+
+using NodeId = int32_t;
+constexpr NodeId kNoNode = -1;
+constexpr NodeId kSchedulerId = 0;
+
+enum class Command : uint16_t {
+  // Connection management.
+  kHello = 1,  // first message on every connection: who is sending
+  kBye = 2,    // the sender closes this connection on purpose; EOF after it is not a failure
+  // Job control, between nodes and the scheduler.
+  kRegister = 10,     // node -> scheduler: role, address (meta: JSON)
+  kNodeTable = 11,    // scheduler -> node: ids, roles, ranks, addresses of every node (meta: JSON)
+  kReady = 12,        // node -> scheduler: connected to the peers it needs
+  kStart = 13,        // scheduler -> node: every node is ready
+  kBarrier = 14,      // node -> scheduler: arrived at a barrier (meta: group)
+  kBarrierDone = 15,  // scheduler -> node: everyone in the group arrived
+  kHeartbeat = 16,    // node <-> scheduler: still alive
+  kNodeFailed = 17,   // scheduler -> node: a node died or was cut off (meta: JSON naming it)
+  kFinish = 18,       // worker -> scheduler: this worker is done with the job
+  kTerminate = 19,    // scheduler -> node: the job is over, exit cleanly
+  kAbort = 20,        // scheduler -> node: the job failed and must stop (meta: reason)
+  // Data, between workers and servers.
+  kInit = 32,          // create a slot (meta: JSON with shape/offset); body: initial value
+  kPush = 33,          // body: this worker's contribution to the slot
+  kPull = 34,          // ask for the slot's value
+  kPushPull = 35,      // push, then the value once the push is applied
+  kSetOptimizer = 36,  // meta: JSON optimizer description
+  kCommand = 37,       // meta: JSON for small server-side commands (stats, ...)
+};
+
+bool IsKnownCommand(uint16_t raw);
+std::string_view CommandName(Command c);
+
+// Header flags.
+constexpr uint32_t kFlagResponse = 1u << 0;  // this answers request `request_id`
+constexpr uint32_t kFlagError = 1u << 1;     // the request failed; meta holds the reason
+constexpr uint32_t kKnownFlags = kFlagResponse | kFlagError;
+
+struct Header {
+  Command command = Command::kHello;
+  uint32_t flags = 0;
+  NodeId sender = kNoNode;
+  NodeId recipient = kNoNode;
+  uint64_t request_id = 0;
+  uint64_t key = 0;
+  uint32_t part = 0;
+  DType dtype = DType::kFloat32;
+
+  bool is_response() const { return (flags & kFlagResponse) != 0; }
+  bool is_error() const { return (flags & kFlagError) != 0; }
+};
+
+// Bytes of a message body. `owner` keeps `data` alive (a pooled buffer, an Array's memory, ...).
+struct Body {
+  std::shared_ptr<void> owner;
+  char* data = nullptr;
+  size_t size = 0;
+
+  bool empty() const { return size == 0; }
+};
+
+struct Message {
+  Header header;
+  std::string meta;
+  Body body;
+};
+
+// "push key=3 part=0 from 5 to 1 req=77 body=4096B" for PS_VERBOSE=2 and error messages.
+std::string Describe(const Message& msg);
+
+}  // namespace dtrain::transport

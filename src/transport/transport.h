@@ -1,0 +1,78 @@
+// Transport: moves messages between the nodes of one job.
+//
+// The parameter-server core talks only to this interface, so the same protocol code runs over TCP
+// (tcp_transport.h) in production and over an in-memory network (inmemory_transport.h) in tests,
+// where messages can be dropped, delayed or cut. A future same-host shared-memory path is another
+// implementation of this interface.
+//
+// Model: every node listens at one address. To send to a peer, a node first Connect()s to the
+// peer's address; messages then flow one way over that link (the peer connects back to answer).
+// Messages on one link that share (key, part) arrive in the order they were sent; a link may use
+// several streams (TCP connections) to carry different (key, part) pairs in parallel.
+//
+// Threads: handlers run on transport threads, possibly several at once (for messages from
+// different streams); they must not block for long. Send/Connect/Shutdown may be called from any
+// thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/deadline.h"
+#include "transport/message.h"
+
+namespace dtrain::transport {
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+
+  std::string ToString() const { return host + ":" + std::to_string(port); }
+};
+
+// A message arrived. The receiving side attributes a stream to the sender id carried by the latest
+// message on it (nodes learn their own id only after registering).
+using MessageHandler = std::function<void(Message&& msg)>;
+
+// A peer stopped being reachable: its stream closed without a Bye, a read or write failed, or a
+// message from it was malformed (then the stream is closed). `peer` is kNoNode if the stream never
+// said who it was; `remote` is the address the stream came from; called at most once per peer.
+using PeerLostHandler =
+    std::function<void(NodeId peer, const std::string& remote, const std::string& reason)>;
+
+// Optional: where to put the body of an arriving message, so that a pull response can be read
+// straight into the caller's array. Return an empty Body (data == nullptr) for a pooled buffer.
+// The returned Body must have size >= body_bytes.
+using BodySink = std::function<Body(const Header& header, size_t body_bytes)>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Must be called once, before Listen.
+  virtual void SetHandlers(MessageHandler on_message, PeerLostHandler on_peer_lost,
+                           BodySink body_sink = {}) = 0;
+
+  // Starts accepting links. host "" listens on all interfaces; port 0 picks a free port.
+  // Returns the port bound. Throws Error if the address cannot be bound.
+  virtual uint16_t Listen(const std::string& host, uint16_t port) = 0;
+
+  // Opens the link used to send to `peer` at `endpoint`, announcing ourselves as `self`. Retries
+  // while the peer is not yet listening. Throws TimeoutError (naming the endpoint) at the deadline.
+  virtual void Connect(NodeId peer, const Endpoint& endpoint, NodeId self, Deadline deadline) = 0;
+
+  // Queues `msg` to `peer` and returns without waiting for the bytes to leave. The body's owner is
+  // kept until the message is written. A failure to deliver is reported through PeerLostHandler.
+  // Throws PeerError if there is no link to `peer`.
+  virtual void Send(NodeId peer, Message msg) = 0;
+
+  // True if Connect(peer, ...) has succeeded and the link has not failed.
+  virtual bool IsConnected(NodeId peer) const = 0;
+
+  // Says Bye on every outgoing link, waits (up to the deadline) for queued messages to be written,
+  // then closes everything and stops the transport's threads. Idempotent.
+  virtual void Shutdown(Deadline deadline) = 0;
+};
+
+}  // namespace dtrain::transport
