@@ -105,6 +105,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   c.node_host = r.Text("DMLC_NODE_HOST").value_or("");
   if (auto v = r.Integer("DMLC_NODE_PORT", 0, 65535)) c.node_port = static_cast<uint16_t>(*v);
 
+  if (auto v = r.Integer("DTRAIN_NODE_RANK", 0, 1 << 16)) c.requested_rank = static_cast<int>(*v);
   if (auto v = r.Integer("PS_VERBOSE", 0, 2)) c.verbose = static_cast<int>(*v);
   if (auto v = r.Boolean("PS_RESEND")) c.resend = *v;
   r.Millis("PS_RESEND_TIMEOUT", &c.resend_timeout);

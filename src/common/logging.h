@@ -38,7 +38,15 @@ class LogStream {
 
 }  // namespace dtrain
 
-#define DTRAIN_LOG(level)                                 \
-  if (!::dtrain::LogEnabled(::dtrain::LogLevel::level)) { \
-  } else                                                  \
-    ::dtrain::internal::LogStream(::dtrain::LogLevel::level)
+namespace dtrain::internal {
+// Lets the macro below be a single expression, safe inside an unbraced if/else.
+struct LogVoidify {
+  void operator&(const LogStream&) {}
+};
+}  // namespace dtrain::internal
+
+#define DTRAIN_LOG(level)                                     \
+  !::dtrain::LogEnabled(::dtrain::LogLevel::level)            \
+      ? (void)0                                               \
+      : ::dtrain::internal::LogVoidify() &                    \
+            ::dtrain::internal::LogStream(::dtrain::LogLevel::level)

@@ -1,1 +1,52 @@
-// placeholder: being written
+// KVStore::Create: picks the implementation for a type name.
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "kvstore/dist_kvstore.h"
+#include "kvstore/kvstore.h"
+#include "kvstore/local_kvstore.h"
+#include "ps/roles.h"
+#include "transport/tcp_transport.h"
+
+namespace dtrain {
+namespace {
+
+// MXNet's names, plus "dist" (the seeds' kv.create('dist')) and "dist_device_sync" (a spelling
+// the seeds use) as aliases of dist_sync / dist_sync_device.
+constexpr std::array<std::string_view, 8> kTypes = {
+    "local", "device", "dist_sync", "dist_async", "dist_sync_device", "dist_async_device",
+    "dist", "dist_device_sync"};
+
+std::string Canonical(const std::string& type) {
+  if (type == "dist") return "dist_sync";
+  if (type == "dist_device_sync") return "dist_sync_device";
+  return type;
+}
+
+}  // namespace
+
+std::unique_ptr<KVStore> KVStore::Create(const std::string& requested) {
+  const std::string type = Canonical(requested);
+  if (type == "local" || type == "device") return std::make_unique<LocalKVStore>(type);
+  if (type.rfind("dist_", 0) == 0 &&
+      std::find(kTypes.begin(), kTypes.end(), type) != kTypes.end()) {
+    ps::RunRoleFromEnvironmentIfService();  // servers and schedulers never return from here
+    const Config config = Config::FromEnvironment();
+    config.RequireDistributed("kvstore type '" + requested + "' was created");
+    transport::TcpOptions options;
+    options.streams_per_peer = config.streams_per_peer;
+    options.io_threads = config.io_threads;
+    options.max_message_bytes = config.max_message_bytes;
+    return std::make_unique<DistKVStore>(type, config,
+                                         std::make_unique<transport::TcpTransport>(options),
+                                         /*exit_on_failure=*/true);
+  }
+  std::string known;
+  for (auto t : kTypes) known += (known.empty() ? "" : ", ") + std::string(t);
+  throw InvalidArgument("unknown kvstore type '" + requested + "' (known: " + known + ")");
+}
+
+}  // namespace dtrain

@@ -1,1 +1,251 @@
-// placeholder: being written
+#include "kvstore/dist_kvstore.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/buffer_pool.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+namespace dtrain {
+
+using transport::Body;
+using transport::Command;
+using transport::Message;
+
+namespace {
+
+std::string Describe(const Array& a) {
+  return ShapeToString(a.shape()) + " " + std::string(DTypeName(a.dtype()));
+}
+
+// A body covering elements [offset, offset + length) of `source`.
+Body Slice(const Body& source, int64_t offset, int64_t length, DType dtype) {
+  const size_t elem = DTypeSize(dtype);
+  Body b;
+  b.owner = source.owner;
+  b.data = source.data + offset * elem;
+  b.size = static_cast<size_t>(length) * elem;
+  return b;
+}
+
+Body WholeArray(const Array& a) {
+  Body b;
+  b.owner = a.owner();
+  b.data = a.bytes();
+  b.size = a.nbytes();
+  return b;
+}
+
+}  // namespace
+
+DistKVStore::DistKVStore(std::string type, const Config& config,
+                         std::unique_ptr<transport::Transport> transport, bool exit_on_failure)
+    : type_(std::move(type)),
+      sync_(type_.find("async") == std::string::npos),
+      config_(config),
+      node_(config, Role::kWorker, std::move(transport), ps::Node::Options{exit_on_failure}),
+      client_(node_),
+      partition_(config.num_servers, config.bigarray_bound, config.chunk_bytes) {
+  node_.Start();
+}
+
+DistKVStore::~DistKVStore() {
+  try {
+    WaitAll();
+    node_.Finish();
+  } catch (const std::exception& e) {
+    DTRAIN_LOG(kError) << "while leaving the job: " << e.what();
+  }
+  node_.Shutdown();
+}
+
+int DistKVStore::rank() const { return node_.self().rank; }
+int DistKVStore::num_workers() const { return node_.layout().num_workers; }
+
+const DistKVStore::KeyInfo& DistKVStore::Lookup(Key key, const char* op) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    throw InvalidArgument(std::string(op) + " of key " + std::to_string(key) +
+                          ": the key was never initialised (call Init first)");
+  }
+  return it->second;  // entries are never erased, so the reference stays valid
+}
+
+void DistKVStore::Check(Key key, const KeyInfo& info, const std::vector<Array>& arrays,
+                        const char* op, const char* what) const {
+  if (arrays.empty()) {
+    throw InvalidArgument(std::string(op) + " of key " + std::to_string(key) + " was given no " +
+                          what);
+  }
+  const int64_t size = NumElements(info.shape);
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const Array& a = arrays[i];
+    if (!a.defined() || a.size() != size || a.dtype() != info.dtype) {
+      throw InvalidArgument(std::string(op) + " of key " + std::to_string(key) + ": " + what +
+                            " " + std::to_string(i) + " is " +
+                            (a.defined() ? Describe(a) : std::string("undefined")) +
+                            ", the key holds " + ShapeToString(info.shape) + " " +
+                            std::string(DTypeName(info.dtype)));
+    }
+  }
+}
+
+void DistKVStore::Init(Key key, const Array& value) { Init(std::span<const Key>(&key, 1), std::span<const Array>(&value, 1)); }
+
+void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values) {
+  if (keys.size() != values.size()) {
+    throw InvalidArgument("init: " + std::to_string(keys.size()) + " keys but " +
+                          std::to_string(values.size()) + " values");
+  }
+  node_.ThrowIfFailed();
+  std::vector<std::pair<int, Message>> requests;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] < 0) throw InvalidArgument("key " + std::to_string(keys[i]) + " is negative");
+      if (!values[i].defined()) throw InvalidArgument("init of key " + std::to_string(keys[i]) + " with an undefined array");
+      if (keys_.count(keys[i]) != 0) {
+        throw InvalidArgument("init of key " + std::to_string(keys[i]) +
+                              ": the key is already initialised");
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (keys[j] == keys[i]) throw InvalidArgument("init lists key " + std::to_string(keys[i]) + " twice");
+      }
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const Array& v = values[i];
+      const auto& slots = partition_.Add(static_cast<uint64_t>(keys[i]), v.size(), v.dtype());
+      keys_[keys[i]] = KeyInfo{v.shape(), v.dtype(), slots};
+      if (rank() != 0) continue;  // rank 0's values are the ones kept, as in MXNet
+      const Body whole = WholeArray(v);
+      for (const auto& slot : slots) {
+        Message msg;
+        msg.header.command = Command::kInit;
+        msg.header.key = static_cast<uint64_t>(keys[i]);
+        msg.header.part = slot.part;
+        msg.header.dtype = v.dtype();
+        msg.meta = nlohmann::json{{"length", slot.length}, {"sync", sync_}}.dump();
+        msg.body = Slice(whole, slot.offset, slot.length, v.dtype());
+        requests.emplace_back(slot.server, std::move(msg));
+      }
+    }
+  }
+  RequestAndWait("init", std::move(requests));
+  node_.Barrier(ps::Group::kWorkers);
+}
+
+void DistKVStore::RequestAndWait(const std::string& what,
+                                 std::vector<std::pair<int, Message>> requests) {
+  if (requests.empty()) return;
+  auto state = std::make_shared<OperationState>(what, static_cast<int>(requests.size()),
+                                                config_.request_timeout);
+  for (auto& [server, msg] : requests) {
+    client_.Request(server, std::move(msg), Body{},
+                    [state](const Message*, std::exception_ptr error) { state->PartDone(error); });
+  }
+  state->Wait();
+}
+
+void DistKVStore::SetOptimizer(const OptimizerSpec& spec) {
+  CreateOptimizer(spec);  // validates here, where the error is the caller's
+  if (rank() == 0) {
+    std::vector<std::pair<int, Message>> requests;
+    for (int s = 0; s < node_.layout().num_servers; ++s) {
+      Message msg;
+      msg.header.command = Command::kSetOptimizer;
+      msg.meta = spec.ToJson();
+      requests.emplace_back(s, std::move(msg));
+    }
+    RequestAndWait("set optimizer", std::move(requests));
+  }
+  node_.Barrier(ps::Group::kWorkers);
+}
+
+Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) const {
+  if (values.size() == 1) return WholeArray(values[0]);
+  const size_t bytes = values[0].nbytes();
+  auto buffer = BufferPool::Default().Get(bytes);
+  std::memcpy(buffer.get(), values[0].data(), bytes);
+  for (size_t i = 1; i < values.size(); ++i) {
+    AddInto(buffer.get(), values[i].data(), values[i].size(), info.dtype);
+  }
+  Body b;
+  b.data = buffer.get();
+  b.size = bytes;
+  b.owner = std::move(buffer);
+  return b;
+}
+
+std::shared_ptr<OperationState> DistKVStore::Track(std::string what, int parts) {
+  auto state = std::make_shared<OperationState>(std::move(what), parts, config_.request_timeout);
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(outstanding_, [](const auto& s) { return s->done(); });
+  outstanding_.push_back(state);
+  return state;
+}
+
+Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>& values,
+                             const std::vector<Array>& outs) {
+  const char* op = command == Command::kPush   ? "push"
+                   : command == Command::kPull ? "pull"
+                                               : "pushpull";
+  const KeyInfo& info = Lookup(key, op);
+  if (command != Command::kPull) Check(key, info, values, op, "value");
+  if (command != Command::kPush) Check(key, info, outs, op, "output");
+  node_.ThrowIfFailed();
+
+  const Body source = command == Command::kPull ? Body{} : Summed(info, values);
+  const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
+  auto state = Track(std::string(op) + " of key " + std::to_string(key),
+                     static_cast<int>(info.slots.size()));
+  for (const auto& slot : info.slots) {
+    Message msg;
+    msg.header.command = command;
+    msg.header.key = static_cast<uint64_t>(key);
+    msg.header.part = slot.part;
+    msg.header.dtype = info.dtype;
+    if (command != Command::kPull) msg.body = Slice(source, slot.offset, slot.length, info.dtype);
+    Body reply_into;
+    if (command != Command::kPush) reply_into = Slice(destination, slot.offset, slot.length, info.dtype);
+    // Further local devices get a copy of each slice as it arrives.
+    auto done = [state, outs, slot, dtype = info.dtype](const Message*, std::exception_ptr error) {
+      if (!error && outs.size() > 1) {
+        const size_t elem = DTypeSize(dtype);
+        for (size_t i = 1; i < outs.size(); ++i) {
+          std::memcpy(outs[i].bytes() + slot.offset * elem, outs[0].bytes() + slot.offset * elem,
+                      slot.length * elem);
+        }
+      }
+      state->PartDone(error);
+    };
+    client_.Request(slot.server, std::move(msg), std::move(reply_into), std::move(done));
+  }
+  return Operation(state);
+}
+
+Operation DistKVStore::Push(Key key, std::vector<Array> values, int) {
+  return Issue(key, Command::kPush, values, {});
+}
+
+Operation DistKVStore::Pull(Key key, std::vector<Array> outs, int) {
+  return Issue(key, Command::kPull, {}, outs);
+}
+
+Operation DistKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs, int) {
+  return Issue(key, Command::kPushPull, values, outs);
+}
+
+void DistKVStore::WaitAll() {
+  std::vector<std::shared_ptr<OperationState>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending.swap(outstanding_);
+  }
+  for (auto& s : pending) s->Wait();
+}
+
+void DistKVStore::Barrier() { node_.Barrier(ps::Group::kWorkers); }
+
+}  // namespace dtrain

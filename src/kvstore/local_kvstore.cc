@@ -1,1 +1,197 @@
-// placeholder: being written
+#include "kvstore/local_kvstore.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "common/error.h"
+
+namespace dtrain {
+
+struct LocalKVStore::Slot {
+  explicit Slot(Array v) : value(std::move(v)) {}
+
+  std::mutex mutex;   // one push or pull of this key at a time
+  const Array value;  // the handle never changes, so its shape and dtype may be read unlocked
+  Array merged;       // the summed gradient, when an optimizer needs it apart from the weight
+};
+
+namespace {
+
+std::string Describe(const Array& a) {
+  return ShapeToString(a.shape()) + " " + std::string(DTypeName(a.dtype()));
+}
+
+// Every array of `arrays` must match the key's value in element count and dtype (shapes may differ,
+// as a flattened view of the same value is fine). `what` is "value" or "out".
+void CheckArrays(const char* call, Key key, const Array& expected, const std::vector<Array>& arrays,
+                 const char* what) {
+  const std::string where = std::string(call) + " of key " + std::to_string(key) + ": ";
+  if (arrays.empty()) {
+    throw InvalidArgument(where + "no " + what + "s given (pass one array per device)");
+  }
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const Array& a = arrays[i];
+    if (!a.defined()) {
+      throw InvalidArgument(where + what + " " + std::to_string(i) + " is an undefined Array");
+    }
+    if (a.size() != expected.size() || a.dtype() != expected.dtype()) {
+      throw InvalidArgument(where + what + " " + std::to_string(i) + " has shape " + Describe(a) +
+                            " but the key holds " + Describe(expected) + " (" +
+                            std::to_string(expected.size()) + " elements)");
+    }
+  }
+}
+
+// What a push needs beyond matching arrays, checked before anything is written so that a refused
+// push leaves the key as it was.
+void CheckPushable(const char* call, Key key, const Array& value, size_t num_values,
+                   const Optimizer* optimizer) {
+  const std::string where = std::string(call) + " of key " + std::to_string(key) + ": ";
+  if (optimizer != nullptr && value.dtype() != DType::kFloat32) {
+    throw InvalidArgument(where + "the optimizer updates float32 values only, the key holds " +
+                          Describe(value));
+  }
+  if (num_values > 1) {
+    // AddInto refuses element types it cannot add; asking it with no elements finds out before
+    // the stored value is overwritten, and keeps exceptions out of the reduction threads.
+    try {
+      AddInto(value.data(), value.data(), 0, value.dtype());
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(where + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+LocalKVStore::LocalKVStore(std::string type, const Config& config)
+    : type_(std::move(type)),
+      reduction_threads_(std::max(1, config.reduction_threads)),
+      bigarray_bound_(std::max<int64_t>(1, config.bigarray_bound)) {
+  if (type_ != "local" && type_ != "device") {
+    throw InvalidArgument("LocalKVStore serves the kvstore types \"local\" and \"device\", not \"" +
+                          type_ + "\"");
+  }
+}
+
+LocalKVStore::~LocalKVStore() = default;
+
+void LocalKVStore::Init(Key key, const Array& value) {
+  if (!value.defined()) {
+    throw InvalidArgument("Init of key " + std::to_string(key) + ": the value is undefined");
+  }
+  // Copy outside the lock: a big value would hold up every other key meanwhile.
+  auto slot = std::make_unique<Slot>(value.Clone());
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (!slots_.try_emplace(key, std::move(slot)).second) {
+    throw InvalidArgument("key " + std::to_string(key) + " is already initialised");
+  }
+}
+
+LocalKVStore::Slot& LocalKVStore::Find(Key key, const char* call,
+                                       std::shared_ptr<Optimizer>* optimizer) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  auto it = slots_.find(key);
+  if (it == slots_.end()) {
+    throw InvalidArgument(std::string(call) + ": key " + std::to_string(key) +
+                          " was never initialised (call Init first)");
+  }
+  if (optimizer != nullptr) *optimizer = optimizer_;
+  return *it->second;  // slots are never removed, so the reference outlives the lock
+}
+
+Operation LocalKVStore::Push(Key key, std::vector<Array> values, int /*priority*/) {
+  std::shared_ptr<Optimizer> optimizer;
+  Slot& slot = Find(key, "Push", &optimizer);
+  CheckArrays("Push", key, slot.value, values, "value");
+  CheckPushable("Push", key, slot.value, values.size(), optimizer.get());
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  Apply(key, slot, values, optimizer.get());
+  return Operation();
+}
+
+Operation LocalKVStore::Pull(Key key, std::vector<Array> outs, int /*priority*/) {
+  Slot& slot = Find(key, "Pull", nullptr);
+  CheckArrays("Pull", key, slot.value, outs, "out");
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  for (const Array& out : outs) out.CopyFrom(slot.value);
+  return Operation();
+}
+
+Operation LocalKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
+                                 int /*priority*/) {
+  std::shared_ptr<Optimizer> optimizer;
+  Slot& slot = Find(key, "PushPull", &optimizer);
+  CheckArrays("PushPull", key, slot.value, values, "value");
+  CheckArrays("PushPull", key, slot.value, outs, "out");
+  CheckPushable("PushPull", key, slot.value, values.size(), optimizer.get());
+  // One lock for both halves: no other push of this key comes between them. `outs` may be the
+  // very arrays of `values` (an in-place pushpull): the push has read them all before the pull
+  // writes.
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  Apply(key, slot, values, optimizer.get());
+  for (const Array& out : outs) out.CopyFrom(slot.value);
+  return Operation();
+}
+
+void LocalKVStore::SetOptimizer(const OptimizerSpec& spec) {
+  std::shared_ptr<Optimizer> optimizer = CreateOptimizer(spec);
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  optimizer_ = std::move(optimizer);
+}
+
+void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
+                         Optimizer* optimizer) const {
+  if (optimizer == nullptr) {
+    Sum(slot.value, values);
+    return;
+  }
+  Array grad = values[0];  // one device: update straight from the caller's array, no copy
+  if (values.size() > 1) {
+    if (!slot.merged.defined()) slot.merged = Array(slot.value.shape(), slot.value.dtype());
+    Sum(slot.merged, values);
+    grad = slot.merged;
+  }
+  optimizer->Update(static_cast<uint64_t>(key), slot.value.floats(), grad.floats());
+}
+
+void LocalKVStore::Sum(const Array& dst, const std::vector<Array>& values) const {
+  const DType dtype = dst.dtype();
+  const size_t elem = DTypeSize(dtype);
+  // Each thread copies then adds its own range, so the range stays in that core's cache.
+  auto sum_range = [&](int64_t begin, int64_t end) {
+    const size_t offset = static_cast<size_t>(begin) * elem;
+    const int64_t n = end - begin;
+    if (n <= 0) return;
+    std::memcpy(dst.bytes() + offset, values[0].bytes() + offset, static_cast<size_t>(n) * elem);
+    for (size_t i = 1; i < values.size(); ++i) {
+      AddInto(dst.bytes() + offset, values[i].bytes() + offset, n, dtype);
+    }
+  };
+  const int64_t size = dst.size();
+  const int threads = size >= bigarray_bound_ ? reduction_threads_ : 1;
+  if (threads <= 1) {
+    sum_range(0, size);
+    return;
+  }
+  // Ranges start on 64-byte boundaries so that no two threads write one cache line.
+  const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(elem));
+  const int64_t per_thread = (size / threads + align - 1) / align * align;
+  std::vector<std::jthread> workers;
+  workers.reserve(threads - 1);
+  for (int t = 1; t < threads; ++t) {
+    const int64_t begin = std::min(size, t * per_thread);
+    const int64_t end = t + 1 == threads ? size : std::min(size, (t + 1) * per_thread);
+    try {
+      workers.emplace_back(sum_range, begin, end);
+    } catch (const std::system_error&) {
+      sum_range(begin, end);  // no thread to be had: still a correct sum, only slower
+    }
+  }
+  sum_range(0, std::min(size, per_thread));
+}
+
+}  // namespace dtrain

@@ -23,22 +23,36 @@ struct OptimizerSpec {
   std::string name;
   std::map<std::string, double> params;
 
+  // {"name": "sgd", "params": {"learning_rate": 0.1}}. Throws InvalidArgument for a value JSON
+  // cannot carry (NaN, infinity, text that is not UTF-8).
   std::string ToJson() const;
-  static OptimizerSpec FromJson(const std::string& json);  // throws InvalidArgument
+  // The inverse of ToJson. The text comes off the network, so anything else (not JSON, other
+  // fields, a non-numeric parameter) is an InvalidArgument saying what is wrong; never a crash.
+  // Whether the name and parameters mean anything is CreateOptimizer's to check.
+  static OptimizerSpec FromJson(const std::string& json);
 };
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // weight -= f(grad, state[index]); grad and weight have the same length.
+  // weight -= f(grad, state[index]); grad and weight have the same length. The state of an index
+  // is created (zeros) by its first Update and keeps that length. Throws InvalidArgument for
+  // lengths that differ, from each other or from the index's earlier updates.
   virtual void Update(uint64_t index, std::span<float> weight, std::span<const float> grad) = 0;
 
+  // The spec this optimizer was built from (a later set_learning_rate does not change it).
   virtual const OptimizerSpec& spec() const = 0;
+
+  // The learning rate of the next Update: learning-rate schedules change it between steps. May be
+  // called from any thread, also while Update runs (that Update uses the old or the new rate).
+  // Throws InvalidArgument for a negative or non-finite rate.
+  virtual void set_learning_rate(double learning_rate) = 0;
+  virtual double learning_rate() const = 0;
 };
 
-// Builds an optimizer by name. Throws InvalidArgument for an unknown name or parameter, or a bad
-// value, naming it.
+// Builds an optimizer by name (case-insensitive; "sgd"). Throws InvalidArgument for an unknown name
+// or parameter, or a bad value, naming it and what is accepted.
 std::unique_ptr<Optimizer> CreateOptimizer(const OptimizerSpec& spec);
 
 }  // namespace dtrain

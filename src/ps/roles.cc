@@ -1,17 +1,62 @@
-// TEMPORARY stub until the parameter-server core lands: the services idle until terminated.
 #include "ps/roles.h"
 
-#include <chrono>
-#include <thread>
+#include <cstdlib>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "ps/node.h"
+#include "ps/scheduler.h"
+#include "ps/server.h"
+#include "transport/tcp_transport.h"
 
 namespace dtrain::ps {
+namespace {
 
-int RunScheduler(const Config&) {
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+std::unique_ptr<transport::Transport> MakeTransport(const Config& config) {
+  transport::TcpOptions options;
+  options.streams_per_peer = config.streams_per_peer;
+  options.io_threads = config.io_threads;
+  options.max_message_bytes = config.max_message_bytes;
+  return std::make_unique<transport::TcpTransport>(options);
 }
-int RunServer(const Config&) {
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+
+}  // namespace
+
+int RunScheduler(const Config& config) {
+  SetLogVerbosity(config.verbose);
+  SetLogIdentity("scheduler");
+  try {
+    Scheduler scheduler(config, MakeTransport(config));
+    scheduler.Listen();
+    return scheduler.Run();
+  } catch (const std::exception& e) {
+    DTRAIN_LOG(kError) << e.what();
+    return 1;
+  }
 }
-void RunRoleFromEnvironmentIfService() {}
+
+int RunServer(const Config& config) {
+  SetLogVerbosity(config.verbose);
+  SetLogIdentity("server");
+  try {
+    Node node(config, Role::kServer, MakeTransport(config), Node::Options{});
+    Server server(node, config);
+    node.SetDataHandler([&server](transport::Message&& msg) { server.Handle(std::move(msg)); });
+    node.Start();
+    const int code = node.WaitForTermination();
+    node.Shutdown();
+    return code;
+  } catch (const std::exception& e) {
+    DTRAIN_LOG(kError) << e.what();
+    return 1;
+  }
+}
+
+void RunRoleFromEnvironmentIfService() {
+  Config config = Config::FromEnvironment();
+  SetLogVerbosity(config.verbose);
+  if (!config.role || *config.role == Role::kWorker) return;
+  std::exit(*config.role == Role::kScheduler ? RunScheduler(config) : RunServer(config));
+}
 
 }  // namespace dtrain::ps

@@ -1,1 +1,354 @@
-// placeholder: being written
+#include "ps/scheduler.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "ps/control.h"
+#include "ps/node_info.h"
+
+namespace dtrain::ps {
+
+using transport::Command;
+using transport::Message;
+
+namespace {
+
+// What transport threads hand to the scheduler's thread.
+struct Event {
+  bool lost = false;
+  Message msg;
+  NodeId peer = transport::kNoNode;
+  std::string remote;
+  std::string reason;
+};
+
+class EventQueue {
+ public:
+  void Push(Event e) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  std::optional<Event> PopUntil(Clock::time_point until) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_until(lock, until, [this] { return !events_.empty(); })) return std::nullopt;
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+};
+
+enum class Phase { kRegistering, kStarting, kRunning, kDone };
+
+}  // namespace
+
+struct Scheduler::State {
+  State(const Config& c, std::unique_ptr<transport::Transport> t)
+      : config(c), transport(std::move(t)) {
+    layout.num_servers = c.num_servers;
+    layout.num_workers = c.num_workers;
+  }
+
+  Config config;
+  std::unique_ptr<transport::Transport> transport;
+  JobLayout layout;
+  EventQueue events;
+  Phase phase = Phase::kRegistering;
+  std::vector<control::Registration> registrations;
+  std::vector<NodeInfo> table;
+  std::set<NodeId> ready;
+  std::set<NodeId> finished;
+  std::map<Group, std::set<NodeId>> barrier_arrivals;
+  std::map<Group, std::string> barrier_meta;
+  std::map<NodeId, Clock::time_point> last_heard;
+  std::optional<int> exit_code;
+
+  std::string Name(NodeId id) const {
+    if (id >= 0 && static_cast<size_t>(id) < table.size()) return table[id].Name();
+    return id == transport::kNoNode ? "an unidentified node" : "node " + std::to_string(id);
+  }
+
+  void SendTo(NodeId id, Command command, std::string meta = {}) {
+    Message msg;
+    msg.header.command = command;
+    msg.header.sender = transport::kSchedulerId;
+    msg.header.recipient = id;
+    msg.meta = std::move(meta);
+    try {
+      transport->Send(id, std::move(msg));
+    } catch (const Error& e) {
+      DTRAIN_LOG(kWarning) << "could not send " << transport::CommandName(command) << " to "
+                           << Name(id) << ": " << e.what();
+    }
+  }
+
+  int Count(Role role) const {
+    return static_cast<int>(std::count_if(registrations.begin(), registrations.end(),
+                                          [role](const auto& r) { return r.role == role; }));
+  }
+  int Expected(Role role) const {
+    return role == Role::kServer ? layout.num_servers : layout.num_workers;
+  }
+
+  // Tells a node that could not join why, then forgets it.
+  void Refuse(const control::Registration& reg, const std::string& why) {
+    DTRAIN_LOG(kWarning) << "refusing " << RoleName(reg.role) << " at " << reg.host << ":"
+                         << reg.port << ": " << why;
+    const NodeId temp = 1 << 30;  // a link id outside the job's ids
+    try {
+      transport->Connect(temp, {reg.host, reg.port}, transport::kSchedulerId,
+                         Deadline(Duration(2000)));
+      SendTo(temp, Command::kAbort, why);
+    } catch (const Error&) {
+    }
+  }
+
+  void OnRegister(const Message& msg) {
+    control::Registration reg;
+    try {
+      reg = control::DecodeRegistration(msg.meta);
+    } catch (const ProtocolError& e) {
+      DTRAIN_LOG(kWarning) << "ignoring a bad registration: " << e.what();
+      return;
+    }
+    if (reg.role == Role::kScheduler) return Refuse(reg, "a job has only one scheduler");
+    if (phase != Phase::kRegistering || Count(reg.role) >= Expected(reg.role)) {
+      return Refuse(reg, "the job already has its " + std::to_string(Expected(reg.role)) + " " +
+                             RoleName(reg.role) + "(s) (DMLC_NUM_" +
+                             (reg.role == Role::kServer ? "SERVER" : "WORKER") + ")");
+    }
+    DTRAIN_LOG(kConnections) << RoleName(reg.role) << " registered from " << reg.host << ":"
+                             << reg.port;
+    registrations.push_back(reg);
+    if (Count(Role::kServer) == layout.num_servers && Count(Role::kWorker) == layout.num_workers) {
+      AssignAndAnnounce();
+    }
+  }
+
+  // Ranks: the requested ones if they are a permutation of 0..n-1, else arrival order.
+  std::vector<int> RanksFor(Role role) const {
+    std::vector<int> requested;
+    for (const auto& r : registrations) {
+      if (r.role == role) requested.push_back(r.requested_rank);
+    }
+    std::vector<int> sorted = requested;
+    std::sort(sorted.begin(), sorted.end());
+    bool permutation = true;
+    for (size_t i = 0; i < sorted.size(); ++i) permutation &= sorted[i] == static_cast<int>(i);
+    if (permutation) return requested;
+    std::vector<int> arrival(requested.size());
+    for (size_t i = 0; i < arrival.size(); ++i) arrival[i] = static_cast<int>(i);
+    return arrival;
+  }
+
+  void AssignAndAnnounce() {
+    table.assign(layout.NumNodes(), NodeInfo{});
+    table[0] = NodeInfo{0, Role::kScheduler, 0, config.scheduler_host, config.scheduler_port};
+    for (Role role : {Role::kServer, Role::kWorker}) {
+      auto ranks = RanksFor(role);
+      size_t i = 0;
+      for (const auto& r : registrations) {
+        if (r.role != role) continue;
+        const int rank = ranks[i++];
+        const NodeId id = role == Role::kServer ? layout.ServerId(rank) : layout.WorkerId(rank);
+        table[id] = NodeInfo{id, role, rank, r.host, r.port};
+      }
+    }
+    const std::string encoded = control::EncodeNodeTable(table);
+    for (size_t id = 1; id < table.size(); ++id) {
+      const NodeInfo& n = table[id];
+      DTRAIN_LOG(kConnections) << "assigned " << n.Name();
+      try {
+        transport->Connect(n.id, {n.host, n.port}, transport::kSchedulerId,
+                           Deadline(config.connect_timeout));
+      } catch (const Error& e) {
+        return FailJob(n.id, std::string("the scheduler cannot reach the address it announced: ") +
+                                 e.what() + " (see DMLC_INTERFACE / DMLC_NODE_HOST)");
+      }
+      SendTo(n.id, Command::kNodeTable, encoded);
+    }
+    phase = Phase::kStarting;
+  }
+
+  void OnReady(NodeId id) {
+    if (!layout.IsServer(id) && !layout.IsWorker(id)) return;
+    ready.insert(id);
+    if (static_cast<int>(ready.size()) == layout.NumNodes() - 1 && phase == Phase::kStarting) {
+      phase = Phase::kRunning;
+      const auto now = Clock::now();
+      for (NodeId n : ready) last_heard[n] = now;
+      for (NodeId n : ready) SendTo(n, Command::kStart);
+      DTRAIN_LOG(kConnections) << "all " << ready.size() << " nodes are ready; job started";
+    }
+  }
+
+  void OnBarrier(const Message& msg) {
+    const NodeId from = msg.header.sender;
+    auto [group, seq] = control::DecodeBarrier(msg.meta);
+    auto& arrived = barrier_arrivals[group];
+    arrived.insert(from);
+    barrier_meta[group] = msg.meta;
+    int members = 0;
+    for (size_t id = 1; id < table.size(); ++id) members += InGroup(group, table[id].role);
+    if (static_cast<int>(arrived.size()) < members) return;
+    for (NodeId n : arrived) SendTo(n, Command::kBarrierDone, barrier_meta[group]);
+    arrived.clear();
+  }
+
+  void OnFinish(NodeId id) {
+    if (!layout.IsWorker(id)) return;
+    finished.insert(id);
+    if (static_cast<int>(finished.size()) < layout.num_workers) return;
+    DTRAIN_LOG(kConnections) << "every worker finished; ending the job";
+    for (size_t id2 = 1; id2 < table.size(); ++id2) SendTo(static_cast<NodeId>(id2), Command::kTerminate);
+    phase = Phase::kDone;
+    exit_code = 0;
+  }
+
+  void FailJob(NodeId id, const std::string& reason) {
+    const std::string name = Name(id);
+    DTRAIN_LOG(kError) << name << " failed: " << reason << "; stopping the job";
+    control::Failure f{id, name, reason};
+    const std::string encoded = control::EncodeFailure(f);
+    for (size_t other = 1; other < table.size(); ++other) {
+      if (static_cast<NodeId>(other) != id && transport->IsConnected(static_cast<NodeId>(other))) {
+        SendTo(static_cast<NodeId>(other), Command::kNodeFailed, encoded);
+      }
+    }
+    phase = Phase::kDone;
+    exit_code = 1;
+  }
+
+  void Handle(Event& e) {
+    if (e.lost) {
+      if (phase == Phase::kDone || finished.count(e.peer) != 0) return;
+      if (e.peer == transport::kNoNode && phase == Phase::kRegistering) {
+        DTRAIN_LOG(kWarning) << "a connection from " << e.remote
+                             << " closed before its node joined: " << e.reason;
+        return;
+      }
+      std::string reason = e.reason;
+      if (e.peer == transport::kNoNode) reason = "the node at " + e.remote + ": " + reason;
+      return FailJob(e.peer, reason);
+    }
+    const Message& msg = e.msg;
+    const NodeId from = msg.header.sender;
+    if (from >= 0) last_heard[from] = Clock::now();
+    switch (msg.header.command) {
+      case Command::kRegister:
+        return OnRegister(msg);
+      case Command::kReady:
+        return OnReady(from);
+      case Command::kBarrier:
+        return OnBarrier(msg);
+      case Command::kHeartbeat:
+        if (from > 0 && static_cast<size_t>(from) < table.size()) SendTo(from, Command::kHeartbeat);
+        return;
+      case Command::kFinish:
+        return OnFinish(from);
+      default:
+        DTRAIN_LOG(kWarning) << "scheduler ignores " << transport::CommandName(msg.header.command)
+                             << " from " << Name(from);
+    }
+  }
+
+  void CheckHeartbeats() {
+    if (phase != Phase::kRunning) return;
+    const auto now = Clock::now();
+    for (auto& [id, when] : last_heard) {
+      if (finished.count(id) != 0) continue;
+      if (now - when > config.heartbeat_timeout) {
+        return FailJob(id, "sent no heartbeat for " +
+                               std::to_string(config.heartbeat_timeout.count()) +
+                               " ms (PS_HEARTBEAT_TIMEOUT): its host may be down or cut off");
+      }
+    }
+  }
+
+  void FailStart() {
+    const std::string why =
+        "the job did not start within " + std::to_string(Seconds(config.start_timeout)) +
+        " s (DTRAIN_START_TIMEOUT_MS): " +
+        (phase == Phase::kRegistering
+             ? std::to_string(Count(Role::kServer)) + " of " + std::to_string(layout.num_servers) +
+                   " servers and " + std::to_string(Count(Role::kWorker)) + " of " +
+                   std::to_string(layout.num_workers) + " workers registered"
+             : std::to_string(ready.size()) + " of " + std::to_string(layout.NumNodes() - 1) +
+                   " nodes connected to their peers");
+    DTRAIN_LOG(kError) << why;
+    if (phase == Phase::kRegistering) {
+      for (const auto& r : registrations) Refuse(r, why);
+    } else {
+      for (size_t id = 1; id < table.size(); ++id) SendTo(static_cast<NodeId>(id), Command::kAbort, why);
+    }
+    phase = Phase::kDone;
+    exit_code = 1;
+  }
+};
+
+Scheduler::Scheduler(const Config& config, std::unique_ptr<transport::Transport> transport)
+    : state_(std::make_unique<State>(config, std::move(transport))) {
+  State* s = state_.get();
+  s->transport->SetHandlers(
+      [s](Message&& msg) { s->events.Push(Event{false, std::move(msg)}); },
+      [s](NodeId peer, const std::string& remote, const std::string& reason) {
+        s->events.Push(Event{true, Message{}, peer, remote, reason});
+      });
+}
+
+Scheduler::~Scheduler() { state_->transport->Shutdown(Deadline(Duration(3000))); }
+
+uint16_t Scheduler::Listen() {
+  const uint16_t port = state_->transport->Listen("", state_->config.scheduler_port);
+  state_->config.scheduler_port = port;
+  DTRAIN_LOG(kConnections) << "scheduler listening on port " << port << " for "
+                           << state_->layout.num_servers << " server(s) and "
+                           << state_->layout.num_workers << " worker(s); configuration: "
+                           << state_->config.Describe();
+  return port;
+}
+
+int Scheduler::Run() {
+  State& s = *state_;
+  SetLogIdentity("scheduler");
+  const Deadline start_deadline(s.config.start_timeout);
+  while (!s.exit_code) {
+    Clock::time_point until = Clock::now() + s.config.heartbeat_interval;
+    if (s.phase == Phase::kRegistering || s.phase == Phase::kStarting) {
+      until = std::min(until, start_deadline.at());
+    }
+    auto event = s.events.PopUntil(until);
+    if (event) {
+      try {
+        s.Handle(*event);
+      } catch (const ProtocolError& e) {
+        DTRAIN_LOG(kWarning) << "ignoring a malformed message from "
+                             << s.Name(event->msg.header.sender) << ": " << e.what();
+      }
+      continue;
+    }
+    if ((s.phase == Phase::kRegistering || s.phase == Phase::kStarting) && start_deadline.passed()) {
+      s.FailStart();
+    } else {
+      s.CheckHeartbeats();
+    }
+  }
+  s.transport->Shutdown(Deadline(Duration(3000)));
+  return *s.exit_code;
+}
+
+}  // namespace dtrain::ps

@@ -1,1 +1,312 @@
-// placeholder: being written
+#include "ps/server.h"
+
+#include <cstring>
+#include <deque>
+#include <nlohmann/json.hpp>
+
+#include "common/array.h"
+#include "common/buffer_pool.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+namespace dtrain::ps {
+
+using transport::Body;
+using transport::Command;
+using transport::Header;
+using transport::Message;
+
+namespace {
+
+// Sums below this many elements stay on the receiving thread; bigger ones are split over the
+// MXNET_KVSTORE_REDUCTION_NTHREADS pool.
+constexpr int64_t kParallelSumElements = int64_t{1} << 18;
+
+std::string SlotName(uint64_t key, uint32_t part) {
+  return "key " + std::to_string(key) + (part ? " part " + std::to_string(part) : "");
+}
+
+Body NewBuffer(size_t bytes) {
+  auto buffer = BufferPool::Default().Get(bytes);
+  Body b;
+  b.data = buffer.get();
+  b.size = bytes;
+  b.owner = std::move(buffer);
+  return b;
+}
+
+}  // namespace
+
+struct Server::SlotState {
+  std::mutex mutex;
+  uint64_t key = 0;
+  uint32_t part = 0;
+  int64_t length = 0;
+  DType dtype = DType::kFloat32;
+  bool sync = true;
+  Body value;  // current value: weights, or the last merged sum
+
+  // dist_sync round state.
+  Body merged;
+  int pushed_count = 0;
+  std::vector<char> pushed;                    // per worker rank
+  std::vector<Header> waiting;                 // requests answered when the round completes
+  std::vector<std::deque<Message>> deferred;   // per worker: messages held for later rounds
+
+  size_t bytes() const { return static_cast<size_t>(length) * DTypeSize(dtype); }
+  uint64_t optimizer_index() const { return (key << 20) | part; }
+};
+
+Server::Server(Node& node, const Config& config)
+    : node_(node), config_(config), reduction_pool_(config.reduction_threads) {}
+
+Server::~Server() = default;
+
+void Server::Reply(const Header& request, Body body) {
+  Message msg;
+  msg.header = request;
+  msg.header.flags = transport::kFlagResponse;
+  msg.body = std::move(body);
+  try {
+    node_.Send(request.sender, std::move(msg));
+  } catch (const Error& e) {
+    DTRAIN_LOG(kWarning) << "cannot answer " << node_.NameOf(request.sender) << ": " << e.what();
+  }
+}
+
+void Server::ReplyError(const Header& request, const std::string& error) {
+  Message msg;
+  msg.header = request;
+  msg.header.flags = transport::kFlagResponse | transport::kFlagError;
+  msg.meta = error;
+  DTRAIN_LOG(kConnections) << "refusing " << transport::CommandName(request.command) << " from "
+                           << node_.NameOf(request.sender) << ": " << error;
+  try {
+    node_.Send(request.sender, std::move(msg));
+  } catch (const Error&) {
+  }
+}
+
+void Server::ReplyValue(SlotState& slot, const Header& request) {
+  Body body = slot.value;  // shares the buffer; see copy on write in ApplyGradient
+  body.size = slot.bytes();
+  Reply(request, std::move(body));
+}
+
+void Server::Handle(Message&& msg) {
+  const Header& h = msg.header;
+  if (h.is_response()) return;  // servers send no requests
+  try {
+    switch (h.command) {
+      case Command::kInit:
+        return HandleInit(std::move(msg));
+      case Command::kSetOptimizer:
+        return HandleSetOptimizer(msg);
+      case Command::kPush:
+      case Command::kPull:
+      case Command::kPushPull:
+        return HandleData(std::move(msg));
+      default:
+        return ReplyError(h, "servers do not handle " + std::string(CommandName(h.command)));
+    }
+  } catch (const Error& e) {
+    ReplyError(h, e.what());
+  }
+}
+
+void Server::HandleInit(Message&& msg) {
+  const Header h = msg.header;
+  auto meta = nlohmann::json::parse(msg.meta, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains("length") ||
+      !meta["length"].is_number_integer() || !meta.contains("sync") || !meta["sync"].is_boolean()) {
+    return ReplyError(h, "malformed init request for " + SlotName(h.key, h.part));
+  }
+  const int64_t length = meta["length"].get<int64_t>();
+  if (length < 0 || static_cast<uint64_t>(length) * DTypeSize(h.dtype) != msg.body.size) {
+    return ReplyError(h, "init of " + SlotName(h.key, h.part) + " announces " +
+                             std::to_string(length) + " elements but carries " +
+                             std::to_string(msg.body.size) + " bytes");
+  }
+  auto slot = std::make_unique<SlotState>();
+  slot->key = h.key;
+  slot->part = h.part;
+  slot->length = length;
+  slot->dtype = h.dtype;
+  slot->sync = meta["sync"].get<bool>();
+  slot->value = msg.body.owner ? std::move(msg.body) : NewBuffer(0);
+  slot->pushed.assign(node_.layout().num_workers, 0);
+  slot->deferred.resize(node_.layout().num_workers);
+  {
+    std::unique_lock<std::shared_mutex> lock(slots_mutex_);
+    auto [it, inserted] = slots_.try_emplace({h.key, h.part}, std::move(slot));
+    if (!inserted) return ReplyError(h, SlotName(h.key, h.part) + " is already initialised");
+  }
+  Reply(h);
+}
+
+void Server::HandleSetOptimizer(const Message& msg) {
+  OptimizerSpec spec = OptimizerSpec::FromJson(msg.meta);
+  std::shared_ptr<Optimizer> optimizer = CreateOptimizer(spec);
+  {
+    std::lock_guard<std::mutex> lock(optimizer_mutex_);
+    optimizer_ = std::move(optimizer);
+  }
+  DTRAIN_LOG(kConnections) << "optimizer set: " << msg.meta;
+  Reply(msg.header);
+}
+
+void Server::HandleData(Message&& msg) {
+  const Header& h = msg.header;
+  if (!node_.layout().IsWorker(h.sender)) {
+    return ReplyError(h, "only workers push and pull; " + node_.NameOf(h.sender) + " is not one");
+  }
+  SlotState* slot;
+  {
+    std::shared_lock<std::shared_mutex> lock(slots_mutex_);
+    auto it = slots_.find({h.key, h.part});
+    if (it == slots_.end()) {
+      return ReplyError(h, SlotName(h.key, h.part) + " was never initialised (call init first, "
+                                                     "with the same keys on every worker)");
+    }
+    slot = it->second.get();
+  }
+  if (h.command != Command::kPull) {
+    if (h.dtype != slot->dtype || msg.body.size != slot->bytes()) {
+      return ReplyError(h, std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) +
+                               " carries " + std::to_string(msg.body.size / DTypeSize(h.dtype)) +
+                               " " + std::string(DTypeName(h.dtype)) + " elements; it holds " +
+                               std::to_string(slot->length) + " " +
+                               std::string(DTypeName(slot->dtype)));
+    }
+  }
+  std::lock_guard<std::mutex> lock(slot->mutex);
+  if (slot->sync) {
+    SyncMessage(*slot, node_.layout().RankOf(h.sender), std::move(msg));
+  } else {
+    AsyncMessage(*slot, std::move(msg));
+  }
+}
+
+void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
+  auto& queue = slot.deferred[worker];
+  const bool is_push = msg.header.command != Command::kPull;
+  if (!queue.empty() || (is_push && slot.pushed[worker])) {
+    queue.push_back(std::move(msg));  // belongs to a later round
+    return;
+  }
+  Accumulate(slot, worker, std::move(msg));
+  while (slot.pushed_count == node_.layout().num_workers) {
+    CompleteRound(slot);
+    DrainDeferred(slot);
+  }
+}
+
+void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
+  const Header h = msg.header;
+  if (h.command == Command::kPull) {
+    // A pull waits for the round its worker has pushed into; otherwise the value is current.
+    if (slot.pushed[worker]) {
+      slot.waiting.push_back(h);
+    } else {
+      ReplyValue(slot, h);
+    }
+    return;
+  }
+  if (!slot.merged.owner) {
+    slot.merged = std::move(msg.body);  // the first push of a round becomes the sum: no copy
+  } else {
+    Add(slot.merged.data, msg.body.data, slot.length, slot.dtype);
+  }
+  slot.pushed[worker] = 1;
+  ++slot.pushed_count;
+  slot.waiting.push_back(h);
+}
+
+void Server::CompleteRound(SlotState& slot) {
+  std::shared_ptr<Optimizer> optimizer;
+  {
+    std::lock_guard<std::mutex> lock(optimizer_mutex_);
+    optimizer = optimizer_;
+  }
+  if (optimizer) {
+    ApplyGradient(slot, slot.merged, false);
+    slot.merged = Body{};
+  } else {
+    slot.value = std::move(slot.merged);  // the stored value is the round's sum
+    slot.merged = Body{};
+  }
+  for (const Header& h : slot.waiting) {
+    if (h.command == Command::kPush) {
+      Reply(h);
+    } else {
+      ReplyValue(slot, h);
+    }
+  }
+  slot.waiting.clear();
+  std::fill(slot.pushed.begin(), slot.pushed.end(), 0);
+  slot.pushed_count = 0;
+}
+
+void Server::DrainDeferred(SlotState& slot) {
+  for (size_t w = 0; w < slot.deferred.size(); ++w) {
+    auto& queue = slot.deferred[w];
+    while (!queue.empty()) {
+      const bool is_push = queue.front().header.command != Command::kPull;
+      if (is_push && slot.pushed[w]) break;
+      Message msg = std::move(queue.front());
+      queue.pop_front();
+      Accumulate(slot, static_cast<int>(w), std::move(msg));
+    }
+  }
+}
+
+void Server::AsyncMessage(SlotState& slot, Message&& msg) {
+  const Header h = msg.header;
+  if (h.command != Command::kPull) ApplyGradient(slot, msg.body, true);
+  if (h.command == Command::kPush) {
+    Reply(h);
+  } else {
+    ReplyValue(slot, h);
+  }
+}
+
+void Server::ApplyGradient(SlotState& slot, const Body& grad, bool accumulate_without_opt) {
+  std::shared_ptr<Optimizer> optimizer;
+  {
+    std::lock_guard<std::mutex> lock(optimizer_mutex_);
+    optimizer = optimizer_;
+  }
+  // Copy on write: a reply still being sent holds a reference to the value buffer.
+  if (slot.value.owner.use_count() > 1) {
+    Body fresh = NewBuffer(slot.bytes());
+    std::memcpy(fresh.data, slot.value.data, slot.bytes());
+    slot.value = std::move(fresh);
+  }
+  if (optimizer) {
+    if (slot.dtype != DType::kFloat32) {
+      throw InvalidArgument("optimizers support float32 values only, " +
+                            SlotName(slot.key, slot.part) + " is " +
+                            std::string(DTypeName(slot.dtype)));
+    }
+    optimizer->Update(slot.optimizer_index(),
+                      {reinterpret_cast<float*>(slot.value.data), static_cast<size_t>(slot.length)},
+                      {reinterpret_cast<const float*>(grad.data), static_cast<size_t>(slot.length)});
+  } else if (accumulate_without_opt) {
+    Add(slot.value.data, grad.data, slot.length, slot.dtype);
+  } else {
+    std::memcpy(slot.value.data, grad.data, slot.bytes());
+  }
+}
+
+void Server::Add(char* dst, const char* src, int64_t n, DType dtype) {
+  if (n < kParallelSumElements || reduction_pool_.size() < 2) {
+    AddInto(dst, src, n, dtype);
+    return;
+  }
+  const size_t elem = DTypeSize(dtype);
+  reduction_pool_.ParallelFor(n, [&](int64_t begin, int64_t end) {
+    AddInto(dst + begin * elem, src + begin * elem, end - begin, dtype);
+  });
+}
+
+}  // namespace dtrain::ps

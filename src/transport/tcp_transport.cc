@@ -1,1 +1,496 @@
-// placeholder: being written
+#include "transport/tcp_transport.h"
+
+#include <asio.hpp>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <optional>
+
+#include "common/buffer_pool.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+namespace dtrain::transport {
+
+using asio::ip::tcp;
+
+namespace {
+
+constexpr size_t kStagingBytes = 64 * 1024;
+
+std::string RemoteOf(const tcp::socket& socket) {
+  std::error_code ec;
+  auto ep = socket.remote_endpoint(ec);
+  if (ec) return "(unknown)";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+struct TcpTransport::Impl {
+  struct OutStream;
+  struct InStream;
+
+  explicit Impl(TcpOptions opts) : options(opts) { limits.max_body_bytes = opts.max_message_bytes; }
+
+  TcpOptions options;
+  Limits limits;
+  asio::io_context io;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::vector<std::thread> threads;
+  tcp::acceptor acceptor{io};
+  MessageHandler on_message;
+  PeerLostHandler on_peer_lost;
+  BodySink body_sink;
+
+  mutable std::mutex mutex;  // guards the members below
+  std::map<NodeId, std::vector<std::shared_ptr<OutStream>>> links;
+  std::set<std::shared_ptr<InStream>> incoming;
+  std::set<NodeId> lost;
+  std::set<NodeId> departed;  // said Bye: their closing is not a failure
+  NodeId self = kNoNode;
+  bool stopped = false;
+  std::atomic<bool> shutting_down{false};
+
+  void StartThreads();
+  void Accept();
+  void ReportLost(NodeId peer, const std::string& remote, const std::string& reason);
+  void MarkDeparted(NodeId peer) {
+    std::lock_guard<std::mutex> lock(mutex);
+    departed.insert(peer);
+  }
+  void Forget(const std::shared_ptr<InStream>& stream) {
+    std::lock_guard<std::mutex> lock(mutex);
+    incoming.erase(stream);
+  }
+};
+
+// One connection we write on. Messages queue here; the first one is written at once in the caller's
+// thread (Asio's speculative write) and later ones by the io thread that completes the previous.
+struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
+  OutStream(Impl* impl, NodeId peer, tcp::socket socket)
+      : impl(impl), peer(peer), socket(std::move(socket)), remote(RemoteOf(this->socket)) {}
+
+  struct Item {
+    WireHeader header;
+    Message msg;
+  };
+
+  Impl* const impl;
+  const NodeId peer;
+  tcp::socket socket;
+  const std::string remote;
+  std::mutex mutex;
+  std::condition_variable drained;
+  std::deque<Item> queue;
+  bool writing = false;
+  bool failed = false;
+
+  void Enqueue(Message&& msg) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (failed) {
+      lock.unlock();
+      impl->ReportLost(peer, remote, "the connection to it failed earlier");
+      return;
+    }
+    WireHeader header = EncodeHeader(msg.header, msg.meta.size(), msg.body.size);
+    queue.push_back(Item{header, std::move(msg)});
+    if (!writing) StartWrite();
+  }
+
+  // Mutex held. Deque elements stay put while others are pushed, so the buffers remain valid.
+  void StartWrite() {
+    writing = true;
+    Item& item = queue.front();
+    std::array<asio::const_buffer, 3> buffers{
+        asio::buffer(item.header), asio::buffer(item.msg.meta),
+        asio::buffer(static_cast<const void*>(item.msg.body.data), item.msg.body.size)};
+    asio::async_write(socket, buffers,
+                      [self = shared_from_this()](const std::error_code& ec, size_t) {
+                        self->OnWritten(ec);
+                      });
+  }
+
+  void OnWritten(const std::error_code& ec) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (ec) {
+      failed = true;
+      writing = false;
+      queue.clear();
+      drained.notify_all();
+      lock.unlock();
+      impl->ReportLost(peer, remote, "sending to it failed: " + ec.message());
+      return;
+    }
+    queue.pop_front();
+    if (queue.empty()) {
+      writing = false;
+      drained.notify_all();
+    } else {
+      StartWrite();
+    }
+  }
+
+  bool WaitDrained(const Deadline& deadline) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return drained.wait_until(lock, deadline.at(), [this] { return queue.empty(); });
+  }
+};
+
+// One connection we read from: header, meta, body, hand the message over, repeat.
+struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
+  InStream(Impl* impl, tcp::socket socket)
+      : impl(impl), socket(std::move(socket)), remote(RemoteOf(this->socket)) {
+    staging.resize(kStagingBytes);
+  }
+
+  Impl* const impl;
+  tcp::socket socket;
+  const std::string remote;
+  std::atomic<NodeId> peer{kNoNode};
+  bool said_bye = false;
+  std::vector<char> staging;
+  size_t begin = 0;
+  size_t end = 0;
+  Frame frame;
+  Message pending;
+
+  size_t buffered() const { return end - begin; }
+
+  // Consumes up to `n` staged bytes into `dst`; returns how many.
+  size_t TakeStaged(char* dst, size_t n) {
+    size_t k = std::min(n, buffered());
+    if (k > 0) std::memcpy(dst, staging.data() + begin, k);
+    begin += k;
+    return k;
+  }
+
+  // Processes every complete message already staged, then reads more. Runs on an io thread; only
+  // one read is outstanding per stream, so this is never entered twice at once.
+  void Pump() {
+    for (;;) {
+      if (buffered() < kWireHeaderSize) return ReadMore();
+      try {
+        frame = DecodeHeader(staging.data() + begin, buffered(), impl->limits);
+      } catch (const ProtocolError& e) {
+        return Fail(std::string("it sent a malformed message: ") + e.what());
+      }
+      begin += kWireHeaderSize;
+      pending = Message{};
+      pending.header = frame.header;
+      pending.meta.resize(frame.meta_len);
+      size_t got = TakeStaged(pending.meta.data(), frame.meta_len);
+      if (got < frame.meta_len) return ReadMeta(got);
+      if (!StartBody()) return;
+    }
+  }
+
+  void ReadMore() {
+    if (begin > 0) {
+      std::memmove(staging.data(), staging.data() + begin, buffered());
+      end -= begin;
+      begin = 0;
+    }
+    socket.async_read_some(asio::buffer(staging.data() + end, staging.size() - end),
+                           [self = shared_from_this()](const std::error_code& ec, size_t n) {
+                             if (ec) return self->Fail(ec);
+                             self->end += n;
+                             self->Pump();
+                           });
+  }
+
+  void ReadMeta(size_t got) {
+    asio::async_read(socket, asio::buffer(pending.meta.data() + got, frame.meta_len - got),
+                     [self = shared_from_this()](const std::error_code& ec, size_t) {
+                       if (ec) return self->Fail(ec);
+                       if (self->StartBody()) self->Pump();
+                     });
+  }
+
+  // Places the body; returns true if the message is complete (and dispatched) without a read.
+  bool StartBody() {
+    const size_t n = frame.body_len;
+    if (n == 0) {
+      Dispatch();
+      return true;
+    }
+    Body body;
+    if (impl->body_sink) body = impl->body_sink(frame.header, n);
+    if (body.data == nullptr || body.size < n) {
+      auto buffer = BufferPool::Default().Get(n);
+      body.data = buffer.get();
+      body.owner = std::move(buffer);
+    }
+    body.size = n;
+    pending.body = std::move(body);
+    size_t got = TakeStaged(pending.body.data, n);
+    if (got == n) {
+      Dispatch();
+      return true;
+    }
+    asio::async_read(socket, asio::buffer(pending.body.data + got, n - got),
+                     [self = shared_from_this()](const std::error_code& ec, size_t) {
+                       if (ec) return self->Fail(ec);
+                       self->Dispatch();
+                       self->Pump();
+                     });
+    return false;
+  }
+
+  void Dispatch() {
+    Message msg = std::move(pending);
+    pending = Message{};
+    if (msg.header.sender >= 0) peer.store(msg.header.sender);
+    if (LogEnabled(LogLevel::kMessages)) DTRAIN_LOG(kMessages) << "recv " << Describe(msg);
+    if (msg.header.command == Command::kHello) return;
+    if (msg.header.command == Command::kBye) {
+      said_bye = true;
+      if (peer.load() != kNoNode) impl->MarkDeparted(peer.load());
+      return;
+    }
+    try {
+      impl->on_message(std::move(msg));
+    } catch (const std::exception& e) {
+      DTRAIN_LOG(kError) << "message handler failed: " << e.what();
+    }
+  }
+
+  void Fail(const std::error_code& ec) {
+    if (said_bye || impl->shutting_down.load() || ec == asio::error::operation_aborted) {
+      Close();
+      return;
+    }
+    Fail(ec == asio::error::eof ? std::string("its connection closed (the process exited or died)")
+                                : "reading from it failed: " + ec.message());
+  }
+
+  void Fail(const std::string& reason) {
+    Close();
+    impl->ReportLost(peer.load(), remote, reason);
+  }
+
+  void Close() {
+    std::error_code ignored;
+    socket.close(ignored);
+    impl->Forget(shared_from_this());
+  }
+};
+
+void TcpTransport::Impl::StartThreads() {
+  work.emplace(io.get_executor());
+  for (int i = 0; i < std::max(1, options.io_threads); ++i) {
+    threads.emplace_back([this] { io.run(); });
+  }
+}
+
+void TcpTransport::Impl::Accept() {
+  // Each accepted socket gets its own strand, so that closing it at shutdown is serialised with its
+  // read handlers.
+  acceptor.async_accept(asio::make_strand(io), [this](const std::error_code& ec, tcp::socket socket) {
+    if (ec) {
+      if (ec != asio::error::operation_aborted && !shutting_down.load()) {
+        DTRAIN_LOG(kError) << "accepting a connection failed: " << ec.message();
+      }
+      if (ec == asio::error::operation_aborted || shutting_down.load()) return;
+      return Accept();
+    }
+    std::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto stream = std::make_shared<InStream>(this, std::move(socket));
+    DTRAIN_LOG(kConnections) << "accepted a connection from " << stream->remote;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      incoming.insert(stream);
+    }
+    stream->Pump();
+    Accept();
+  });
+}
+
+void TcpTransport::Impl::ReportLost(NodeId peer, const std::string& remote,
+                                    const std::string& reason) {
+  if (shutting_down.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (departed.count(peer) != 0) return;
+    if (peer != kNoNode && !lost.insert(peer).second) return;
+  }
+  if (on_peer_lost) on_peer_lost(peer, remote, reason);
+}
+
+TcpTransport::TcpTransport(TcpOptions options) : impl_(std::make_unique<Impl>(options)) {
+  impl_->StartThreads();
+}
+
+TcpTransport::~TcpTransport() { Shutdown(Deadline(Duration(2000))); }
+
+void TcpTransport::SetHandlers(MessageHandler on_message, PeerLostHandler on_peer_lost,
+                               BodySink body_sink) {
+  impl_->on_message = std::move(on_message);
+  impl_->on_peer_lost = std::move(on_peer_lost);
+  impl_->body_sink = std::move(body_sink);
+}
+
+uint16_t TcpTransport::Listen(const std::string& host, uint16_t port) {
+  std::error_code ec;
+  asio::ip::address address =
+      host.empty() ? asio::ip::address(asio::ip::address_v4::any()) : asio::ip::make_address(host, ec);
+  if (ec) throw Error("cannot listen on '" + host + "': not an IP address (" + ec.message() + ")");
+  tcp::endpoint endpoint(address, port);
+  auto& acceptor = impl_->acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw Error("cannot listen on " + (host.empty() ? std::string("*") : host) + ":" +
+                std::to_string(port) + ": " + ec.message());
+  }
+  const uint16_t bound = acceptor.local_endpoint().port();
+  asio::post(impl_->io, [impl = impl_.get()] { impl->Accept(); });
+  DTRAIN_LOG(kConnections) << "listening on " << (host.empty() ? "*" : host) << ":" << bound;
+  return bound;
+}
+
+void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (self != kNoNode) impl_->self = self;
+    if (impl_->links.count(peer) != 0 && impl_->lost.count(peer) == 0) return;
+  }
+  const int streams = self == kNoNode ? 1 : std::max(1, impl_->options.streams_per_peer);
+  std::vector<std::shared_ptr<Impl::OutStream>> opened;
+  std::string last_error = "no attempt was made";
+  for (int i = 0; i < streams; ++i) {
+    for (;;) {
+      if (deadline.passed()) {
+        throw TimeoutError("could not connect to " + endpoint.ToString() + " within " +
+                           std::to_string(Seconds(deadline.timeout())) + " s: " + last_error);
+      }
+      std::error_code ec;
+      tcp::resolver resolver(impl_->io);
+      auto results = resolver.resolve(endpoint.host, std::to_string(endpoint.port), ec);
+      if (ec) {
+        last_error = "cannot resolve '" + endpoint.host + "': " + ec.message();
+        std::this_thread::sleep_for(std::min(Duration(200), deadline.left()));
+        continue;
+      }
+      auto socket = std::make_shared<tcp::socket>(asio::make_strand(impl_->io));
+      auto done = std::make_shared<std::promise<std::error_code>>();
+      auto result = done->get_future();
+      asio::async_connect(*socket, results,
+                          [socket, done](const std::error_code& e, const tcp::endpoint&) {
+                            done->set_value(e);
+                          });
+      if (result.wait_until(deadline.at()) != std::future_status::ready) {
+        asio::post(socket->get_executor(), [socket] {
+          std::error_code ignored;
+          socket->close(ignored);
+        });
+        result.wait();
+        last_error = "connecting timed out";
+        continue;
+      }
+      ec = result.get();
+      if (ec) {
+        last_error = ec.message();
+        std::this_thread::sleep_for(std::min(Duration(50), deadline.left()));
+        continue;
+      }
+      socket->set_option(tcp::no_delay(true), ec);
+      auto stream = std::make_shared<Impl::OutStream>(impl_.get(), peer, std::move(*socket));
+      Message hello;
+      hello.header.command = Command::kHello;
+      hello.header.sender = self;
+      hello.header.recipient = peer;
+      stream->Enqueue(std::move(hello));
+      opened.push_back(std::move(stream));
+      break;
+    }
+  }
+  DTRAIN_LOG(kConnections) << "connected to node " << peer << " at " << endpoint.ToString()
+                           << " over " << streams << " stream(s)";
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->links[peer] = std::move(opened);
+  impl_->lost.erase(peer);
+  impl_->departed.erase(peer);
+}
+
+void TcpTransport::Send(NodeId peer, Message msg) {
+  std::shared_ptr<Impl::OutStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    auto it = impl_->links.find(peer);
+    if (it == impl_->links.end() || it->second.empty()) {
+      throw PeerError("no connection to node " + std::to_string(peer));
+    }
+    const auto& streams = it->second;
+    // Pieces of one value (parts) spread over the streams; one (key, part) always uses the same.
+    const uint64_t h = msg.header.key * 0x9E3779B97F4A7C15ull + msg.header.part;
+    stream = streams[streams.size() == 1 ? 0 : h % streams.size()];
+  }
+  if (LogEnabled(LogLevel::kMessages)) DTRAIN_LOG(kMessages) << "send " << Describe(msg);
+  stream->Enqueue(std::move(msg));
+}
+
+bool TcpTransport::IsConnected(NodeId peer) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->links.count(peer) != 0 && impl_->lost.count(peer) == 0;
+}
+
+void TcpTransport::Shutdown(Deadline deadline) {
+  std::vector<std::shared_ptr<Impl::OutStream>> outs;
+  NodeId self;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+    for (auto& [peer, streams] : impl_->links) outs.insert(outs.end(), streams.begin(), streams.end());
+    self = impl_->self;
+  }
+  for (auto& stream : outs) {
+    Message bye;
+    bye.header.command = Command::kBye;
+    bye.header.sender = self;
+    bye.header.recipient = stream->peer;
+    stream->Enqueue(std::move(bye));
+  }
+  for (auto& stream : outs) stream->WaitDrained(deadline);
+  impl_->shutting_down.store(true);
+  // Closing on each socket's own strand aborts its pending operations without racing its handlers;
+  // once all are closed the io threads run out of work and return.
+  asio::post(impl_->acceptor.get_executor(), [impl = impl_.get()] {
+    std::error_code ignored;
+    impl->acceptor.close(ignored);
+  });
+  for (auto& stream : outs) {
+    asio::post(stream->socket.get_executor(), [stream] {
+      std::error_code ignored;
+      stream->socket.close(ignored);
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    for (auto& stream : impl_->incoming) {
+      asio::post(stream->socket.get_executor(), [stream] {
+        std::error_code ignored;
+        stream->socket.close(ignored);
+      });
+    }
+  }
+  impl_->work.reset();
+  for (auto& t : impl_->threads) {
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();  // Shutdown from a handler: the thread ends when the handler returns
+    } else if (t.joinable()) {
+      t.join();
+    }
+  }
+  impl_->threads.clear();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->links.clear();
+  impl_->incoming.clear();
+}
+
+}  // namespace dtrain::transport

@@ -60,6 +60,8 @@ class Transport {
 
   // Opens the link used to send to `peer` at `endpoint`, announcing ourselves as `self`. Retries
   // while the peer is not yet listening. Throws TimeoutError (naming the endpoint) at the deadline.
+  // A link opened before this node knows its id (self == kNoNode: the link to the scheduler) has a
+  // single stream, so that the receiver can attribute all of it once our id is known.
   virtual void Connect(NodeId peer, const Endpoint& endpoint, NodeId self, Deadline deadline) = 0;
 
   // Queues `msg` to `peer` and returns without waiting for the bytes to leave. The body's owner is

@@ -1,0 +1,19 @@
+// Which address a node announces to the others.
+#pragma once
+
+#include <string>
+
+#include "common/config.h"
+
+namespace dtrain {
+
+// The IPv4 address of interface `name`. Throws ConfigError naming DMLC_INTERFACE and listing the
+// interfaces that exist when it has none.
+std::string InterfaceAddress(const std::string& name);
+
+// The address this node tells the others to reach it at: DMLC_NODE_HOST if set, else the address
+// of DMLC_INTERFACE, else 127.0.0.1 when the scheduler is on loopback, else the first non-loopback
+// IPv4 interface that is up (as MXNet does), else 127.0.0.1.
+std::string AnnounceAddress(const Config& config);
+
+}  // namespace dtrain

@@ -1,0 +1,66 @@
+#include "common/thread_pool.h"
+
+namespace dtrain {
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < threads; ++i) threads_.emplace_back([this, i] { Loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+static void RangeOf(int64_t n, int parts, int index, int64_t* begin, int64_t* end) {
+  *begin = n * index / parts;
+  *end = n * (index + 1) / parts;
+}
+
+void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (threads_.empty() || n < 2) {
+    fn(0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> call(call_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fn_ = &fn;
+    n_ = n;
+    pending_ = static_cast<int>(threads_.size());
+    ++generation_;
+  }
+  work_cv_.notify_all();
+  int64_t begin, end;
+  RangeOf(n, size(), 0, &begin, &end);
+  fn(begin, end);
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  fn_ = nullptr;
+}
+
+void ThreadPool::Loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int64_t, int64_t)>* fn;
+    int64_t n;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      fn = fn_;
+      n = n_;
+    }
+    int64_t begin, end;
+    RangeOf(n, size(), index, &begin, &end);
+    (*fn)(begin, end);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--pending_ == 0) done_cv_.notify_all();
+  }
+}
+
+}  // namespace dtrain

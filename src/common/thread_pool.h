@@ -1,0 +1,40 @@
+// A fixed set of threads for splitting one big loop (summing a big array) into pieces.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dtrain {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+
+  int size() const { return static_cast<int>(threads_.size()) + 1; }
+
+  // Runs fn(begin, end) over [0, n) split into size() contiguous ranges, using the calling thread
+  // as one of the workers, and returns when all are done. Calls from several threads at once are
+  // serialised.
+  void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void Loop(int index);
+
+  std::vector<std::thread> threads_;
+  std::mutex call_mutex_;  // one ParallelFor at a time
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace dtrain

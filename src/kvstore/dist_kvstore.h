@@ -1,0 +1,84 @@
+// DistKVStore: the worker's side of dist_sync / dist_async (and their *_device spellings).
+//
+// Each key is placed by KeyPartition into slots on the servers; a push sends each slot's range of
+// the (locally summed) value to its server, a pull asks each server for its ranges and has them
+// written straight into the caller's array. Nothing is copied on the way out: the message bodies
+// point into the caller's arrays (or into the buffer holding the sum of several devices), which
+// the operation keeps alive.
+//
+// Threads: every method may be called from any thread; operations on one key keep their order.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "kvstore/kvstore.h"
+#include "ps/key_partition.h"
+#include "ps/node.h"
+#include "ps/worker_client.h"
+#include "transport/transport.h"
+
+namespace dtrain {
+
+class DistKVStore : public KVStore {
+ public:
+  // Joins the job described by `config` as a worker (blocks until the job has started).
+  DistKVStore(std::string type, const Config& config,
+              std::unique_ptr<transport::Transport> transport, bool exit_on_failure);
+  // Waits for outstanding operations, tells the scheduler this worker is done, waits for the job to
+  // end (bounded) and disconnects. Never throws; problems are logged.
+  ~DistKVStore() override;
+
+  std::string type() const override { return type_; }
+  int rank() const override;
+  int num_workers() const override;
+
+  using KVStore::Init;
+  using KVStore::Pull;
+  using KVStore::Push;
+  using KVStore::PushPull;
+  void Init(Key key, const Array& value) override;
+  void Init(std::span<const Key> keys, std::span<const Array> values) override;
+  Operation Push(Key key, std::vector<Array> values, int priority = 0) override;
+  Operation Pull(Key key, std::vector<Array> outs, int priority = 0) override;
+  Operation PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
+                     int priority = 0) override;
+  void WaitAll() override;
+  void Barrier() override;
+  void SetOptimizer(const OptimizerSpec& spec) override;
+
+ private:
+  struct KeyInfo {
+    Shape shape;
+    DType dtype;
+    std::vector<ps::Slot> slots;
+  };
+
+  const KeyInfo& Lookup(Key key, const char* op) const;
+  void Check(Key key, const KeyInfo& info, const std::vector<Array>& arrays, const char* op,
+             const char* what) const;
+  // The sum of the device values, as a message body source (no copy for a single value).
+  transport::Body Summed(const KeyInfo& info, const std::vector<Array>& values) const;
+  Operation Issue(Key key, transport::Command command, const std::vector<Array>& values,
+                  const std::vector<Array>& outs);
+  std::shared_ptr<OperationState> Track(std::string what, int parts);
+  // Sends one request per slot to the servers and waits for all replies (Init, SetOptimizer).
+  void RequestAndWait(const std::string& what, std::vector<std::pair<int, transport::Message>> requests);
+
+  const std::string type_;
+  const bool sync_;
+  const Config config_;
+  ps::Node node_;
+  ps::WorkerClient client_;
+
+  mutable std::mutex mutex_;
+  ps::KeyPartition partition_;
+  std::unordered_map<Key, KeyInfo> keys_;
+  std::vector<std::shared_ptr<OperationState>> outstanding_;
+};
+
+}  // namespace dtrain

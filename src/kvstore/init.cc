@@ -1,0 +1,9 @@
+#include "kvstore/init.h"
+
+#include "ps/roles.h"
+
+namespace dtrain {
+
+void Initialize() { ps::RunRoleFromEnvironmentIfService(); }
+
+}  // namespace dtrain

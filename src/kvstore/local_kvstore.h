@@ -1,0 +1,82 @@
+// LocalKVStore: the "local" and "device" KVStore types, which aggregate inside one process.
+//
+// A push sums the arrays given for a key (one per device) on the CPU. With an optimizer set, the
+// optimizer then updates the stored weight with that sum (its index is the key); without one the
+// stored value becomes the sum, as MXNet's default local updater assigns the merged value. A pull
+// copies the stored value into every array given. "device" behaves as "local": there are no
+// accelerators to aggregate on here.
+//
+// Completion: every call has finished when it returns, so the Operation returned is already done
+// (in one process there is no communication to overlap). An invalid call (unknown key, wrong
+// length or dtype, no arrays, a key initialised twice) throws InvalidArgument naming the key and
+// changes nothing.
+//
+// Threads: any method may be called from any thread. Calls on different keys run in parallel
+// (the optimizer is built for that); calls on one key take turns, so a pull sees a push and its
+// optimizer update either entirely or not at all. Sums of arrays of at least
+// MXNET_KVSTORE_BIGARRAY_BOUND elements are split over MXNET_KVSTORE_REDUCTION_NTHREADS threads.
+//
+// Ownership: Init copies the value; a push reads and a pull writes the caller's arrays only
+// during the call, and the store never keeps them.
+#pragma once
+
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "kvstore/kvstore.h"
+
+namespace dtrain {
+
+class LocalKVStore final : public KVStore {
+ public:
+  // `type` is "local" or "device"; anything else is an InvalidArgument. Of `config` only the
+  // reduction settings (reduction_threads, bigarray_bound) are used.
+  explicit LocalKVStore(std::string type, const Config& config = Config());
+  ~LocalKVStore() override;
+
+  std::string type() const override { return type_; }
+  int rank() const override { return 0; }
+  int num_workers() const override { return 1; }
+
+  using KVStore::Init;
+  using KVStore::Pull;
+  using KVStore::Push;
+  using KVStore::PushPull;
+
+  void Init(Key key, const Array& value) override;
+  Operation Push(Key key, std::vector<Array> values, int priority = 0) override;
+  Operation Pull(Key key, std::vector<Array> outs, int priority = 0) override;
+  Operation PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
+                     int priority = 0) override;
+
+  void WaitAll() override {}
+  void Barrier() override {}
+
+  // Replaces the optimizer (its state starts afresh). Throws InvalidArgument for a bad spec, in
+  // which case the optimizer in place stays.
+  void SetOptimizer(const OptimizerSpec& spec) override;
+
+ private:
+  struct Slot;
+
+  // The key's slot and the optimizer in place. Throws InvalidArgument for a key never initialised.
+  Slot& Find(Key key, const char* call, std::shared_ptr<Optimizer>* optimizer) const;
+  // Adds `values` to the slot: sum, then update or assign. The slot's mutex is held.
+  void Apply(Key key, Slot& slot, const std::vector<Array>& values, Optimizer* optimizer) const;
+  // dst = the sum of `values`, on several threads for big arrays.
+  void Sum(const Array& dst, const std::vector<Array>& values) const;
+
+  const std::string type_;
+  const int reduction_threads_;
+  const int64_t bigarray_bound_;
+
+  mutable std::shared_mutex mutex_;  // guards the table and the optimizer pointer, not the slots
+  std::unordered_map<Key, std::unique_ptr<Slot>> slots_;
+  std::shared_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace dtrain

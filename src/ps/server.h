@@ -1,0 +1,65 @@
+// Server: holds the values of the slots placed on it and applies what workers push.
+//
+// dist_sync (per slot): a round completes when every worker has pushed once; the merged sum is
+// then applied (handed to the optimizer if one is set, else stored as the new value) and only then
+// are the round's pushes acknowledged and its pulls answered. A worker that pushes again before the
+// round completes has that push (and whatever it sends after, in order) held for the next round.
+// dist_async: each push is applied on arrival under the slot's lock (with the optimizer, or added
+// to the value when there is none, so the value is the total of all pushes).
+//
+// Values are never copied to answer a pull: the reply shares the stored buffer, and an update that
+// finds the buffer still being sent writes into a fresh one (copy on write).
+//
+// Threads: Handle is called on transport threads, concurrently for different slots.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+
+#include "common/config.h"
+#include "common/thread_pool.h"
+#include "optim/optimizer.h"
+#include "ps/node.h"
+#include "transport/message.h"
+
+namespace dtrain::ps {
+
+class Server {
+ public:
+  Server(Node& node, const Config& config);
+  ~Server();
+
+  void Handle(transport::Message&& msg);
+
+ private:
+  struct SlotState;
+
+  void HandleInit(transport::Message&& msg);
+  void HandleSetOptimizer(const transport::Message& msg);
+  void HandleData(transport::Message&& msg);
+  // Sync mode, slot lock held.
+  void SyncMessage(SlotState& slot, int worker, transport::Message&& msg);
+  void Accumulate(SlotState& slot, int worker, transport::Message&& msg);
+  void CompleteRound(SlotState& slot);
+  void DrainDeferred(SlotState& slot);
+  // Async mode, slot lock held.
+  void AsyncMessage(SlotState& slot, transport::Message&& msg);
+  void ApplyGradient(SlotState& slot, const transport::Body& grad, bool accumulate_without_opt);
+
+  void Reply(const transport::Header& request, transport::Body body = {});
+  void ReplyError(const transport::Header& request, const std::string& error);
+  void ReplyValue(SlotState& slot, const transport::Header& request);
+  void Add(char* dst, const char* src, int64_t n, DType dtype);
+
+  Node& node_;
+  const Config config_;
+  ThreadPool reduction_pool_;
+  std::shared_mutex slots_mutex_;
+  std::map<std::pair<uint64_t, uint32_t>, std::unique_ptr<SlotState>> slots_;
+  std::mutex optimizer_mutex_;
+  std::shared_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace dtrain::ps

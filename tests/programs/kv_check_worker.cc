@@ -1,0 +1,215 @@
+// A worker that checks the KVStore protocol end to end, for the integration tests.
+//
+// Every check is in-band: a worker exits non-zero (after printing what differed) when a pulled
+// value is not exactly what the protocol promises. Values are small integers, so float sums are
+// exact.
+//
+//   kv_check_worker --scenario sync  --rounds 20   every pull == sum of that round's pushes
+//   kv_check_worker --scenario async --rounds 20   final value == total of all pushes
+//   kv_check_worker --scenario barrier --dir D     nobody passes a barrier before all arrive
+//   kv_check_worker --scenario die --die-rank 1    rank 1 dies mid-job; the others must fail fast
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/error.h"
+#include "kvstore/init.h"
+#include "kvstore/kvstore.h"
+
+namespace {
+
+using dtrain::Array;
+using dtrain::Key;
+
+struct Options {
+  std::string scenario = "sync";
+  std::string kvstore;
+  int rounds = 10;
+  int devices = 1;
+  int die_rank = 1;
+  int die_after = 3;
+  std::string dir;
+  std::vector<int64_t> sizes = {1, 7, 1000, 70000, 250000, 1200000};
+};
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "CHECK FAILED: %s\n", what.c_str());
+  return 2;
+}
+
+float PushedValue(int rank, int round, Key key, int64_t i) {
+  return static_cast<float>((rank + 1) * (round + 1) + static_cast<int>((i + key) % 7));
+}
+
+float ExpectedSum(int workers, int round, Key key, int64_t i) {
+  return static_cast<float>((round + 1) * workers * (workers + 1) / 2 +
+                            workers * static_cast<int>((i + key) % 7));
+}
+
+// The value split over `devices` arrays whose sum is the value (exactly: integers).
+std::vector<Array> DeviceValues(const Array& value, int devices) {
+  std::vector<Array> out;
+  for (int d = 0; d < devices; ++d) out.push_back(Array(value.shape()));
+  auto v = value.floats();
+  for (int64_t i = 0; i < value.size(); ++i) {
+    float rest = v[i];
+    for (int d = 0; d + 1 < devices; ++d) {
+      out[d].floats()[i] = 1.0f;
+      rest -= 1.0f;
+    }
+    out[devices - 1].floats()[i] = rest;
+  }
+  return out;
+}
+
+int CheckRanks(dtrain::KVStore& kv) {
+  // Each worker sets its own slot of a one-hot vector; the sum is all ones iff ranks are distinct.
+  const int n = kv.num_workers();
+  const Key key = 999;
+  kv.Init(key, Array({n}));
+  Array mine({n});
+  mine.floats()[kv.rank()] = 1.0f;
+  Array out({n});
+  kv.Push(key, {mine}).Wait();
+  kv.Barrier();  // in dist_async a push is applied alone; wait until all are in
+  kv.Pull(key, {out}).Wait();
+  for (int r = 0; r < n; ++r) {
+    if (out.floats()[r] != 1.0f) return Fail("ranks are not distinct: slot " + std::to_string(r));
+  }
+  return 0;
+}
+
+int RunSync(dtrain::KVStore& kv, const Options& o) {
+  const int n = kv.num_workers();
+  std::vector<Key> keys;
+  for (size_t k = 0; k < o.sizes.size(); ++k) keys.push_back(static_cast<Key>(k));
+  std::vector<Array> init;
+  for (int64_t s : o.sizes) init.push_back(Array({s}));
+  kv.Init(keys, init);
+  for (int round = 0; round < o.rounds; ++round) {
+    std::vector<Array> outs;
+    std::vector<dtrain::Operation> ops;
+    for (size_t k = 0; k < keys.size(); ++k) {
+      Array value({o.sizes[k]});
+      auto v = value.floats();
+      for (int64_t i = 0; i < o.sizes[k]; ++i) v[i] = PushedValue(kv.rank(), round, keys[k], i);
+      outs.push_back(Array({o.sizes[k]}));
+      auto devices = DeviceValues(value, o.devices);
+      if (round % 2 == 0) {
+        ops.push_back(kv.PushPull(keys[k], devices, {outs.back()}));
+      } else {
+        kv.Push(keys[k], devices);
+        ops.push_back(kv.Pull(keys[k], {outs.back()}));
+      }
+    }
+    for (auto& op : ops) op.Wait();
+    for (size_t k = 0; k < keys.size(); ++k) {
+      auto got = outs[k].floats();
+      for (int64_t i = 0; i < o.sizes[k]; ++i) {
+        const float want = ExpectedSum(n, round, keys[k], i);
+        if (got[i] != want) {
+          return Fail("round " + std::to_string(round) + " key " + std::to_string(keys[k]) +
+                      " element " + std::to_string(i) + ": got " + std::to_string(got[i]) +
+                      ", want " + std::to_string(want));
+        }
+      }
+    }
+  }
+  std::printf("sync OK: rank %d of %d, %d rounds, %zu keys\n", kv.rank(), n, o.rounds, keys.size());
+  return 0;
+}
+
+int RunAsync(dtrain::KVStore& kv, const Options& o) {
+  const int n = kv.num_workers();
+  for (size_t k = 0; k < o.sizes.size(); ++k) kv.Init(static_cast<Key>(k), Array({o.sizes[k]}));
+  for (int round = 0; round < o.rounds; ++round) {
+    for (size_t k = 0; k < o.sizes.size(); ++k) {
+      Array value({o.sizes[k]});
+      value.Fill(static_cast<float>(kv.rank() + 1));
+      kv.Push(static_cast<Key>(k), DeviceValues(value, o.devices));
+    }
+  }
+  kv.WaitAll();
+  kv.Barrier();
+  const float want = static_cast<float>(o.rounds * n * (n + 1) / 2);
+  for (size_t k = 0; k < o.sizes.size(); ++k) {
+    Array out({o.sizes[k]});
+    kv.Pull(static_cast<Key>(k), {out}).Wait();
+    for (float x : out.floats()) {
+      if (x != want) return Fail("async key " + std::to_string(k) + ": got " + std::to_string(x) +
+                                 ", want " + std::to_string(want));
+    }
+  }
+  std::printf("async OK: rank %d of %d\n", kv.rank(), n);
+  return 0;
+}
+
+int RunBarrier(dtrain::KVStore& kv, const Options& o) {
+  namespace fs = std::filesystem;
+  const int n = kv.num_workers();
+  for (int round = 0; round < o.rounds; ++round) {
+    // The last rank arrives late; everyone must still see its mark after the barrier.
+    if (kv.rank() == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::ofstream(fs::path(o.dir) / ("arrived-" + std::to_string(round) + "-" +
+                                     std::to_string(kv.rank())));
+    kv.Barrier();
+    for (int r = 0; r < n; ++r) {
+      if (!fs::exists(fs::path(o.dir) /
+                      ("arrived-" + std::to_string(round) + "-" + std::to_string(r)))) {
+        return Fail("passed barrier " + std::to_string(round) + " before rank " +
+                    std::to_string(r) + " arrived");
+      }
+    }
+  }
+  std::printf("barrier OK: rank %d\n", kv.rank());
+  return 0;
+}
+
+int RunDie(dtrain::KVStore& kv, const Options& o) {
+  kv.Init(0, Array({1000}));
+  Array grad({1000});
+  Array out({1000});
+  for (int round = 0;; ++round) {
+    if (kv.rank() == o.die_rank && round == o.die_after) {
+      std::printf("rank %d dying now (pid %d)\n", kv.rank(), static_cast<int>(getpid()));
+      std::fflush(stdout);
+      std::_Exit(9);
+    }
+    kv.PushPull(0, {grad}, {out}).Wait();  // throws once the job has failed
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dtrain::Initialize();
+  CLI::App app{"KVStore protocol checker"};
+  Options o;
+  app.add_option("--scenario", o.scenario)->check(CLI::IsMember({"sync", "async", "barrier", "die"}));
+  app.add_option("--kvstore", o.kvstore);
+  app.add_option("--rounds", o.rounds);
+  app.add_option("--devices", o.devices)->check(CLI::Range(1, 8));
+  app.add_option("--sizes", o.sizes)->delimiter(',');
+  app.add_option("--die-rank", o.die_rank);
+  app.add_option("--die-after", o.die_after);
+  app.add_option("--dir", o.dir);
+  CLI11_PARSE(app, argc, argv);
+  if (o.kvstore.empty()) o.kvstore = o.scenario == "async" ? "dist_async" : "dist_sync";
+  try {
+    auto kv = dtrain::KVStore::Create(o.kvstore);
+    if (kv->num_workers() < 1) return Fail("no workers");
+    if (int rc = CheckRanks(*kv)) return rc;
+    if (o.scenario == "sync") return RunSync(*kv, o);
+    if (o.scenario == "async") return RunAsync(*kv, o);
+    if (o.scenario == "barrier") return RunBarrier(*kv, o);
+    return RunDie(*kv, o);
+  } catch (const dtrain::Error& e) {
+    std::fprintf(stderr, "kv_check_worker: error: %s\n", e.what());
+    return 3;
+  }
+}
