@@ -41,7 +41,8 @@ Array Array::FromFloats(std::span<const float> values, Shape shape) {
                           std::to_string(values.size()) + " values");
   }
   Array a(std::move(shape), DType::kFloat32);
-  std::memcpy(a.data_, values.data(), values.size_bytes());
+  // An empty span may have a null data(), which memcpy must not get even for 0 bytes.
+  if (!values.empty()) std::memcpy(a.data_, values.data(), values.size_bytes());
   return a;
 }
 

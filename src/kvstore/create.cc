@@ -30,7 +30,9 @@ std::string Canonical(const std::string& type) {
 
 std::unique_ptr<KVStore> KVStore::Create(const std::string& requested) {
   const std::string type = Canonical(requested);
-  if (type == "local" || type == "device") return std::make_unique<LocalKVStore>(type);
+  if (type == "local" || type == "device") {
+    return std::make_unique<LocalKVStore>(type, Config::FromEnvironment());
+  }
   if (type.rfind("dist_", 0) == 0 &&
       std::find(kTypes.begin(), kTypes.end(), type) != kTypes.end()) {
     ps::RunRoleFromEnvironmentIfService();  // servers and schedulers never return from here

@@ -52,10 +52,12 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
 
 DistKVStore::~DistKVStore() {
   try {
-    WaitAll();
-    node_.Finish();
+    if (!node_.failure()) {  // after a failure there is nothing to wait for; it was logged
+      WaitAll();
+      node_.Finish();
+    }
   } catch (const std::exception& e) {
-    DTRAIN_LOG(kError) << "while leaving the job: " << e.what();
+    if (!node_.failure()) DTRAIN_LOG(kError) << "while leaving the job: " << e.what();
   }
   node_.Shutdown();
 }

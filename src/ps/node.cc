@@ -33,6 +33,10 @@ void Node::SetDataHandler(transport::MessageHandler handler, transport::BodySink
   body_sink_ = std::move(sink);
 }
 
+void Node::SetWorkerFinishedHandler(std::function<void(int)> handler) {
+  worker_finished_ = std::move(handler);
+}
+
 void Node::AddFailureListener(std::function<void(const std::string&)> listener) {
   std::lock_guard<std::mutex> lock(mutex_);
   failure_listeners_.push_back(std::move(listener));
@@ -179,6 +183,13 @@ void Node::OnControl(Message&& msg) {
       auto f = control::DecodeFailure(msg.meta);
       lock.unlock();
       Fail(f.name + " failed: " + f.reason + " (reported by the scheduler)");
+      return;
+    }
+    case Command::kFinish: {
+      // The scheduler tells servers that a worker left before the others.
+      lock.unlock();
+      const NodeId id = static_cast<NodeId>(std::strtol(msg.meta.c_str(), nullptr, 10));
+      if (worker_finished_ && layout_.IsWorker(id)) worker_finished_(layout_.RankOf(id));
       return;
     }
     case Command::kAbort:

@@ -47,6 +47,8 @@ class Node {
 
   // Set before Start. The handler gets data messages on transport threads.
   void SetDataHandler(transport::MessageHandler handler, transport::BodySink sink = {});
+  // Servers: called (on a transport thread) when the scheduler says a worker left the job early.
+  void SetWorkerFinishedHandler(std::function<void(int worker_rank)> handler);
   // Called once, on the first failure, from whichever thread found it.
   void AddFailureListener(std::function<void(const std::string& why)> listener);
 
@@ -94,6 +96,7 @@ class Node {
   transport::MessageHandler data_handler_;
   transport::BodySink body_sink_;
   std::vector<std::function<void(const std::string&)>> failure_listeners_;
+  std::function<void(int)> worker_finished_;
 
   NodeInfo self_;
   JobLayout layout_;

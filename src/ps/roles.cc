@@ -42,6 +42,7 @@ int RunServer(const Config& config) {
     Node node(config, Role::kServer, MakeTransport(config), Node::Options{});
     Server server(node, config);
     node.SetDataHandler([&server](transport::Message&& msg) { server.Handle(std::move(msg)); });
+    node.SetWorkerFinishedHandler([&server](int rank) { server.OnWorkerFinished(rank); });
     node.Start();
     const int code = node.WaitForTermination();
     node.Shutdown();

@@ -204,15 +204,41 @@ struct Scheduler::State {
     barrier_meta[group] = msg.meta;
     int members = 0;
     for (size_t id = 1; id < table.size(); ++id) members += InGroup(group, table[id].role);
-    if (static_cast<int>(arrived.size()) < members) return;
+    if (static_cast<int>(arrived.size()) < members) {
+      BarrierBlockedByFinished();
+      return;
+    }
     for (NodeId n : arrived) SendTo(n, Command::kBarrierDone, barrier_meta[group]);
     arrived.clear();
+  }
+
+  // A barrier that waits for a worker that has already left the job can never complete: fail it
+  // loudly instead of letting the others wait for their deadline.
+  bool BarrierBlockedByFinished() {
+    for (auto& [group, arrived] : barrier_arrivals) {
+      if (arrived.empty()) continue;
+      for (NodeId f : finished) {
+        if (InGroup(group, table[f].role) && arrived.count(f) == 0) {
+          FailJob(f, std::string("it finished the job while the others wait at a barrier of ") +
+                         GroupName(group) + " (do all workers run the same number of steps?)");
+          return true;
+        }
+      }
+    }
+    return false;
   }
 
   void OnFinish(NodeId id) {
     if (!layout.IsWorker(id)) return;
     finished.insert(id);
-    if (static_cast<int>(finished.size()) < layout.num_workers) return;
+    if (BarrierBlockedByFinished()) return;
+    if (static_cast<int>(finished.size()) < layout.num_workers) {
+      // Servers must stop waiting for this worker's pushes in dist_sync rounds.
+      for (int s = 0; s < layout.num_servers; ++s) {
+        SendTo(layout.ServerId(s), Command::kFinish, std::to_string(id));
+      }
+      return;
+    }
     DTRAIN_LOG(kConnections) << "every worker finished; ending the job";
     for (size_t id2 = 1; id2 < table.size(); ++id2) SendTo(static_cast<NodeId>(id2), Command::kTerminate);
     phase = Phase::kDone;
@@ -225,8 +251,12 @@ struct Scheduler::State {
     control::Failure f{id, name, reason};
     const std::string encoded = control::EncodeFailure(f);
     for (size_t other = 1; other < table.size(); ++other) {
-      if (static_cast<NodeId>(other) != id && transport->IsConnected(static_cast<NodeId>(other))) {
-        SendTo(static_cast<NodeId>(other), Command::kNodeFailed, encoded);
+      const NodeId n = static_cast<NodeId>(other);
+      if (!transport->IsConnected(n)) continue;
+      if (n == id) {
+        SendTo(n, Command::kAbort, "this node " + reason);  // it may be alive (e.g. finished early)
+      } else {
+        SendTo(n, Command::kNodeFailed, encoded);
       }
     }
     phase = Phase::kDone;

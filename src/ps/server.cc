@@ -187,9 +187,47 @@ void Server::HandleData(Message&& msg) {
   }
 }
 
+std::string Server::FinishedWorkerProblem() {
+  std::lock_guard<std::mutex> lock(finished_mutex_);
+  if (finished_workers_.empty()) return {};
+  return "a dist_sync round needs a push from every worker, but worker " +
+         std::to_string(finished_workers_.front()) +
+         " has finished the job (do all workers run the same number of steps?)";
+}
+
+void Server::OnWorkerFinished(int worker_rank) {
+  {
+    std::lock_guard<std::mutex> lock(finished_mutex_);
+    finished_workers_.push_back(worker_rank);
+  }
+  const std::string why = FinishedWorkerProblem();
+  std::shared_lock<std::shared_mutex> lock(slots_mutex_);
+  for (auto& [id, slot] : slots_) {
+    std::lock_guard<std::mutex> slot_lock(slot->mutex);
+    if (slot->sync && slot->pushed_count > 0) FailRound(*slot, why);
+  }
+}
+
+void Server::FailRound(SlotState& slot, const std::string& why) {
+  for (const Header& h : slot.waiting) ReplyError(h, why);
+  for (auto& queue : slot.deferred) {
+    for (const Message& m : queue) ReplyError(m.header, why);
+    queue.clear();
+  }
+  slot.waiting.clear();
+  slot.merged = Body{};
+  std::fill(slot.pushed.begin(), slot.pushed.end(), 0);
+  slot.pushed_count = 0;
+}
+
 void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
   auto& queue = slot.deferred[worker];
   const bool is_push = msg.header.command != Command::kPull;
+  if (is_push) {
+    if (std::string problem = FinishedWorkerProblem(); !problem.empty()) {
+      return ReplyError(msg.header, problem);
+    }
+  }
   if (!queue.empty() || (is_push && slot.pushed[worker])) {
     queue.push_back(std::move(msg));  // belongs to a later round
     return;

@@ -32,6 +32,8 @@ class Server {
   ~Server();
 
   void Handle(transport::Message&& msg);
+  // A worker left the job: dist_sync rounds can no longer complete; fail them instead of waiting.
+  void OnWorkerFinished(int worker_rank);
 
  private:
   struct SlotState;
@@ -44,6 +46,8 @@ class Server {
   void Accumulate(SlotState& slot, int worker, transport::Message&& msg);
   void CompleteRound(SlotState& slot);
   void DrainDeferred(SlotState& slot);
+  void FailRound(SlotState& slot, const std::string& why);
+  std::string FinishedWorkerProblem();
   // Async mode, slot lock held.
   void AsyncMessage(SlotState& slot, transport::Message&& msg);
   void ApplyGradient(SlotState& slot, const transport::Body& grad, bool accumulate_without_opt);
@@ -60,6 +64,8 @@ class Server {
   std::map<std::pair<uint64_t, uint32_t>, std::unique_ptr<SlotState>> slots_;
   std::mutex optimizer_mutex_;
   std::shared_ptr<Optimizer> optimizer_;
+  std::mutex finished_mutex_;
+  std::vector<int> finished_workers_;
 };
 
 }  // namespace dtrain::ps

@@ -170,6 +170,39 @@ int RunBarrier(dtrain::KVStore& kv, const Options& o) {
   return 0;
 }
 
+// Misuse must throw InvalidArgument at the call, with a message that says what is wrong.
+template <typename F>
+int ExpectInvalid(const std::string& what, const std::string& needle, F&& f) {
+  try {
+    f();
+  } catch (const dtrain::InvalidArgument& e) {
+    if (std::string(e.what()).find(needle) == std::string::npos) {
+      return Fail(what + ": message '" + e.what() + "' lacks '" + needle + "'");
+    }
+    std::printf("%s -> %s\n", what.c_str(), e.what());
+    return 0;
+  }
+  return Fail(what + ": no error");
+}
+
+int RunErrors(dtrain::KVStore& kv) {
+  int rc = 0;
+  rc |= ExpectInvalid("pull of a key never initialised", "never initialised",
+                      [&] { kv.Pull(12345, {Array({3})}).Wait(); });
+  kv.Init(1, Array({4}));
+  rc |= ExpectInvalid("init of a key twice", "already initialised", [&] { kv.Init(1, Array({4})); });
+  rc |= ExpectInvalid("push of the wrong length", "(4,)", [&] { kv.Push(1, {Array({5})}).Wait(); });
+  rc |= ExpectInvalid("pull into the wrong length", "(4,)", [&] { kv.Pull(1, {Array({3})}).Wait(); });
+  rc |= ExpectInvalid("push of no values", "no value", [&] { kv.Push(1, {}).Wait(); });
+  rc |= ExpectInvalid("unknown optimizer", "nosuchopt", [&] { kv.SetOptimizer({"nosuchopt", {}}); });
+  // The store still works after all that.
+  Array out({4});
+  kv.PushPull(1, {Array::FromFloats(std::vector<float>{1, 2, 3, 4})}, {out}).Wait();
+  if (out.floats()[3] != 4.0f) return Fail("store broken after errors");
+  if (rc == 0) std::printf("errors OK\n");
+  return rc;
+}
+
 int RunDie(dtrain::KVStore& kv, const Options& o) {
   kv.Init(0, Array({1000}));
   Array grad({1000});
@@ -190,7 +223,7 @@ int main(int argc, char** argv) {
   dtrain::Initialize();
   CLI::App app{"KVStore protocol checker"};
   Options o;
-  app.add_option("--scenario", o.scenario)->check(CLI::IsMember({"sync", "async", "barrier", "die"}));
+  app.add_option("--scenario", o.scenario)->check(CLI::IsMember({"sync", "async", "barrier", "die", "errors"}));
   app.add_option("--kvstore", o.kvstore);
   app.add_option("--rounds", o.rounds);
   app.add_option("--devices", o.devices)->check(CLI::Range(1, 8));
@@ -207,6 +240,7 @@ int main(int argc, char** argv) {
     if (o.scenario == "sync") return RunSync(*kv, o);
     if (o.scenario == "async") return RunAsync(*kv, o);
     if (o.scenario == "barrier") return RunBarrier(*kv, o);
+    if (o.scenario == "errors") return RunErrors(*kv);
     return RunDie(*kv, o);
   } catch (const dtrain::Error& e) {
     std::fprintf(stderr, "kv_check_worker: error: %s\n", e.what());

@@ -1,0 +1,226 @@
+// End-to-end tests of the parameter server: a scheduler, servers and workers as real processes on
+// loopback, started by hand with the DMLC_* variables (the launcher has tests of its own).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+constexpr int kHangGuardMs = 120000;  // a job that has not ended by then is hung
+
+struct Job {
+  Job(int workers, int servers, std::vector<std::string> worker_args,
+      std::map<std::string, std::string> extra_env = {}) {
+    env = {{"DMLC_PS_ROOT_URI", "127.0.0.1"},
+           {"DMLC_PS_ROOT_PORT", std::to_string(FreePort())},
+           {"DMLC_NUM_SERVER", std::to_string(servers)},
+           {"DMLC_NUM_WORKER", std::to_string(workers)},
+           {"DMLC_NODE_HOST", "127.0.0.1"}};
+    for (auto& [k, v] : extra_env) env[k] = v;
+    auto with_role = [this](const char* role, int rank) {
+      auto e = env;
+      e["DMLC_ROLE"] = role;
+      e["DTRAIN_NODE_RANK"] = std::to_string(rank);
+      return e;
+    };
+    scheduler = std::make_unique<Subprocess>(
+        std::vector<std::string>{BinaryPath("src/tools/dtrain"), "scheduler"},
+        with_role("scheduler", 0), dir.path() + "/scheduler.log");
+    for (int s = 0; s < servers; ++s) {
+      this->servers.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{BinaryPath("src/tools/dtrain"), "server"},
+          with_role("server", s), dir.path() + "/server" + std::to_string(s) + ".log"));
+    }
+    std::vector<std::string> argv = {BinaryPath("tests/programs/kv_check_worker")};
+    argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+    for (int w = 0; w < workers; ++w) {
+      this->workers.push_back(std::make_unique<Subprocess>(
+          argv, with_role("worker", w), dir.path() + "/worker" + std::to_string(w) + ".log"));
+    }
+  }
+
+  std::string AllOutput() {
+    std::string out = "--- scheduler\n" + scheduler->Output();
+    for (size_t i = 0; i < servers.size(); ++i) {
+      out += "--- server " + std::to_string(i) + "\n" + servers[i]->Output();
+    }
+    for (size_t i = 0; i < workers.size(); ++i) {
+      out += "--- worker " + std::to_string(i) + "\n" + workers[i]->Output();
+    }
+    return out;
+  }
+
+  // Every process ends with code 0.
+  void ExpectSuccess() {
+    for (auto* group : {&workers, &servers}) {
+      for (auto& p : *group) {
+        auto code = p->Wait(kHangGuardMs);
+        ASSERT_TRUE(code.has_value()) << "hung:\n" << AllOutput();
+        EXPECT_EQ(*code, 0) << AllOutput();
+      }
+    }
+    auto code = scheduler->Wait(kHangGuardMs);
+    ASSERT_TRUE(code.has_value()) << "scheduler hung:\n" << AllOutput();
+    EXPECT_EQ(*code, 0) << AllOutput();
+  }
+
+  TempDir dir;
+  std::map<std::string, std::string> env;
+  std::unique_ptr<Subprocess> scheduler;
+  std::vector<std::unique_ptr<Subprocess>> servers;
+  std::vector<std::unique_ptr<Subprocess>> workers;
+};
+
+struct Layout {
+  int workers;
+  int servers;
+};
+
+class PsJobTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(PsJobTest, SyncPullsReturnExactlyTheRoundSum) {
+  // Sizes straddle the big-array bound, so some keys go whole to one server and others are split
+  // over all of them and cut into several slots each.
+  Job job(GetParam().workers, GetParam().servers,
+          {"--scenario", "sync", "--rounds", "12", "--sizes", "1,3,1000,4096,99999,100000,250001,1200000"},
+          {{"MXNET_KVSTORE_BIGARRAY_BOUND", "100000"}, {"DTRAIN_CHUNK_BYTES", "262144"}});
+  job.ExpectSuccess();
+}
+
+TEST_P(PsJobTest, SyncWithDefaultSettingsAndSeveralDevices) {
+  Job job(GetParam().workers, GetParam().servers,
+          {"--scenario", "sync", "--rounds", "4", "--devices", "3"});
+  job.ExpectSuccess();
+}
+
+TEST_P(PsJobTest, AsyncFinalValueIsTheTotalOfAllPushes) {
+  Job job(GetParam().workers, GetParam().servers,
+          {"--scenario", "async", "--rounds", "15", "--sizes", "1,1000,300000,1200000"});
+  job.ExpectSuccess();
+}
+
+TEST_P(PsJobTest, BarrierHoldsEveryoneUntilTheLastArrives) {
+  TempDir marks;
+  Job job(GetParam().workers, GetParam().servers,
+          {"--scenario", "barrier", "--rounds", "3", "--dir", marks.path()});
+  job.ExpectSuccess();
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PsJobTest,
+                         ::testing::Values(Layout{1, 1}, Layout{2, 2}, Layout{4, 2}, Layout{3, 1}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.workers) + "workers" +
+                                  std::to_string(info.param.servers) + "servers";
+                         });
+
+TEST(PsJobErrors, ApiMisuseGivesClearErrors) {
+  Job job(1, 1, {"--scenario", "errors"});
+  job.ExpectSuccess();
+  EXPECT_NE(job.workers[0]->Output().find("errors OK"), std::string::npos) << job.AllOutput();
+}
+
+TEST(PsJobErrors, WorkerKilledMidJobFailsEveryOtherProcessNamingIt) {
+  Job job(3, 2, {"--scenario", "die", "--die-rank", "1", "--die-after", "5"});
+  for (int w : {0, 2}) {
+    auto code = job.workers[w]->Wait(kHangGuardMs);
+    ASSERT_TRUE(code.has_value()) << "hung:\n" << job.AllOutput();
+    EXPECT_NE(*code, 0);
+    EXPECT_NE(job.workers[w]->Output().find("worker 1 (127.0.0.1:"), std::string::npos)
+        << job.AllOutput();
+  }
+  for (auto& s : job.servers) {
+    auto code = s->Wait(kHangGuardMs);
+    ASSERT_TRUE(code.has_value()) << "server hung:\n" << job.AllOutput();
+    EXPECT_NE(*code, 0);
+  }
+  auto code = job.scheduler->Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(job.scheduler->Output().find("worker 1 (127.0.0.1:"), std::string::npos);
+}
+
+TEST(PsJobErrors, ServerKilledMidJobFailsTheWorkersNamingIt) {
+  // --die-rank -1: nobody dies on purpose; the workers push and pull until the job fails.
+  Job job(2, 2, {"--scenario", "die", "--die-rank", "-1"});
+  // Let the job get going, then kill server 1 as a crash would.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(job.servers[1]->Running()) << job.AllOutput();
+  job.servers[1]->Kill(SIGKILL);
+  for (auto& w : job.workers) {
+    auto code = w->Wait(kHangGuardMs);
+    ASSERT_TRUE(code.has_value()) << "hung:\n" << job.AllOutput();
+    EXPECT_NE(*code, 0);
+    EXPECT_NE(w->Output().find("server 1 (127.0.0.1:"), std::string::npos) << job.AllOutput();
+  }
+}
+
+TEST(PsJobErrors, MissingSchedulerIsAnErrorWithinTheDeadline) {
+  TempDir dir;
+  Subprocess worker({BinaryPath("tests/programs/kv_check_worker")},
+                    {{"DMLC_ROLE", "worker"},
+                     {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                     {"DMLC_PS_ROOT_PORT", std::to_string(FreePort())},
+                     {"DMLC_NUM_SERVER", "1"},
+                     {"DMLC_NUM_WORKER", "1"},
+                     {"DTRAIN_CONNECT_TIMEOUT_MS", "1500"}},
+                    dir.path() + "/worker.log");
+  auto code = worker.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value()) << "hung: " << worker.Output();
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(worker.Output().find("cannot reach the scheduler at 127.0.0.1:"), std::string::npos)
+      << worker.Output();
+}
+
+struct BadEnv {
+  std::map<std::string, std::string> env;
+  std::string expected;
+};
+
+class PsBadEnvTest : public ::testing::TestWithParam<BadEnv> {};
+
+TEST_P(PsBadEnvTest, NamesTheVariable) {
+  TempDir dir;
+  std::map<std::string, std::string> env = {{"DMLC_ROLE", "worker"},
+                                            {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                                            {"DMLC_PS_ROOT_PORT", "9"},
+                                            {"DMLC_NUM_SERVER", "1"},
+                                            {"DMLC_NUM_WORKER", "1"},
+                                            {"DTRAIN_CONNECT_TIMEOUT_MS", "1000"}};
+  for (auto& [k, v] : GetParam().env) {
+    if (v == "<unset>") {
+      env.erase(k);
+    } else {
+      env[k] = v;
+    }
+  }
+  Subprocess worker({BinaryPath("tests/programs/kv_check_worker")}, env,
+                    dir.path() + "/worker.log");
+  auto code = worker.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(worker.Output().find(GetParam().expected), std::string::npos) << worker.Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variables, PsBadEnvTest,
+    ::testing::Values(BadEnv{{{"DMLC_ROLE", "wrker"}}, "DMLC_ROLE='wrker'"},
+                      BadEnv{{{"DMLC_NUM_WORKER", "two"}}, "DMLC_NUM_WORKER='two'"},
+                      BadEnv{{{"DMLC_PS_ROOT_PORT", "70000"}}, "DMLC_PS_ROOT_PORT=70000"},
+                      BadEnv{{{"DMLC_PS_ROOT_URI", "<unset>"}}, "DMLC_PS_ROOT_URI is not set"},
+                      BadEnv{{{"DMLC_NUM_SERVER", "0"}}, "DMLC_NUM_SERVER"},
+                      BadEnv{{{"PS_VERBOSE", "7"}}, "PS_VERBOSE=7"},
+                      BadEnv{{{"MXNET_KVSTORE_BIGARRAY_BOUND", "-5"}},
+                             "MXNET_KVSTORE_BIGARRAY_BOUND=-5"},
+                      BadEnv{{{"DMLC_INTERFACE", "nosuchif0"}}, "DMLC_INTERFACE=nosuchif0"}));
+
+}  // namespace
+}  // namespace dtrain::testing
