@@ -1,0 +1,105 @@
+// KVStore throughput and latency: push, pull and pushpull of one key of each size.
+//
+// Run on every worker of a job (see kvstore_bench.sh); rank 0 prints one JSON line per case:
+//   {"op":"pushpull","bytes":16777216,"workers":2,"servers":2,"median_ms":..,"p90_ms":..,...}
+// Each iteration is timed from the call to the end of Wait(), on every worker at once (in
+// dist_sync a push completes when the round of all workers is applied, so this is the time of a
+// synchronous step's communication).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "common/error.h"
+#include "kvstore/init.h"
+#include "kvstore/kvstore.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+int Iterations(size_t bytes, double seconds_budget) {
+  // Enough samples for a stable median without making the 64 MB cases take minutes.
+  const double est_ms = 0.1 + static_cast<double>(bytes) / 1.0e6;  // ~1 GB/s worst case
+  return std::clamp(static_cast<int>(seconds_budget * 1000 / est_ms), 10, 2000);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dtrain::Initialize();
+  CLI::App app{"dtrain KVStore benchmark"};
+  std::string kvstore = "dist_sync";
+  std::vector<size_t> sizes = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<std::string> ops = {"push", "pull", "pushpull"};
+  double budget = 2.0;
+  int warmup = 3;
+  app.add_option("--kvstore", kvstore);
+  app.add_option("--bytes", sizes, "value sizes in bytes")->delimiter(',');
+  app.add_option("--ops", ops)->delimiter(',');
+  app.add_option("--seconds", budget, "rough time budget per case");
+  app.add_option("--warmup", warmup);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    auto kv = dtrain::KVStore::Create(kvstore);
+    const char* servers = std::getenv("DMLC_NUM_SERVER");
+    dtrain::Key key = 0;
+    for (size_t bytes : sizes) {
+      const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
+      dtrain::Array value({n});
+      value.Fill(1.0f);
+      dtrain::Array out({n});
+      for (const std::string& op : ops) {
+        kv->Init(key, value);
+        // Every worker runs the same number of iterations (dist_sync rounds need all of them).
+        const int iters = Iterations(bytes, budget);
+        std::vector<double> ms;
+        for (int i = 0; i < warmup + iters; ++i) {
+          const auto start = Clock::now();
+          if (op == "push") {
+            kv->Push(key, {value}).Wait();
+          } else if (op == "pull") {
+            kv->Pull(key, {out}).Wait();
+          } else {
+            kv->PushPull(key, {value}, {out}).Wait();
+          }
+          const double elapsed =
+              std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+          if (i >= warmup) ms.push_back(elapsed);
+        }
+        kv->Barrier();
+        if (kv->rank() == 0) {
+          const double median = Percentile(ms, 0.5);
+          // Bytes moved per worker: push and pull move the value once, pushpull twice.
+          const double moved = static_cast<double>(bytes) * (op == "pushpull" ? 2 : 1);
+          nlohmann::json line = {{"op", op},
+                                 {"bytes", bytes},
+                                 {"workers", kv->num_workers()},
+                                 {"servers", servers ? std::atoi(servers) : 0},
+                                 {"kvstore", kvstore},
+                                 {"iterations", iters},
+                                 {"median_ms", median},
+                                 {"p90_ms", Percentile(ms, 0.9)},
+                                 {"min_ms", Percentile(ms, 0.0)},
+                                 {"gbytes_per_s", moved / (median * 1e-3) / 1e9}};
+          std::printf("%s\n", line.dump().c_str());
+          std::fflush(stdout);
+        }
+        ++key;
+      }
+    }
+  } catch (const dtrain::Error& e) {
+    std::fprintf(stderr, "kvstore_bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
