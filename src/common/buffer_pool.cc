@@ -11,6 +11,7 @@ constexpr size_t kAlign = 64;
 // Round small requests to a power of two and big ones to 1 MiB so that values of the same key
 // reuse the same block round after round.
 size_t CapacityFor(size_t bytes) {
+  if (bytes > (size_t{1} << 50)) throw std::bad_alloc();  // also keeps the rounding from wrapping
   if (bytes <= kAlign) return kAlign;
   constexpr size_t kBig = size_t{1} << 20;
   if (bytes >= kBig) return (bytes + kBig - 1) / kBig * kBig;

@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
@@ -52,11 +53,20 @@ class Reader {
   std::optional<int64_t> Integer(const std::string& name, int64_t min, int64_t max) {
     auto text = Text(name);
     if (!text) return std::nullopt;
+    // Digits with an optional leading minus only: no spaces, no '+', no hex.
+    const char first = (*text)[0];
+    if (!(std::isdigit(static_cast<unsigned char>(first)) || first == '-')) {
+      throw ConfigError(name + "='" + *text + "' is not an integer");
+    }
     errno = 0;
     char* end = nullptr;
     long long value = std::strtoll(text->c_str(), &end, 10);
-    if (errno != 0 || end == text->c_str() || *end != '\0') {
+    if (end == text->c_str() || *end != '\0') {
       throw ConfigError(name + "='" + *text + "' is not an integer");
+    }
+    if (errno == ERANGE) {
+      throw ConfigError(name + "=" + *text + " is out of range [" + std::to_string(min) + ", " +
+                        std::to_string(max) + "]");
     }
     if (value < min || value > max) {
       throw ConfigError(name + "=" + *text + " is out of range [" + std::to_string(min) + ", " +
@@ -143,9 +153,8 @@ void Config::RequireDistributed(const std::string& why) const {
   if (scheduler_host.empty()) throw missing("DMLC_PS_ROOT_URI");
   if (scheduler_port == 0) throw missing("DMLC_PS_ROOT_PORT");
   if (num_servers < 1) {
-    throw ConfigError(num_servers == 0 ? "DMLC_NUM_SERVER is not set or 0 (needed because " + why +
-                                             "; a job needs at least one server)"
-                                       : "DMLC_NUM_SERVER must be at least 1");
+    throw ConfigError("DMLC_NUM_SERVER is not set or 0 (needed because " + why +
+                      "; a job needs at least one server)");
   }
   if (num_workers < 1) {
     throw ConfigError("DMLC_NUM_WORKER is not set or 0 (needed because " + why +
@@ -158,7 +167,9 @@ std::string Config::Describe() const {
   out << "DMLC_ROLE=" << (role ? RoleName(*role) : "(unset)") << " DMLC_PS_ROOT_URI=" << scheduler_host
       << " DMLC_PS_ROOT_PORT=" << scheduler_port << " DMLC_NUM_SERVER=" << num_servers
       << " DMLC_NUM_WORKER=" << num_workers << " DMLC_INTERFACE=" << interface
-      << " DMLC_NODE_HOST=" << node_host << " PS_VERBOSE=" << verbose << " PS_RESEND=" << resend
+      << " DMLC_NODE_HOST=" << node_host << " DMLC_NODE_PORT=" << node_port
+      << " DTRAIN_NODE_RANK=" << requested_rank << " PS_VERBOSE=" << verbose
+      << " PS_RESEND=" << resend << " PS_RESEND_TIMEOUT=" << resend_timeout.count()
       << " PS_HEARTBEAT_INTERVAL=" << heartbeat_interval.count()
       << " PS_HEARTBEAT_TIMEOUT=" << heartbeat_timeout.count()
       << " MXNET_KVSTORE_BIGARRAY_BOUND=" << bigarray_bound
@@ -167,7 +178,9 @@ std::string Config::Describe() const {
       << " DTRAIN_START_TIMEOUT_MS=" << start_timeout.count()
       << " DTRAIN_REQUEST_TIMEOUT_MS=" << request_timeout.count()
       << " DTRAIN_STREAMS_PER_PEER=" << streams_per_peer << " DTRAIN_IO_THREADS=" << io_threads
-      << " DTRAIN_CHUNK_BYTES=" << chunk_bytes;
+      << " DTRAIN_CHUNK_BYTES=" << chunk_bytes
+      << " DTRAIN_FAILURE_EXIT_MS=" << failure_exit_grace.count()
+      << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes;
   return out.str();
 }
 

@@ -96,6 +96,11 @@ std::string Describe(const Message& msg) {
 }
 
 WireHeader EncodeHeader(const Header& h, size_t meta_len, size_t body_len) {
+  // The receiver would refuse it; fail here, where the caller can still see why.
+  if (meta_len > kMaxMetaBytes) {
+    throw ProtocolError("meta of " + std::to_string(meta_len) + " bytes exceeds the limit of " +
+                        std::to_string(kMaxMetaBytes));
+  }
   WireHeader out{};
   Put<uint32_t>(out, 0, kWireMagic);
   Put<uint16_t>(out, 4, kWireVersion);
