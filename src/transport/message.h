@@ -51,7 +51,11 @@ std::string_view CommandName(Command c);
 // Header flags.
 constexpr uint32_t kFlagResponse = 1u << 0;  // this answers request `request_id`
 constexpr uint32_t kFlagError = 1u << 1;     // the request failed; meta holds the reason
-constexpr uint32_t kKnownFlags = kFlagResponse | kFlagError;
+// The body is not on the wire: a 16-byte descriptor (sender address, token) follows the meta and the
+// receiver copies the body straight out of the sender's memory (same-host fast path of the TCP
+// transport, see same_host.h). Only the TCP transport sets or accepts it.
+constexpr uint32_t kFlagRemoteBody = 1u << 2;
+constexpr uint32_t kKnownFlags = kFlagResponse | kFlagError | kFlagRemoteBody;
 
 struct Header {
   Command command = Command::kHello;

@@ -5,11 +5,14 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <unordered_map>
+#include <cerrno>
 #include <optional>
 
 #include "common/buffer_pool.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "transport/same_host.h"
 
 namespace dtrain::transport {
 
@@ -69,12 +72,18 @@ struct TcpTransport::Impl {
 // One connection we write on. Messages queue here; the first one is written at once in the caller's
 // thread (Asio's speculative write) and later ones by the io thread that completes the previous.
 struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
-  OutStream(Impl* impl, NodeId peer, tcp::socket socket)
-      : impl(impl), peer(peer), socket(std::move(socket)), remote(RemoteOf(this->socket)) {}
+  OutStream(Impl* impl, NodeId peer, tcp::socket socket, bool direct)
+      : impl(impl),
+        peer(peer),
+        socket(std::move(socket)),
+        remote(RemoteOf(this->socket)),
+        direct(direct) {}
 
   struct Item {
     WireHeader header;
     Message msg;
+    bool remote_body = false;
+    std::array<uint64_t, 2> descriptor{};  // address, token
   };
 
   Impl* const impl;
@@ -86,6 +95,12 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   std::deque<Item> queue;
   bool writing = false;
   bool failed = false;
+  // Same-host fast path: bodies the peer has not yet acknowledged copying, by token.
+  const bool direct;
+  uint64_t next_token = 1;
+  std::unordered_map<uint64_t, Body> awaiting_ack;
+  std::array<char, 4096> ack_buffer{};
+  size_t ack_have = 0;
 
   void Enqueue(Message&& msg) {
     std::unique_lock<std::mutex> lock(mutex);
@@ -94,9 +109,58 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
       impl->ReportLost(peer, remote, "the connection to it failed earlier");
       return;
     }
-    WireHeader header = EncodeHeader(msg.header, msg.meta.size(), msg.body.size);
-    queue.push_back(Item{header, std::move(msg)});
+    Item item;
+    if (direct && msg.body.size >= impl->options.direct_min_bytes) {
+      msg.header.flags |= kFlagRemoteBody;
+      item.remote_body = true;
+      item.descriptor = {reinterpret_cast<uint64_t>(msg.body.data), next_token++};
+      // Registered before the descriptor can leave: the acknowledgement may come back before the
+      // write's completion handler runs.
+      awaiting_ack[item.descriptor[1]] = msg.body;
+    }
+    item.header = EncodeHeader(msg.header, msg.meta.size(), msg.body.size);
+    item.msg = std::move(msg);
+    queue.push_back(std::move(item));
     if (!writing) StartWrite();
+  }
+
+  // Reads the peer's acknowledgements of remote bodies (8-byte tokens). Runs on the socket's
+  // strand; the reactor serialises it with writes initiated from other threads per descriptor.
+  void ReadAcks() {
+    socket.async_read_some(
+        asio::buffer(ack_buffer.data() + ack_have, ack_buffer.size() - ack_have),
+        [self = shared_from_this()](const std::error_code& ec, size_t n) {
+          if (ec) return self->OnAckError(ec);
+          self->ack_have += n;
+          size_t whole = self->ack_have / 8 * 8;
+          {
+            std::lock_guard<std::mutex> lock(self->mutex);
+            for (size_t i = 0; i < whole; i += 8) {
+              uint64_t token;
+              std::memcpy(&token, self->ack_buffer.data() + i, 8);
+              self->awaiting_ack.erase(token);
+            }
+            if (self->queue.empty() && self->awaiting_ack.empty()) self->drained.notify_all();
+          }
+          std::memmove(self->ack_buffer.data(), self->ack_buffer.data() + whole,
+                       self->ack_have - whole);
+          self->ack_have -= whole;
+          self->ReadAcks();
+        });
+  }
+
+  void OnAckError(const std::error_code& ec) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      failed = true;
+      awaiting_ack.clear();
+      drained.notify_all();
+    }
+    if (ec == asio::error::operation_aborted) return;
+    impl->ReportLost(peer, remote,
+                     ec == asio::error::eof
+                         ? std::string("its connection closed (the process exited or died)")
+                         : "reading from it failed: " + ec.message());
   }
 
   // Mutex held. Deque elements stay put while others are pushed, so the buffers remain valid.
@@ -105,7 +169,9 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
     Item& item = queue.front();
     std::array<asio::const_buffer, 3> buffers{
         asio::buffer(item.header), asio::buffer(item.msg.meta),
-        asio::buffer(static_cast<const void*>(item.msg.body.data), item.msg.body.size)};
+        item.remote_body
+            ? asio::buffer(item.descriptor)
+            : asio::buffer(static_cast<const void*>(item.msg.body.data), item.msg.body.size)};
     asio::async_write(socket, buffers,
                       [self = shared_from_this()](const std::error_code& ec, size_t) {
                         self->OnWritten(ec);
@@ -118,6 +184,7 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
       failed = true;
       writing = false;
       queue.clear();
+      awaiting_ack.clear();
       drained.notify_all();
       lock.unlock();
       impl->ReportLost(peer, remote, "sending to it failed: " + ec.message());
@@ -134,7 +201,8 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
 
   bool WaitDrained(const Deadline& deadline) {
     std::unique_lock<std::mutex> lock(mutex);
-    return drained.wait_until(lock, deadline.at(), [this] { return queue.empty(); });
+    return drained.wait_until(lock, deadline.at(),
+                              [this] { return queue.empty() && awaiting_ack.empty(); });
   }
 };
 
@@ -150,6 +218,11 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   const std::string remote;
   std::atomic<NodeId> peer{kNoNode};
   bool said_bye = false;
+  bool greeted = false;
+  int sender_pid = 0;  // non-zero: the same-host fast path is on for this stream
+  std::array<uint64_t, 2> descriptor{};
+  std::string out_pending;  // handshake answer and acknowledgements not yet written
+  std::string out_flight;
   std::vector<char> staging;
   size_t begin = 0;
   size_t end = 0;
@@ -211,19 +284,12 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   // Places the body; returns true if the message is complete (and dispatched) without a read.
   bool StartBody() {
     const size_t n = frame.body_len;
+    if ((frame.header.flags & kFlagRemoteBody) != 0) return StartRemoteBody();
     if (n == 0) {
       Dispatch();
       return true;
     }
-    Body body;
-    if (impl->body_sink) body = impl->body_sink(frame.header, n);
-    if (body.data == nullptr || body.size < n) {
-      auto buffer = BufferPool::Default().Get(n);
-      body.data = buffer.get();
-      body.owner = std::move(buffer);
-    }
-    body.size = n;
-    pending.body = std::move(body);
+    pending.body = Destination(n);
     size_t got = TakeStaged(pending.body.data, n);
     if (got == n) {
       Dispatch();
@@ -238,12 +304,83 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     return false;
   }
 
+  Body Destination(size_t n) {
+    Body body;
+    if (impl->body_sink) body = impl->body_sink(frame.header, n);
+    if (body.data == nullptr || body.size < n) {
+      auto buffer = BufferPool::Default().Get(n);
+      body.data = buffer.get();
+      body.owner = std::move(buffer);
+    }
+    body.size = n;
+    return body;
+  }
+
+  // The body stays in the sender's memory: read the descriptor, copy, acknowledge.
+  bool StartRemoteBody() {
+    char* d = reinterpret_cast<char*>(descriptor.data());
+    size_t got = TakeStaged(d, sizeof(descriptor));
+    if (got == sizeof(descriptor)) return CopyRemoteBody();
+    asio::async_read(socket, asio::buffer(d + got, sizeof(descriptor) - got),
+                     [self = shared_from_this()](const std::error_code& ec, size_t) {
+                       if (ec) return self->Fail(ec);
+                       if (self->CopyRemoteBody()) self->Pump();
+                     });
+    return false;
+  }
+
+  bool CopyRemoteBody() {
+    if (sender_pid == 0) {
+      Fail(std::string("it sent a same-host body reference without the same-host handshake"));
+      return false;
+    }
+    const size_t n = frame.body_len;
+    pending.body = Destination(n);
+    if (!same_host::ReadRemote(sender_pid, descriptor[0], pending.body.data, n)) {
+      Fail("copying a body out of its memory failed: " + std::string(std::strerror(errno)));
+      return false;
+    }
+    pending.header.flags &= ~kFlagRemoteBody;
+    Write(std::string(reinterpret_cast<const char*>(&descriptor[1]), 8));
+    Dispatch();
+    return true;
+  }
+
+  // Writes back on this stream (handshake answer, acknowledgements); on the stream's strand.
+  void Write(std::string bytes) {
+    out_pending += bytes;
+    if (!out_flight.empty()) return;
+    out_flight.swap(out_pending);
+    asio::async_write(socket, asio::buffer(out_flight),
+                      [self = shared_from_this()](const std::error_code& ec, size_t) {
+                        self->out_flight.clear();
+                        if (ec) return;  // the read side reports the failure
+                        if (!self->out_pending.empty()) self->Write({});
+                      });
+  }
+
+  // First message of a stream: say whether the same-host fast path can be used.
+  void Greet(const Message& hello) {
+    greeted = true;
+    if (impl->options.same_host_direct && !hello.meta.empty()) {
+      sender_pid = same_host::ProbeHello(hello.meta);
+    }
+    Header h;
+    h.command = Command::kHello;
+    const std::string meta = sender_pid != 0 ? "dtrain-welcome 1 direct=1" : "dtrain-welcome 1 direct=0";
+    WireHeader wire = EncodeHeader(h, meta.size(), 0);
+    Write(std::string(wire.begin(), wire.end()) + meta);
+  }
+
   void Dispatch() {
     Message msg = std::move(pending);
     pending = Message{};
     if (msg.header.sender >= 0) peer.store(msg.header.sender);
     if (LogEnabled(LogLevel::kMessages)) DTRAIN_LOG(kMessages) << "recv " << Describe(msg);
-    if (msg.header.command == Command::kHello) return;
+    if (msg.header.command == Command::kHello) {
+      if (!greeted) Greet(msg);
+      return;
+    }
     if (msg.header.command == Command::kBye) {
       said_bye = true;
       if (peer.load() != kNoNode) impl->MarkDeparted(peer.load());
@@ -353,6 +490,51 @@ uint16_t TcpTransport::Listen(const std::string& host, uint16_t port) {
   return bound;
 }
 
+namespace {
+
+// Sends the hello on a fresh connection and reads the answer; true if the same-host fast path is
+// on for it. Throws on failure or at the deadline.
+bool Handshake(tcp::socket& socket, NodeId peer, NodeId self, const Deadline& deadline,
+               const TcpOptions& options, const Limits& limits) {
+  // Hello (who we are, and a probe of our memory for the same-host path), then the answer.
+  Message hello;
+  hello.header.command = Command::kHello;
+  hello.header.sender = self;
+  hello.header.recipient = peer;
+  if (options.same_host_direct) hello.meta = same_host::EncodeHello();
+  WireHeader header = EncodeHeader(hello.header, hello.meta.size(), 0);
+  std::error_code ec;
+  asio::write(socket, std::array<asio::const_buffer, 2>{asio::buffer(header), asio::buffer(hello.meta)},
+              ec);
+  if (ec) throw PeerError("sending the hello failed: " + ec.message());
+
+  auto answer = std::make_shared<std::vector<char>>(kWireHeaderSize + 64);
+  auto done = std::make_shared<std::promise<std::error_code>>();
+  auto result = done->get_future();
+  // The answer is a header and a short meta; read the header, then exactly the meta it announces.
+  asio::async_read(socket, asio::buffer(answer->data(), kWireHeaderSize),
+                   [done](const std::error_code& e, size_t) { done->set_value(e); });
+  if (result.wait_until(deadline.at()) != std::future_status::ready) {
+    asio::post(socket.get_executor(), [&socket] {
+      std::error_code ignored;
+      socket.cancel(ignored);
+    });
+    result.wait();
+    throw TimeoutError("no answer to the hello");
+  }
+  if ((ec = result.get())) throw PeerError("reading the answer to the hello failed: " + ec.message());
+  Frame f = DecodeHeader(answer->data(), kWireHeaderSize, limits);
+  if (f.header.command != Command::kHello || f.meta_len > 64 || f.body_len != 0) {
+    throw ProtocolError("the peer answered the hello with something else");
+  }
+  std::string meta(f.meta_len, '\0');
+  asio::read(socket, asio::buffer(meta.data(), meta.size()), ec);  // already in flight
+  if (ec) throw PeerError("reading the answer to the hello failed: " + ec.message());
+  return meta.find("direct=1") != std::string::npos;
+}
+
+}  // namespace
+
 void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, Deadline deadline) {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -399,12 +581,16 @@ void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, D
         continue;
       }
       socket->set_option(tcp::no_delay(true), ec);
-      auto stream = std::make_shared<Impl::OutStream>(impl_.get(), peer, std::move(*socket));
-      Message hello;
-      hello.header.command = Command::kHello;
-      hello.header.sender = self;
-      hello.header.recipient = peer;
-      stream->Enqueue(std::move(hello));
+      bool direct = false;
+      try {
+        direct = Handshake(*socket, peer, self, deadline, impl_->options, impl_->limits);
+      } catch (const Error& e) {
+        last_error = e.what();
+        continue;
+      }
+      auto stream =
+          std::make_shared<Impl::OutStream>(impl_.get(), peer, std::move(*socket), direct);
+      if (direct) stream->ReadAcks();
       opened.push_back(std::move(stream));
       break;
     }

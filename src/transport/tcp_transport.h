@@ -10,8 +10,9 @@
 // 64 KiB staging buffer (small messages arrive in one read) and reads big bodies straight into
 // their destination: the BodySink's buffer (a pull lands in the caller's array) or a pooled buffer.
 //
-// Streams are one-way: a node writes only on the streams it opened and reads only on the ones it
-// accepted, so no socket is touched by two threads at once.
+// Messages flow one way on a stream: a node writes messages only on the streams it opened and reads
+// them only on the ones it accepted. The accepting side writes back only the handshake answer and,
+// on the same-host fast path (same_host.h), acknowledgements of bodies it has copied.
 #pragma once
 
 #include <atomic>
@@ -32,6 +33,9 @@ struct TcpOptions {
   int streams_per_peer = 2;
   int io_threads = 2;
   size_t max_message_bytes = size_t{1} << 32;
+  // Same-host fast path (same_host.h) for bodies of at least direct_min_bytes.
+  bool same_host_direct = true;
+  size_t direct_min_bytes = 64 * 1024;
 };
 
 class TcpTransport : public Transport {

@@ -181,6 +181,9 @@ std::string EncodeMessage(const Message& msg) {
 
 Message DecodeMessage(const char* bytes, size_t size, const Limits& limits) {
   Frame f = DecodeHeader(bytes, size, limits);
+  if ((f.header.flags & kFlagRemoteBody) != 0) {
+    throw ProtocolError("a self-contained message cannot refer to a remote body");
+  }
   const size_t rest = size - kWireHeaderSize;
   if (f.meta_len > rest || f.body_len > rest - f.meta_len) {
     throw ProtocolError("message truncated: header announces " + std::to_string(f.meta_len) +

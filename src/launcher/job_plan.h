@@ -1,0 +1,61 @@
+// Which processes a job consists of, where each runs, and with which argv and environment.
+//
+// Building the plan is pure: no process starts and nothing is read from the system except what the
+// caller passes in, so a test can check every argv and variable. The plan is made in two steps:
+//   1. placement: a host for the scheduler and for every server and worker (PlaceLocally puts them
+//      all on 127.0.0.1; a backend for several machines cycles through a host file instead);
+//   2. BuildJobPlan: one ProcessSpec per process, with the DMLC_* variables that describe the job.
+// A backend then runs the specs: the local one fork/execs each spec on this machine
+// (process_group.h). A backend for other hosts would wrap each spec in a local command that
+// reaches its host (ssh HOST 'env ... cmd') and hand those to the same supervisor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "launcher/launch_options.h"
+
+namespace dtrain::launcher {
+
+// One process of the job.
+struct ProcessSpec {
+  Role role = Role::kWorker;
+  int rank = 0;      // server i / worker i; 0 for the scheduler
+  std::string host;  // where it runs; "127.0.0.1" for the local backend
+  std::vector<std::string> argv;
+  // Set on top of the launcher's own environment, in order (a later NAME wins).
+  std::vector<EnvVar> env;
+
+  // "scheduler", "server 0", "worker 1": the output prefix and the name in messages.
+  std::string Name() const;
+  // "scheduler.log", "server-0.log", "worker-1.log": the file name under --output-dir.
+  std::string LogFileName() const;
+};
+
+struct Placement {
+  std::string scheduler_host;
+  std::vector<std::string> server_hosts;  // one per server, by rank
+  std::vector<std::string> worker_hosts;  // one per worker, by rank
+};
+
+struct JobPlan {
+  std::string scheduler_host;
+  uint16_t scheduler_port = 0;
+  int num_servers = 0;
+  int num_workers = 0;
+  // Start order: the scheduler, then servers by rank, then workers by rank.
+  std::vector<ProcessSpec> processes;
+};
+
+// Every process on this machine, talking over loopback.
+Placement PlaceLocally(int num_servers, int num_workers);
+
+// `dtrain_exe` is the binary that runs `scheduler` and `server` (normally the running dtrain,
+// /proc/self/exe); workers run options.worker_command. `scheduler_port` is the port the scheduler
+// will listen on.
+JobPlan BuildJobPlan(const LaunchOptions& options, const Placement& placement,
+                     const std::string& dtrain_exe, uint16_t scheduler_port);
+
+}  // namespace dtrain::launcher

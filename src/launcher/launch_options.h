@@ -1,0 +1,70 @@
+// The flags of `dtrain launch`, parsed and validated into one typed value.
+//
+// Parsing is separate from running so that every usage mistake is found before a single process
+// starts, and so that the messages can be tested without starting any. A mistake is reported as a
+// UsageError whose message names the flag and the bad value; `dtrain launch` turns it into exit
+// code 2. Pure functions of their arguments (and, for `--env NAME`, of the launcher's environment);
+// any thread.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/error.h"
+
+namespace dtrain::launcher {
+
+// The command line of `dtrain launch` cannot work (unknown flag, -n 0, no command, ...).
+class UsageError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+// Where the processes of the job run. Only kLocal is implemented; the others are accepted as names
+// (they are what launch.py users type) and rejected with "not implemented yet" before anything
+// starts.
+enum class LauncherKind { kLocal, kSsh, kMpi, kSlurm, kSge };
+
+const char* LauncherName(LauncherKind kind);
+
+// One environment variable to set in the children: NAME=VALUE.
+using EnvVar = std::pair<std::string, std::string>;
+
+struct LaunchOptions {
+  int num_workers = 0;  // -n: >= 1
+  int num_servers = 0;  // -s: >= 1; defaults to num_workers
+  LauncherKind launcher = LauncherKind::kLocal;
+
+  // --env / --env-server / --env-worker, with `NAME` (no value) already resolved to the launcher's
+  // own value. Applied in the order given, after the variables the launcher sets itself.
+  std::vector<EnvVar> env_all;
+  std::vector<EnvVar> env_server;
+  std::vector<EnvVar> env_worker;
+
+  std::optional<std::string> output_dir;  // --output-dir: also write DIR/<role>-<rank>.log
+  Duration kill_grace{3000};              // --kill-grace-ms: SIGTERM -> SIGKILL
+  Duration service_grace{30000};  // --service-grace-ms: services' time to exit by themselves
+
+  // The workers' argv, ready for exec. A single argument containing whitespace (the seeds' quoted
+  // spelling) has become {"/bin/sh", "-c", that string}.
+  std::vector<std::string> worker_command;
+};
+
+// Looks a variable up in the launcher's environment (for `--env NAME`); nullopt when unset.
+using EnvGetter = std::optional<std::string> (*)(const char* name);
+
+// Parses the arguments that followed `dtrain launch`, in order. Returns nullopt after printing the
+// help text to stdout when --help was asked for. Throws UsageError for anything else that is wrong.
+//
+// The user command is either everything after `--`, or everything from the first argument that is
+// not one of our flags (flags after it belong to the command).
+std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args,
+                                             EnvGetter getenv_fn = nullptr);
+
+// The help text (also printed for --help).
+std::string LaunchHelp();
+
+}  // namespace dtrain::launcher

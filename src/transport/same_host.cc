@@ -1,0 +1,94 @@
+#include "transport/same_host.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace dtrain::transport::same_host {
+namespace {
+
+std::string ReadLink(const char* path) {
+  char buf[256];
+  ssize_t n = readlink(path, buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string("?");
+}
+
+// A buffer the peer reads back during the handshake to prove it can read our memory.
+struct Probe {
+  Probe() {
+    std::random_device rd;
+    std::ostringstream s;
+    s << std::hex << rd() << rd() << rd() << rd();
+    text = s.str();
+  }
+  std::string text;
+};
+
+const Probe& TheProbe() {
+  static const Probe probe;
+  return probe;
+}
+
+}  // namespace
+
+const std::string& HostId() {
+  static const std::string id = [] {
+    std::ifstream boot("/proc/sys/kernel/random/boot_id");
+    std::string boot_id;
+    boot >> boot_id;
+    std::string s = boot_id + "/" + ReadLink("/proc/self/ns/net") + "/" +
+                    ReadLink("/proc/self/ns/pid");
+    for (char& c : s) {
+      if (c == ' ') c = '_';
+    }
+    return s;
+  }();
+  return id;
+}
+
+std::string EncodeHello() {
+  const Probe& p = TheProbe();
+  std::ostringstream s;
+  s << "dtrain-hello 1 " << getpid() << " " << HostId() << " "
+    << reinterpret_cast<uint64_t>(p.text.data()) << " " << p.text;
+  return s.str();
+}
+
+int ProbeHello(const std::string& hello) {
+  std::istringstream in(hello);
+  std::string tag, host, text;
+  int version = 0;
+  long pid = 0;
+  uint64_t address = 0;
+  if (!(in >> tag >> version >> pid >> host >> address >> text)) return 0;
+  if (tag != "dtrain-hello" || version != 1 || pid <= 0 || host != HostId()) return 0;
+  if (text.empty() || text.size() > 256) return 0;
+  std::string back(text.size(), '\0');
+  if (!ReadRemote(static_cast<int>(pid), address, back.data(), back.size())) return 0;
+  return back == text ? static_cast<int>(pid) : 0;
+}
+
+bool ReadRemote(int pid, uint64_t remote, char* dst, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    iovec local{dst + done, size - done};
+    iovec far{reinterpret_cast<void*>(remote + done), size - done};
+    ssize_t n = process_vm_readv(pid, &local, 1, &far, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (n == 0) {
+      errno = EFAULT;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace dtrain::transport::same_host

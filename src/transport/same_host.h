@@ -1,0 +1,35 @@
+// Same-host fast path: bodies copied straight between two processes' memory.
+//
+// Over loopback TCP every byte is copied twice (sender into the kernel, kernel into the receiver)
+// and pays for the TCP stack on the way. When both ends of a stream are processes on the same host
+// (same kernel boot, same network and pid namespaces) and the receiver may read the sender's
+// memory (checked with a probe at connection time), the sender writes only a descriptor (address,
+// token) and the receiver pulls the body with one process_vm_readv (Linux cross-memory attach,
+// as OpenMPI's shared-memory transport does for large messages): one copy, no TCP segments. The
+// receiver acknowledges each token on the same connection so the sender knows when it may release
+// the buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dtrain::transport::same_host {
+
+// Identifies this kernel, network namespace and pid namespace: equal ids mean "same host" for the
+// fast path (two network namespaces standing in for two hosts must not use it).
+const std::string& HostId();
+
+// What a connecting process says about itself: "dtrain-hello 1 <pid> <host-id> <probe-address>
+// <probe-text>".
+std::string EncodeHello();
+
+// Parses a hello and decides whether we can read the sender's memory (the probe must read back
+// exactly). Returns the sender's pid if so, 0 if not (or if the hello is malformed).
+int ProbeHello(const std::string& hello);
+
+// Copies `size` bytes from address `remote` of process `pid` into `dst`. Returns false (errno set)
+// if the memory cannot be read.
+bool ReadRemote(int pid, uint64_t remote, char* dst, size_t size);
+
+}  // namespace dtrain::transport::same_host
