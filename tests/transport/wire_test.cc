@@ -173,11 +173,19 @@ TEST(WireTest, RejectsUnknownCommands) {
 }
 
 TEST(WireTest, RejectsUnknownFlags) {
-  for (uint32_t flags : {1u << 2, 1u << 31, 0xffffffffu}) {
+  for (uint32_t flags : {1u << 3, 1u << 31, 0xffffffffu}) {
     std::string bytes = EncodeMessage(MakeMessage(Command::kHello));
     Poke<uint32_t>(bytes, 8, flags);
     ExpectRejected(bytes, "unknown flags");
   }
+}
+
+// The same-host body reference is valid in a header, but a self-contained message has no sender
+// memory to refer to.
+TEST(WireTest, RejectsRemoteBodyInASelfContainedMessage) {
+  std::string bytes = EncodeMessage(MakeMessage(Command::kHello));
+  Poke<uint32_t>(bytes, 8, kFlagRemoteBody);
+  ExpectRejected(bytes, "remote body");
 }
 
 TEST(WireTest, RejectsNegativeNodeIds) {
