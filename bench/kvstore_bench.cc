@@ -20,6 +20,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// ps-lite (the C++ parameter server over ZeroMQ that MXNet uses), pushpull median times measured
+// on this machine type's loopback and given in the issue that set our bars; ps-lite cannot be
+// built here (no network), so these are the reference: {workers, servers, bytes} -> ms.
+struct Reference {
+  int workers, servers;
+  size_t bytes;
+  double ms;
+};
+constexpr Reference kPsLite[] = {{1, 1, 4096, 0.16},          {1, 1, 1 << 20, 0.46},
+                                 {1, 1, 16 << 20, 11.3},      {1, 1, 64 << 20, 99.0},
+                                 {2, 2, 16 << 20, 17.7}};
+
 double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
@@ -91,6 +103,15 @@ int main(int argc, char** argv) {
                                  {"p90_ms", Percentile(ms, 0.9)},
                                  {"min_ms", Percentile(ms, 0.0)},
                                  {"gbytes_per_s", moved / (median * 1e-3) / 1e9}};
+          for (const auto& ref : kPsLite) {
+            if (op == "pushpull" && ref.bytes == bytes && ref.workers == kv->num_workers() &&
+                servers && ref.servers == std::atoi(servers)) {
+              line["pslite_median_ms"] = ref.ms;
+              line["ratio_vs_pslite"] = median / ref.ms;
+            }
+          }
+          const char* same_host = std::getenv("DTRAIN_SAME_HOST");
+          line["transport"] = same_host && std::string(same_host) == "0" ? "tcp" : "tcp+same-host";
           std::printf("%s\n", line.dump().c_str());
           std::fflush(stdout);
         }

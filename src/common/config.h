@@ -58,6 +58,7 @@ struct Config {
   int streams_per_peer = 2;            // DTRAIN_STREAMS_PER_PEER: TCP connections per peer
   int io_threads = 2;                  // DTRAIN_IO_THREADS
   size_t chunk_bytes = size_t{4} << 20;  // DTRAIN_CHUNK_BYTES: values travel in pieces this big
+  bool same_host_direct = true;        // DTRAIN_SAME_HOST: one-copy path between local processes
   size_t max_message_bytes = size_t{1} << 32;  // DTRAIN_MAX_MESSAGE_BYTES: larger is rejected
 
   bool distributed() const { return role.has_value(); }

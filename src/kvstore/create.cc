@@ -38,12 +38,9 @@ std::unique_ptr<KVStore> KVStore::Create(const std::string& requested) {
     ps::RunRoleFromEnvironmentIfService();  // servers and schedulers never return from here
     const Config config = Config::FromEnvironment();
     config.RequireDistributed("kvstore type '" + requested + "' was created");
-    transport::TcpOptions options;
-    options.streams_per_peer = config.streams_per_peer;
-    options.io_threads = config.io_threads;
-    options.max_message_bytes = config.max_message_bytes;
     return std::make_unique<DistKVStore>(type, config,
-                                         std::make_unique<transport::TcpTransport>(options),
+                                         std::make_unique<transport::TcpTransport>(
+                                             transport::TcpOptions::FromConfig(config)),
                                          /*exit_on_failure=*/true);
   }
   std::string known;

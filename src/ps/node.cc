@@ -281,7 +281,10 @@ int Node::WaitForTermination() {
 void Node::HeartbeatLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!shut_down_ && !terminated_ && !failure_) {
-    cv_.wait_for(lock, config_.heartbeat_interval);
+    // cv_ is notified by every control message, the scheduler's answer to our heartbeat included:
+    // only the end of the node may cut the interval short, or heartbeats would ping-pong.
+    cv_.wait_for(lock, config_.heartbeat_interval,
+                 [this] { return shut_down_ || terminated_ || failure_.has_value(); });
     if (shut_down_ || terminated_ || failure_) break;
     const auto silent = Clock::now() - last_heard_from_scheduler_;
     if (silent > config_.heartbeat_timeout) {

@@ -13,11 +13,7 @@ namespace dtrain::ps {
 namespace {
 
 std::unique_ptr<transport::Transport> MakeTransport(const Config& config) {
-  transport::TcpOptions options;
-  options.streams_per_peer = config.streams_per_peer;
-  options.io_threads = config.io_threads;
-  options.max_message_bytes = config.max_message_bytes;
-  return std::make_unique<transport::TcpTransport>(options);
+  return std::make_unique<transport::TcpTransport>(transport::TcpOptions::FromConfig(config));
 }
 
 }  // namespace

@@ -356,8 +356,11 @@ int Scheduler::Run() {
   State& s = *state_;
   SetLogIdentity("scheduler");
   const Deadline start_deadline(s.config.start_timeout);
+  // The deadlines are checked on time even while events keep coming (every node's heartbeats):
+  // a busy scheduler must still notice a node gone silent, or a start that never completes.
+  Clock::time_point next_check = Clock::now() + s.config.heartbeat_interval;
   while (!s.exit_code) {
-    Clock::time_point until = Clock::now() + s.config.heartbeat_interval;
+    Clock::time_point until = next_check;
     if (s.phase == Phase::kRegistering || s.phase == Phase::kStarting) {
       until = std::min(until, start_deadline.at());
     }
@@ -369,12 +372,13 @@ int Scheduler::Run() {
         DTRAIN_LOG(kWarning) << "ignoring a malformed message from "
                              << s.Name(event->msg.header.sender) << ": " << e.what();
       }
-      continue;
+      if (s.exit_code || Clock::now() < until) continue;
     }
     if ((s.phase == Phase::kRegistering || s.phase == Phase::kStarting) && start_deadline.passed()) {
       s.FailStart();
-    } else {
+    } else if (Clock::now() >= next_check) {
       s.CheckHeartbeats();
+      next_check = Clock::now() + s.config.heartbeat_interval;
     }
   }
   s.transport->Shutdown(Deadline(Duration(3000)));

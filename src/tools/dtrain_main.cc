@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;  // usage errors exit 2, as the launcher's own do
   } catch (const dtrain::Error& e) {
     std::fprintf(stderr, "dtrain: error: %s\n", e.what());
     return 1;

@@ -31,6 +31,15 @@ std::string RemoteOf(const tcp::socket& socket) {
 
 }  // namespace
 
+TcpOptions TcpOptions::FromConfig(const Config& config) {
+  TcpOptions options;
+  options.streams_per_peer = config.streams_per_peer;
+  options.io_threads = config.io_threads;
+  options.max_message_bytes = config.max_message_bytes;
+  options.same_host_direct = config.same_host_direct;
+  return options;
+}
+
 struct TcpTransport::Impl {
   struct OutStream;
   struct InStream;

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/config.h"
 #include "transport/transport.h"
 #include "transport/wire.h"
 
@@ -36,6 +37,10 @@ struct TcpOptions {
   // Same-host fast path (same_host.h) for bodies of at least direct_min_bytes.
   bool same_host_direct = true;
   size_t direct_min_bytes = 64 * 1024;
+
+  // The settings in effect from DTRAIN_STREAMS_PER_PEER, DTRAIN_IO_THREADS,
+  // DTRAIN_MAX_MESSAGE_BYTES and DTRAIN_SAME_HOST.
+  static TcpOptions FromConfig(const Config& config);
 };
 
 class TcpTransport : public Transport {
