@@ -1,0 +1,60 @@
+// Whole jobs started the way users start them: one `dtrain launch` command.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+constexpr int kHangGuardMs = 120000;
+
+std::vector<std::string> Launch(int workers, int servers, std::vector<std::string> command) {
+  std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"), "launch", "-n",
+                                   std::to_string(workers), "-s", std::to_string(servers),
+                                   "--launcher", "local", "--"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+TEST(LaunchJob, TwoWorkersTwoServersSyncSucceedsWithPrefixedOutput) {
+  TempDir dir;
+  Subprocess launch(Launch(2, 2, {BinaryPath("tests/programs/kv_check_worker"), "--scenario",
+                                  "sync", "--rounds", "5"}),
+                    {}, dir.path() + "/launch.log");
+  auto code = launch.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value()) << launch.Output();
+  EXPECT_EQ(*code, 0) << launch.Output();
+  EXPECT_NE(launch.Output().find("[worker 0] sync OK: rank 0 of 2"), std::string::npos)
+      << launch.Output();
+  EXPECT_NE(launch.Output().find("[worker 1] sync OK: rank 1 of 2"), std::string::npos)
+      << launch.Output();
+}
+
+TEST(LaunchJob, AWorkerDyingStopsTheJobAndNamesIt) {
+  TempDir dir;
+  Subprocess launch(Launch(3, 2, {BinaryPath("tests/programs/kv_check_worker"), "--scenario",
+                                  "die", "--die-rank", "2", "--die-after", "4"}),
+                    {}, dir.path() + "/launch.log");
+  auto code = launch.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value()) << launch.Output();
+  EXPECT_EQ(*code, 9) << launch.Output();  // the dying worker's own exit code comes through
+  EXPECT_NE(launch.Output().find("worker 2"), std::string::npos) << launch.Output();
+}
+
+TEST(LaunchJob, TheExampleTrainsToHighAccuracy) {
+  TempDir dir;
+  Subprocess launch(Launch(2, 2, {BinaryPath("examples/dtrain-example-softmax"), "--epochs", "2"}),
+                    {}, dir.path() + "/launch.log");
+  auto code = launch.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value()) << launch.Output();
+  ASSERT_EQ(*code, 0) << launch.Output();
+  const std::string out = launch.Output();
+  const auto at = out.rfind("Epoch 1: Test_acc ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::stod(out.substr(at + 18, 8)), 0.9) << out;
+}
+
+}  // namespace
+}  // namespace dtrain::testing
