@@ -22,6 +22,13 @@ const char* RoleName(Role role) {
   return "unknown";
 }
 
+std::optional<Role> RoleFromName(const std::string& name) {
+  for (Role r : {Role::kScheduler, Role::kServer, Role::kWorker}) {
+    if (name == RoleName(r)) return r;
+  }
+  return std::nullopt;
+}
+
 EnvLookup ProcessEnvironment() {
   return [](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());
@@ -97,15 +104,8 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   Reader r(env);
   Config c;
   if (auto role = r.Text("DMLC_ROLE")) {
-    if (*role == "scheduler") {
-      c.role = Role::kScheduler;
-    } else if (*role == "server") {
-      c.role = Role::kServer;
-    } else if (*role == "worker") {
-      c.role = Role::kWorker;
-    } else {
-      throw ConfigError("DMLC_ROLE='" + *role + "' is not one of scheduler, server, worker");
-    }
+    c.role = RoleFromName(*role);
+    if (!c.role) throw ConfigError("DMLC_ROLE='" + *role + "' is not one of scheduler, server, worker");
   }
   c.scheduler_host = r.Text("DMLC_PS_ROOT_URI").value_or("");
   if (auto v = r.Integer("DMLC_PS_ROOT_PORT", 1, 65535)) c.scheduler_port = static_cast<uint16_t>(*v);

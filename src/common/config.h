@@ -20,6 +20,8 @@ namespace dtrain {
 enum class Role { kScheduler, kServer, kWorker };
 
 const char* RoleName(Role role);
+// "scheduler", "server", "worker" -> the role; nullopt for anything else.
+std::optional<Role> RoleFromName(const std::string& name);
 
 // Looks a variable up; returns nullopt when unset. Lets tests supply an environment of their own.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;

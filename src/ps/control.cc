@@ -61,9 +61,7 @@ T Field(const json& j, const char* name, const char* what) {
 }
 
 Role ParseRole(const std::string& s) {
-  if (s == "scheduler") return Role::kScheduler;
-  if (s == "server") return Role::kServer;
-  if (s == "worker") return Role::kWorker;
+  if (auto role = RoleFromName(s)) return *role;
   throw ProtocolError("unknown role '" + s + "'");
 }
 

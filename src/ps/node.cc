@@ -53,6 +53,7 @@ std::string Node::NameOf(NodeId id) const {
 }
 
 void Node::Start() {
+  SetLogIdentity(RoleName(role_));
   transport_->SetHandlers([this](Message&& msg) { OnMessage(std::move(msg)); },
                           [this](NodeId peer, const std::string& remote, const std::string& why) {
                             OnPeerLost(peer, remote, why);

@@ -122,7 +122,10 @@ void Server::HandleInit(Message&& msg) {
     return ReplyError(h, "malformed init request for " + SlotName(h.key, h.part));
   }
   const int64_t length = meta["length"].get<int64_t>();
-  if (length < 0 || static_cast<uint64_t>(length) * DTypeSize(h.dtype) != msg.body.size) {
+  // Compared in elements: length * element size can wrap around to the body's size.
+  const size_t elem_size = DTypeSize(h.dtype);
+  if (length < 0 || msg.body.size % elem_size != 0 ||
+      static_cast<uint64_t>(length) != msg.body.size / elem_size) {
     return ReplyError(h, "init of " + SlotName(h.key, h.part) + " announces " +
                              std::to_string(length) + " elements but carries " +
                              std::to_string(msg.body.size) + " bytes");

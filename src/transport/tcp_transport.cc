@@ -604,8 +604,10 @@ void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, D
       break;
     }
   }
+  const bool direct = !opened.empty() && opened.front()->direct;
   DTRAIN_LOG(kConnections) << "connected to node " << peer << " at " << endpoint.ToString()
-                           << " over " << streams << " stream(s)";
+                           << " over " << streams << " stream(s)"
+                           << (direct ? ", same-host direct copies on" : "");
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->links[peer] = std::move(opened);
   impl_->lost.erase(peer);
