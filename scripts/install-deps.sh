@@ -8,9 +8,14 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   # libraries: networking (standalone Asio), CLI, JSON, tests, benchmarks
   libasio-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # the training front end: LibTorch, OpenBLAS (LibTorch otherwise falls back to the slow
+  # reference BLAS), zlib for reading .gz data sets, and the real Fashion-MNIST data set
+  libtorch-dev libopenblas0-pthread zlib1g-dev dataset-fashion-mnist
   # what the tests and the launcher use: ip (network namespaces), procps (pgrep/pkill)
   iproute2 procps
 )
+# Only for the benchmarks that compare against PyTorch DDP: bash scripts/install-deps.sh --bench
+if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-torch); fi
 
 missing=()
 for p in "${packages[@]}"; do
