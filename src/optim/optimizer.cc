@@ -6,6 +6,9 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "optim/adagrad.h"
+#include "optim/adam.h"
+#include "optim/rmsprop.h"
 #include "optim/sgd.h"
 
 namespace dtrain {
@@ -22,6 +25,10 @@ std::unique_ptr<Optimizer> Make(const OptimizerSpec& spec) {
   return std::make_unique<T>(spec);
 }
 
+std::unique_ptr<Optimizer> MakeNag(const OptimizerSpec& spec) {
+  return std::make_unique<SGD>(spec, /*nag=*/true);
+}
+
 struct Registration {
   std::string_view name;  // lower case
   std::unique_ptr<Optimizer> (*create)(const OptimizerSpec&);
@@ -29,7 +36,8 @@ struct Registration {
 
 // Every optimizer CreateOptimizer knows; adding one is one line here.
 constexpr Registration kOptimizers[] = {
-    {"sgd", &Make<SGD>},
+    {"sgd", &Make<SGD>},         {"nag", &MakeNag},           {"adam", &Make<Adam>},
+    {"adagrad", &Make<AdaGrad>}, {"rmsprop", &Make<RMSProp>},
 };
 
 std::string Lower(std::string_view s) {
@@ -55,8 +63,11 @@ std::string OptimizerSpec::ToJson() const {
     }
     params[key] = value;
   }
+  Json doc{{"name", name}, {"params", std::move(params)}};
+  // Left out when empty, so that a spec without a schedule reads as it always has.
+  if (!lr_scheduler.empty()) doc["lr_scheduler"] = lr_scheduler;
   try {
-    return Json{{"name", name}, {"params", std::move(params)}}.dump();
+    return doc.dump();
   } catch (const Json::exception& e) {  // a name that is not UTF-8
     throw InvalidArgument("optimizer spec '" + name + "' cannot be written as JSON: " + e.what());
   }
@@ -75,8 +86,9 @@ OptimizerSpec OptimizerSpec::FromJson(const std::string& json) {
   }
   if (!doc.is_object()) BadSpec("expected a JSON object, got " + std::string(doc.type_name()));
   for (const auto& [field, value] : doc.items()) {
-    if (field != "name" && field != "params") {
-      BadSpec("unexpected field '" + field + "' (a spec has \"name\" and \"params\")");
+    if (field != "name" && field != "params" && field != "lr_scheduler") {
+      BadSpec("unexpected field '" + field +
+              "' (a spec has \"name\", \"params\" and optionally \"lr_scheduler\")");
     }
   }
   const auto name = doc.find("name");
@@ -87,8 +99,13 @@ OptimizerSpec OptimizerSpec::FromJson(const std::string& json) {
   if (params == doc.end() || !params->is_object()) {
     BadSpec("\"params\" must be an object of numbers");
   }
+  const auto lr_scheduler = doc.find("lr_scheduler");
+  if (lr_scheduler != doc.end() && !lr_scheduler->is_string()) {
+    BadSpec("\"lr_scheduler\" must be a string, got " + std::string(lr_scheduler->type_name()));
+  }
   OptimizerSpec spec;
   spec.name = name->get<std::string>();
+  if (lr_scheduler != doc.end()) spec.lr_scheduler = lr_scheduler->get<std::string>();
   for (const auto& [key, value] : params->items()) {
     // is_number is false for booleans: "nesterov": true must be written as 1.
     if (!value.is_number()) {

@@ -2,11 +2,25 @@
 //
 // The same code runs on servers (update_on_kvstore: the servers apply it to each merged gradient)
 // and on workers (the worker pulls the merged gradient and updates locally), so both give identical
-// results. An optimizer keeps its state (momentum, ...) per `index`: a key on a worker, a key and
-// part on a server, which owns only some parts of a big array. All rules here are element-wise, so
-// updating parts separately equals updating the whole.
+// results. An optimizer keeps its state (momentum, ..., and the number of updates so far) per
+// `index`: a key on a worker, a key and part on a server, which owns only some parts of a big
+// array. All rules here are element-wise, so updating parts separately equals updating the whole.
+//
+// Optimizers (CreateOptimizer's names; parameters and formulas in each one's header):
+//   sgd      SGD, with momentum and Nesterov momentum (sgd.h); "nag" is SGD with nesterov = 1
+//   adam     Adam with MXNet's bias correction through the learning rate (adam.h)
+//   adagrad  AdaGrad (adagrad.h)
+//   rmsprop  RMSProp, plain (Tieleman & Hinton) or centered (Graves) (rmsprop.h)
+// Every one takes a learning-rate schedule (lr_schedule.h): OptimizerSpec::lr_scheduler and the
+// "lr_*" parameters.
+//
+// Update count: each index counts its own updates. Its first Update is update t = 1, as MXNet
+// counts (it increments the count before it asks the schedule, and Adam uses that count). A server
+// updates every slot of a key once per round, so the counts agree with a worker's for the key.
 //
 // Threads: Update may be called concurrently for different indexes, never for the same one.
+// SaveState, LoadState and UpdateCount must not run while an Update does (the caller pauses
+// updates, as a checkpoint does); learning_rate and set_learning_rate may be called any time.
 #pragma once
 
 #include <cstdint>
@@ -17,18 +31,24 @@
 
 namespace dtrain {
 
-// What is sent to servers to build the same optimizer there: a name and numeric parameters, with
-// MXNet's names ("learning_rate", "momentum", "wd", "rescale_grad", "clip_gradient").
+// What is sent to servers to build the same optimizer there: a name, numeric parameters with
+// MXNet's names ("learning_rate", "momentum", "wd", "rescale_grad", "clip_gradient"), and the
+// learning-rate schedule.
 struct OptimizerSpec {
   std::string name;
   std::map<std::string, double> params;
+  // "" (none, the default), "step" (MXNet's FactorScheduler) or "cosine" (CosineScheduler); their
+  // parameters are in `params` (lr_schedule.h). CreateOptimizer checks the value.
+  std::string lr_scheduler = "";
 
-  // {"name": "sgd", "params": {"learning_rate": 0.1}}. Throws InvalidArgument for a value JSON
-  // cannot carry (NaN, infinity, text that is not UTF-8).
+  // {"name": "sgd", "params": {"learning_rate": 0.1}}, with "lr_scheduler": "step" added when a
+  // schedule is set. Throws InvalidArgument for a value JSON cannot carry (NaN, infinity, text
+  // that is not UTF-8).
   std::string ToJson() const;
   // The inverse of ToJson. The text comes off the network, so anything else (not JSON, other
-  // fields, a non-numeric parameter) is an InvalidArgument saying what is wrong; never a crash.
-  // Whether the name and parameters mean anything is CreateOptimizer's to check.
+  // fields, a non-numeric parameter, a non-string lr_scheduler) is an InvalidArgument saying what
+  // is wrong; never a crash. Whether the name and parameters mean anything is CreateOptimizer's to
+  // check.
   static OptimizerSpec FromJson(const std::string& json);
 };
 
@@ -37,22 +57,43 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   // weight -= f(grad, state[index]); grad and weight have the same length. The state of an index
-  // is created (zeros) by its first Update and keeps that length. Throws InvalidArgument for
-  // lengths that differ, from each other or from the index's earlier updates.
+  // is created (zeros, update count 0) by its first Update and keeps that length. Throws
+  // InvalidArgument for lengths that differ, from each other or from the index's earlier updates;
+  // a refused Update changes nothing.
   virtual void Update(uint64_t index, std::span<float> weight, std::span<const float> grad) = 0;
 
   // The spec this optimizer was built from (a later set_learning_rate does not change it).
   virtual const OptimizerSpec& spec() const = 0;
 
-  // The learning rate of the next Update: learning-rate schedules change it between steps. May be
-  // called from any thread, also while Update runs (that Update uses the old or the new rate).
-  // Throws InvalidArgument for a negative or non-finite rate.
+  // The base learning rate: the spec's "learning_rate" until set_learning_rate changes it. Without
+  // a schedule every Update uses it; a schedule scales it by the index's update count
+  // (LearningRateAt). May be called from any thread, also while Update runs (that Update uses the
+  // old or the new rate). set_learning_rate throws InvalidArgument for a negative or non-finite
+  // rate.
   virtual void set_learning_rate(double learning_rate) = 0;
   virtual double learning_rate() const = 0;
+
+  // The learning rate that an index's update number `t` (1 for its first) uses with the current
+  // base rate: learning_rate() itself when there is no schedule. Adam's bias correction is not
+  // included (it is part of Adam's rule).
+  virtual double LearningRateAt(uint64_t t) const = 0;
+
+  // How many updates `index` has had (0 for an index never updated).
+  virtual uint64_t UpdateCount(uint64_t index) const = 0;
+
+  // The state of every index (update count and buffers) and the base learning rate, in a
+  // versioned binary form that names the optimizer. LoadState replaces this optimizer's state and
+  // base learning rate with it: an optimizer built from the same spec then continues bit for bit
+  // as the saved one would have. The bytes may come from anywhere: anything that is not such a
+  // state for this optimizer (another optimizer or variant, another version, cut short, extra
+  // bytes, inconsistent lengths) is an InvalidArgument and leaves this optimizer as it was.
+  virtual std::string SaveState() const = 0;
+  virtual void LoadState(const std::string& bytes) = 0;
 };
 
-// Builds an optimizer by name (case-insensitive; "sgd"). Throws InvalidArgument for an unknown name
-// or parameter, or a bad value, naming it and what is accepted.
+// Builds an optimizer by name (case-insensitive: "sgd", "nag", "adam", "adagrad", "rmsprop").
+// Throws InvalidArgument for an unknown name, parameter or schedule, or a bad value, naming it and
+// what is accepted.
 std::unique_ptr<Optimizer> CreateOptimizer(const OptimizerSpec& spec);
 
 }  // namespace dtrain

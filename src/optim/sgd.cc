@@ -1,10 +1,8 @@
 #include "optim/sgd.h"
 
-#include <cmath>
-#include <string>
-
-#include "common/error.h"
-#include "optim/optimizer_params.h"
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace dtrain {
 namespace {
@@ -28,8 +26,7 @@ template <bool kClip>
 inline float ScaledStep(float g, const Rates& r, float lr_rescale) {
   if constexpr (kClip) {
     const float s = r.rescale * g;
-    // mshadow's clip: NaN stays NaN.
-    return r.lr * (s > r.clip ? r.clip : (s < -r.clip ? -r.clip : s));
+    return r.lr * ClipTo(s, r.clip);
   } else {
     return lr_rescale * g;
   }
@@ -63,7 +60,7 @@ void NesterovUpdate(const Rates& r, float* __restrict w, float* __restrict mom,
   const float momentum_plus_one = r.momentum + 1.f;
   for (size_t i = 0; i < n; ++i) {
     float s = r.rescale * g[i];
-    if constexpr (kClip) s = s > r.clip ? r.clip : (s < -r.clip ? -r.clip : s);
+    if constexpr (kClip) s = ClipTo(s, r.clip);
     const float step = r.lr * (s + r.wd * w[i]);
     const float m = r.momentum * mom[i];
     w[i] = w[i] - m + momentum_plus_one * (m - step);
@@ -73,58 +70,34 @@ void NesterovUpdate(const Rates& r, float* __restrict w, float* __restrict mom,
 
 }  // namespace
 
-SGD::SGD(OptimizerSpec spec) : spec_(std::move(spec)) {
-  const OptimizerParams params(
-      spec_, {"learning_rate", "momentum", "wd", "rescale_grad", "clip_gradient", "nesterov"});
-  learning_rate_ = params.NonNegative("learning_rate", 0.01f);
-  momentum_ = params.InRange("momentum", 0.f, 0.f, 1.f);
-  wd_ = params.NonNegative("wd", 0.f);
-  rescale_grad_ = params.Positive("rescale_grad", 1.f);
-  clip_gradient_ = params.Any("clip_gradient", -1.f);
-  nesterov_ = params.Flag("nesterov", false);
+SGD::SGD(OptimizerSpec spec, bool nag)
+    : ElementwiseOptimizer(
+          std::move(spec), "sgd",
+          nag ? std::vector<std::string_view>{"momentum", "wd", "rescale_grad", "clip_gradient"}
+              : std::vector<std::string_view>{"momentum", "wd", "rescale_grad", "clip_gradient",
+                                              "nesterov"},
+          0.01) {
+  momentum_ = params().InRange("momentum", 0.f, 0.f, 1.f);
+  wd_ = params().NonNegative("wd", 0.f);
+  rescale_grad_ = params().Positive("rescale_grad", 1.f);
+  clip_gradient_ = params().Any("clip_gradient", -1.f);
+  nesterov_ = nag || params().Flag("nesterov", false);
+  // As MXNet's SGD and NAG do, momentum 0 keeps no state and takes the plain formula.
+  set_state_buffers(momentum_ == 0 ? 0 : 1);
 }
 
-void SGD::set_learning_rate(double learning_rate) {
-  OptimizerSpec probe{spec_.name, {{"learning_rate", learning_rate}}};
-  learning_rate_ = OptimizerParams(probe, {"learning_rate"}).NonNegative("learning_rate", 0.f);
-}
-
-std::span<float> SGD::MomentumOf(uint64_t index, size_t n) {
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    auto it = state_.find(index);
-    if (it != state_.end()) {
-      if (it->second.size() != n) {
-        throw InvalidArgument("optimizer '" + spec_.name + "': index " + std::to_string(index) +
-                              " has state for " + std::to_string(it->second.size()) +
-                              " elements but was given " + std::to_string(n));
-      }
-      return it->second;
-    }
-  }
-  // Zero-fill a big state outside the lock so that updates of other indexes need not wait. No
-  // other thread adds this index meanwhile: Update never runs twice at once for one index.
-  std::vector<float> fresh(n, 0.f);
-  std::lock_guard<std::mutex> lock(state_mutex_);
-  return state_.try_emplace(index, std::move(fresh)).first->second;
-}
-
-void SGD::Update(uint64_t index, std::span<float> weight, std::span<const float> grad) {
-  if (weight.size() != grad.size()) {
-    throw InvalidArgument("optimizer '" + spec_.name + "': index " + std::to_string(index) +
-                          " has " + std::to_string(weight.size()) + " weights but " +
-                          std::to_string(grad.size()) + " gradients");
-  }
-  const Rates r{learning_rate_.load(), momentum_, wd_, rescale_grad_, clip_gradient_};
+void SGD::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
+                std::span<float> state) {
+  const Rates r{static_cast<float>(step.learning_rate), momentum_, wd_, rescale_grad_,
+                clip_gradient_};
   const bool clip = clip_gradient_ > 0;
   const size_t n = weight.size();
-  // As MXNet's SGD and NAG do, momentum 0 keeps no state and takes the plain formula.
   if (momentum_ == 0) {
     clip ? PlainUpdate<true>(r, weight.data(), grad.data(), n)
          : PlainUpdate<false>(r, weight.data(), grad.data(), n);
     return;
   }
-  float* mom = MomentumOf(index, n).data();
+  float* mom = state.data();
   if (nesterov_) {
     clip ? NesterovUpdate<true>(r, weight.data(), mom, grad.data(), n)
          : NesterovUpdate<false>(r, weight.data(), mom, grad.data(), n);

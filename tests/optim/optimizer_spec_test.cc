@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -52,6 +53,34 @@ TEST(OptimizerSpecTest, JsonRoundTripKeepsEveryBit) {
   const OptimizerSpec back = OptimizerSpec::FromJson(spec.ToJson());
   EXPECT_EQ(back.name, spec.name);
   EXPECT_EQ(back.params, spec.params);  // doubles compared exactly
+}
+
+TEST(OptimizerSpecTest, JsonRoundTripKeepsTheSchedule) {
+  const OptimizerSpec spec{"adam", {{"learning_rate", 0.01}, {"lr_max_update", 100}}, "cosine"};
+  const std::string json = spec.ToJson();
+  EXPECT_THAT(json, HasSubstr(R"("lr_scheduler":"cosine")"));
+  const OptimizerSpec back = OptimizerSpec::FromJson(json);
+  EXPECT_EQ(back.name, "adam");
+  EXPECT_EQ(back.params, spec.params);
+  EXPECT_EQ(back.lr_scheduler, "cosine");
+}
+
+TEST(OptimizerSpecTest, NoScheduleWritesNoScheduleField) {
+  // Specs without a schedule read exactly as before schedules existed.
+  EXPECT_EQ(OptimizerSpec({"sgd", {{"wd", 0.5}}}).ToJson(),
+            R"({"name":"sgd","params":{"wd":0.5}})");
+  EXPECT_EQ(OptimizerSpec::FromJson(R"({"name": "sgd", "params": {}})").lr_scheduler, "");
+  EXPECT_EQ(
+      OptimizerSpec::FromJson(R"({"name": "sgd", "params": {}, "lr_scheduler": ""})").lr_scheduler,
+      "");
+}
+
+TEST(OptimizerSpecTest, NonStringScheduleIsRefused) {
+  for (const std::string value : {"1", "null", "true", R"(["step"])", R"({"kind": "step"})"}) {
+    SCOPED_TRACE(value);
+    EXPECT_THAT(FromJsonError(R"({"name": "sgd", "params": {}, "lr_scheduler": )" + value + "}"),
+                HasSubstr("\"lr_scheduler\" must be a string"));
+  }
 }
 
 TEST(OptimizerSpecTest, JsonRoundTripWithoutParams) {
@@ -135,7 +164,45 @@ TEST(CreateOptimizerTest, NameIsCaseInsensitive) {
 TEST(CreateOptimizerTest, UnknownOptimizerListsTheKnownOnes) {
   const std::string message = CreateError({"adamw", {}});
   EXPECT_THAT(message, HasSubstr("unknown optimizer 'adamw'"));
-  EXPECT_THAT(message, HasSubstr("sgd"));
+  EXPECT_THAT(message, HasSubstr("known optimizers: sgd, nag, adam, adagrad, rmsprop"));
+}
+
+TEST(CreateOptimizerTest, EveryRegisteredNameBuildsWithMxnetsDefaultRate) {
+  const std::pair<const char*, double> cases[] = {
+      {"sgd", 0.01}, {"NAG", 0.01}, {"Adam", 0.001}, {"adagrad", 0.01}, {"RMSProp", 0.001}};
+  for (const auto& [name, rate] : cases) {
+    SCOPED_TRACE(name);
+    auto opt = CreateOptimizer({name, {}});
+    ASSERT_NE(opt, nullptr);
+    EXPECT_EQ(opt->learning_rate(), rate);
+    EXPECT_EQ(opt->spec().name, name);
+  }
+}
+
+TEST(CreateOptimizerTest, NagIsSgdWithNesterovMomentum) {
+  auto nag = CreateOptimizer({"nag", {{"learning_rate", 0.1}, {"momentum", 0.9}, {"wd", 0.01}}});
+  auto sgd = CreateOptimizer(
+      {"sgd", {{"learning_rate", 0.1}, {"momentum", 0.9}, {"wd", 0.01}, {"nesterov", 1}}});
+  std::vector<float> a{1.f, -2.f}, b = a;
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<float> g{0.5f * static_cast<float>(i), 1.f};
+    nag->Update(0, a, g);
+    sgd->Update(0, b, g);
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_THAT(CreateError({"nag", {{"nesterov", 1}}}), HasSubstr("no parameter 'nesterov'"));
+}
+
+TEST(CreateOptimizerTest, EveryOptimizerAcceptsTheLearningRateAndScheduleParameters) {
+  for (const char* name : {"sgd", "nag", "adam", "adagrad", "rmsprop"}) {
+    SCOPED_TRACE(name);
+    const std::string message = CreateError({name, {{"lr", 0.1}}});
+    EXPECT_THAT(message, HasSubstr("no parameter 'lr'"));
+    EXPECT_THAT(message, HasSubstr("learning_rate"));
+    EXPECT_THAT(message, HasSubstr("lr_step"));
+    EXPECT_THAT(message, HasSubstr("lr_max_update"));
+    EXPECT_NO_THROW(CreateOptimizer({name, {{"learning_rate", 0.1}, {"lr_step", 10}}, "step"}));
+  }
 }
 
 TEST(CreateOptimizerTest, UnknownParameterIsNamedWithTheAcceptedOnes) {

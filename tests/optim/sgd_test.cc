@@ -219,6 +219,14 @@ TEST(SgdTest, SetLearningRateRefusesBadRates) {
 
 // ---- State per index ----
 
+TEST(SgdTest, PlainSgdCountsUpdatesWithoutKeepingBuffers) {
+  // Momentum 0 keeps no momentum, but each index still counts its updates for the schedule.
+  auto opt = Sgd({{"learning_rate", 0.1}});
+  std::vector<float> w{1.f};
+  for (int i = 0; i < 3; ++i) opt->Update(4, w, std::vector<float>{1.f});
+  EXPECT_EQ(opt->UpdateCount(4), 3u);
+}
+
 TEST(SgdTest, StateIsKeptPerIndex) {
   const std::map<std::string, double> params{{"learning_rate", 0.1}, {"momentum", 0.9}};
   auto shared = Sgd(params);

@@ -1,0 +1,288 @@
+#include "optim/elementwise_optimizer.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/error.h"
+
+namespace dtrain {
+namespace {
+
+constexpr char kMagic[4] = {'D', 'T', 'O', 'S'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kMaxNameBytes = 64;
+// Counts beyond 2^53 would lose their last bit in the schedules' double arithmetic; no training
+// gets near it, so a larger one in saved state is damage.
+constexpr uint64_t kMaxUpdateCount = uint64_t{1} << 53;
+// index, update count, length
+constexpr size_t kIndexHeaderBytes = 3 * sizeof(uint64_t);
+
+std::vector<std::string_view> WithCommonParams(std::vector<std::string_view> own) {
+  own.insert(own.begin(), "learning_rate");
+  own.insert(own.end(), LearningRateSchedule::kParamNames.begin(),
+             LearningRateSchedule::kParamNames.end());
+  return own;
+}
+
+// ---- Little-endian encoding, whatever the host's order ----
+
+class StateWriter {
+ public:
+  explicit StateWriter(size_t size) { out_.reserve(size); }
+
+  void Bytes(const void* data, size_t n) { out_.append(static_cast<const char*>(data), n); }
+  void U32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  void U64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  void F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
+  void Floats(const std::vector<float>& v) {
+    if (v.empty()) return;
+    if constexpr (std::endian::native == std::endian::little) {
+      Bytes(v.data(), v.size() * sizeof(float));
+    } else {
+      for (float f : v) U32(std::bit_cast<uint32_t>(f));
+    }
+  }
+
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+// Reads untrusted bytes: every read checks what is left first and names what it was reading.
+class StateReader {
+ public:
+  explicit StateReader(std::string_view data) : data_(data) {}
+
+  size_t left() const { return data_.size() - pos_; }
+  size_t pos() const { return pos_; }
+
+  const char* Take(size_t n, const char* what) {
+    if (n > left()) {
+      throw InvalidArgument("optimizer state is cut short: " + std::string(what) + " needs " +
+                            std::to_string(n) + " bytes at offset " + std::to_string(pos_) + ", " +
+                            std::to_string(left()) + " left");
+    }
+    const char* p = data_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  uint32_t U32(const char* what) {
+    const auto* p = reinterpret_cast<const unsigned char*>(Take(4, what));
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t{p[i]} << (8 * i);
+    return v;
+  }
+  uint64_t U64(const char* what) {
+    const auto* p = reinterpret_cast<const unsigned char*>(Take(8, what));
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= uint64_t{p[i]} << (8 * i);
+    return v;
+  }
+  double F64(const char* what) { return std::bit_cast<double>(U64(what)); }
+  void Floats(float* out, size_t n, const char* what) {
+    const char* p = Take(n * sizeof(float), what);
+    if (n == 0) return;  // `out` may be null
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(out, p, n * sizeof(float));
+    } else {
+      StateReader floats(std::string_view(p, n * sizeof(float)));
+      for (size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(floats.U32(what));
+    }
+  }
+
+ private:
+  std::string_view data_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+ElementwiseOptimizer::ElementwiseOptimizer(OptimizerSpec spec, std::string_view state_name,
+                                           std::vector<std::string_view> own_params,
+                                           double default_learning_rate)
+    : spec_(std::move(spec)),
+      state_name_(state_name),
+      params_(spec_, WithCommonParams(std::move(own_params))) {
+  params_.NonNegative("learning_rate", static_cast<float>(default_learning_rate));
+  learning_rate_ = params_.Exact("learning_rate", default_learning_rate);
+  schedule_ = LearningRateSchedule::FromSpec(spec_, params_, learning_rate_.load());
+}
+
+void ElementwiseOptimizer::set_learning_rate(double learning_rate) {
+  OptimizerSpec probe{spec_.name, {{"learning_rate", learning_rate}}};
+  const OptimizerParams check(probe, {"learning_rate"});
+  check.NonNegative("learning_rate", 0.f);
+  learning_rate_ = check.Exact("learning_rate", 0.0);
+}
+
+double ElementwiseOptimizer::LearningRateAt(uint64_t t) const {
+  return schedule_.RateAt(learning_rate_.load(), t);
+}
+
+uint64_t ElementwiseOptimizer::UpdateCount(uint64_t index) const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  auto it = state_.find(index);
+  return it == state_.end() ? 0 : it->second.update_count;
+}
+
+ElementwiseOptimizer::IndexState& ElementwiseOptimizer::StateOf(uint64_t index, size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    auto it = state_.find(index);
+    if (it != state_.end()) {
+      if (it->second.length != n) {
+        throw InvalidArgument("optimizer '" + spec_.name + "': index " + std::to_string(index) +
+                              " has state for " + std::to_string(it->second.length) +
+                              " elements but was given " + std::to_string(n));
+      }
+      return it->second;
+    }
+  }
+  // Zero-fill a big state outside the lock so that updates of other indexes need not wait. No
+  // other thread adds this index meanwhile: Update never runs twice at once for one index.
+  IndexState fresh{0, n, std::vector<float>(state_buffers_ * n, 0.f)};
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return state_.try_emplace(index, std::move(fresh)).first->second;
+}
+
+void ElementwiseOptimizer::Update(uint64_t index, std::span<float> weight,
+                                  std::span<const float> grad) {
+  if (weight.size() != grad.size()) {
+    throw InvalidArgument("optimizer '" + spec_.name + "': index " + std::to_string(index) +
+                          " has " + std::to_string(weight.size()) + " weights but " +
+                          std::to_string(grad.size()) + " gradients");
+  }
+  IndexState& state = StateOf(index, weight.size());
+  // As MXNet's _update_count: the count goes up before the schedule (and Adam) read it.
+  const uint64_t t = state.update_count + 1;
+  Apply(Step{t, LearningRateAt(t)}, weight, grad, state.buffers);
+  state.update_count = t;
+}
+
+// ---- Saved state ----
+
+std::string ElementwiseOptimizer::SaveState() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  std::vector<const StateTable::value_type*> entries;
+  entries.reserve(state_.size());
+  size_t size = sizeof(kMagic) + 4 + 4 + state_name_.size() + 4 + 8 + 8;
+  for (const auto& entry : state_) {
+    entries.push_back(&entry);
+    size += kIndexHeaderBytes + entry.second.buffers.size() * sizeof(float);
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const auto* a, const auto* b) { return a->first < b->first; });
+
+  StateWriter out(size);
+  out.Bytes(kMagic, sizeof(kMagic));
+  out.U32(kVersion);
+  out.U32(static_cast<uint32_t>(state_name_.size()));
+  out.Bytes(state_name_.data(), state_name_.size());
+  out.U32(static_cast<uint32_t>(state_buffers_));
+  out.F64(learning_rate_.load());
+  out.U64(entries.size());
+  for (const auto* entry : entries) {
+    out.U64(entry->first);
+    out.U64(entry->second.update_count);
+    out.U64(entry->second.length);
+    out.Floats(entry->second.buffers);
+  }
+  return out.Take();
+}
+
+void ElementwiseOptimizer::BadState(const std::string& why) const {
+  throw InvalidArgument("optimizer '" + spec_.name + "' cannot load this state: " + why);
+}
+
+void ElementwiseOptimizer::LoadState(const std::string& bytes) {
+  StateReader in(bytes);
+  if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    BadState("it does not start with the magic \"DTOS\" of saved optimizer state");
+  }
+  in.Take(sizeof(kMagic), "the magic");
+  const uint32_t version = in.U32("the version");
+  if (version != kVersion) {
+    BadState("it is version " + std::to_string(version) + "; this build reads version " +
+             std::to_string(kVersion));
+  }
+  const uint32_t name_bytes = in.U32("the name's length");
+  if (name_bytes == 0 || name_bytes > kMaxNameBytes) {
+    BadState("its name is " + std::to_string(name_bytes) + " bytes long (1 to " +
+             std::to_string(kMaxNameBytes) + " expected)");
+  }
+  const std::string_view name(in.Take(name_bytes, "the name"), name_bytes);
+  if (name != state_name_) {
+    // Only printable names are quoted back: the bytes may be anything.
+    const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+      return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+    });
+    BadState(
+        "it is the state of " +
+        (printable ? "optimizer '" + std::string(name) + "'" : std::string("another optimizer")) +
+        ", this is '" + state_name_ + "'");
+  }
+  const uint32_t buffers = in.U32("the number of buffers");
+  if (buffers != state_buffers_) {
+    BadState("it keeps " + std::to_string(buffers) + " state buffers per element, this '" +
+             state_name_ + "' keeps " + std::to_string(state_buffers_) +
+             " (a different variant or momentum setting)");
+  }
+  const double learning_rate = in.F64("the learning rate");
+  if (!std::isfinite(learning_rate) || learning_rate < 0 ||
+      learning_rate > std::numeric_limits<float>::max()) {
+    BadState("its learning rate " + std::to_string(learning_rate) +
+             " is not a finite float32 number >= 0");
+  }
+  const uint64_t count = in.U64("the number of indexes");
+  if (count > in.left() / kIndexHeaderBytes) {
+    BadState("it claims " + std::to_string(count) + " indexes but has only " +
+             std::to_string(in.left()) + " bytes left");
+  }
+
+  StateTable table;
+  table.reserve(static_cast<size_t>(count));
+  uint64_t previous = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t index = in.U64("an index");
+    if (i > 0 && index <= previous) {
+      BadState("index " + std::to_string(index) + " follows index " + std::to_string(previous) +
+               " (indexes must be increasing)");
+    }
+    previous = index;
+    IndexState state;
+    state.update_count = in.U64("an update count");
+    if (state.update_count > kMaxUpdateCount) {
+      BadState("index " + std::to_string(index) + " claims " + std::to_string(state.update_count) +
+               " updates, more than 2^53");
+    }
+    const uint64_t length = in.U64("a length");
+    // Checked before anything is allocated: the floats must be there.
+    if (buffers > 0 && length > in.left() / (buffers * sizeof(float))) {
+      BadState("index " + std::to_string(index) + " claims " + std::to_string(length) +
+               " elements of state but only " + std::to_string(in.left()) + " bytes are left");
+    }
+    if (length > std::numeric_limits<size_t>::max()) BadState("a length does not fit in memory");
+    state.length = static_cast<size_t>(length);
+    state.buffers.resize(buffers * state.length);
+    in.Floats(state.buffers.data(), state.buffers.size(), "the state buffers");
+    table.emplace(index, std::move(state));
+  }
+  if (in.left() != 0) {
+    BadState(std::to_string(in.left()) + " bytes follow the end of the state at offset " +
+             std::to_string(in.pos()));
+  }
+
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  state_.swap(table);
+  learning_rate_ = learning_rate;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,102 @@
+// What every optimizer here shares: the spec and its checks, the base learning rate and its
+// schedule, the state table (per index: the update count and a few float buffers as long as the
+// weight), and the saved form of that state. A rule states its parameters, how many buffers it
+// keeps, and its kernel (Apply).
+//
+// Saved state (SaveState; all integers little-endian, floats as their IEEE bits, little-endian):
+//   "DTOS"            4 bytes, magic
+//   version           u32, 1
+//   name              u32 length (1..64), then the optimizer's name ("sgd", "adam", ...)
+//   buffers           u32, state buffers per element: a rule's variant (SGD with or without
+//                     momentum, RMSProp plain or centered) keeps a different number
+//   learning rate     f64, the base rate (set_learning_rate's)
+//   indexes           u64 count, then per index in increasing order of index:
+//                       u64 index, u64 update count (<= 2^53), u64 length n,
+//                       buffers * n f32, buffer after buffer
+// The index order makes the form canonical: LoadState of SaveState's bytes saves the same bytes.
+//
+// Threads: as Optimizer (optimizer.h). The table's lock is held only to find or add an index;
+// Update then works on that index's buffers, which never move, without it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "optim/optimizer_params.h"
+
+namespace dtrain {
+
+// mshadow's clip to [-bound, bound]: NaN stays NaN. Branch-free once compiled (two selects), so
+// the loops that use it vectorise.
+inline float ClipTo(float x, float bound) { return x > bound ? bound : (x < -bound ? -bound : x); }
+
+class ElementwiseOptimizer : public Optimizer {
+ public:
+  void Update(uint64_t index, std::span<float> weight, std::span<const float> grad) final;
+
+  const OptimizerSpec& spec() const final { return spec_; }
+  void set_learning_rate(double learning_rate) final;
+  double learning_rate() const final { return learning_rate_.load(); }
+  double LearningRateAt(uint64_t t) const final;
+  uint64_t UpdateCount(uint64_t index) const final;
+
+  std::string SaveState() const final;
+  void LoadState(const std::string& bytes) final;
+
+ protected:
+  // One update of one index, as the rule's kernel needs it.
+  struct Step {
+    uint64_t t;            // the index's update number, 1 for its first
+    double learning_rate;  // the schedule's rate for t (double, as MXNet's Python has it)
+  };
+
+  // `state_name` names the rule in saved state; `own_params` are the parameter names the rule
+  // reads besides "learning_rate" and the schedule's, which every rule accepts. Reads and checks
+  // the learning rate (default `default_learning_rate`) and the schedule; the rule's constructor
+  // then reads its own parameters through params().
+  ElementwiseOptimizer(OptimizerSpec spec, std::string_view state_name,
+                       std::vector<std::string_view> own_params, double default_learning_rate);
+
+  const OptimizerParams& params() const { return params_; }
+
+  // How many buffers of weight length each index keeps (0 by default). Set once, in the rule's
+  // constructor.
+  void set_state_buffers(size_t count) { state_buffers_ = count; }
+
+  // weight -= f(grad, state). `state` holds the index's buffers one after another, each as long
+  // as `weight` (zeros before its first update). Must not throw.
+  virtual void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
+                     std::span<float> state) = 0;
+
+ private:
+  struct IndexState {
+    uint64_t update_count = 0;
+    size_t length = 0;
+    std::vector<float> buffers;  // state_buffers_ * length
+  };
+  using StateTable = std::unordered_map<uint64_t, IndexState>;
+
+  // The state of `index`, created for `n` elements by the first call; throws for another length.
+  IndexState& StateOf(uint64_t index, size_t n);
+  [[noreturn]] void BadState(const std::string& why) const;
+
+  const OptimizerSpec spec_;
+  const std::string state_name_;
+  const OptimizerParams params_;  // reads spec_
+  std::atomic<double> learning_rate_;
+  LearningRateSchedule schedule_;
+  size_t state_buffers_ = 0;
+
+  mutable std::mutex state_mutex_;  // guards the table only, not the buffers in it
+  StateTable state_;
+};
+
+}  // namespace dtrain
