@@ -47,13 +47,26 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
       node_(config, Role::kWorker, std::move(transport), ps::Node::Options{exit_on_failure}),
       client_(node_),
       partition_(config.num_servers, config.bigarray_bound, config.chunk_bytes) {
-  node_.Start();
+  try {
+    node_.Start();
+  } catch (...) {
+    // The transport's thread may be inside client_ (a failure listener): stop it before the
+    // members are destroyed, client_ first.
+    node_.Shutdown();
+    throw;
+  }
 }
 
 DistKVStore::~DistKVStore() {
   try {
     if (!node_.failure()) {  // after a failure there is nothing to wait for; it was logged
-      WaitAll();
+      try {
+        WaitAll();
+      } catch (const Error& e) {
+        // An operation failed (its caller was told): this worker must still leave in order, or
+        // the scheduler waits for it until PS_HEARTBEAT_TIMEOUT and then fails the whole job.
+        DTRAIN_LOG(kWarning) << "leaving the job with an operation that failed: " << e.what();
+      }
       node_.Finish();
     }
   } catch (const std::exception& e) {

@@ -1,6 +1,8 @@
 #include "ps/control.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "common/error.h"
 
@@ -53,6 +55,19 @@ template <typename T>
 T Field(const json& j, const char* name, const char* what) {
   auto it = j.find(name);
   if (it == j.end()) throw ProtocolError(std::string(what) + " message lacks '" + name + "'");
+  if constexpr (std::is_integral_v<T>) {
+    // get<T> would convert booleans and fractions, and wrap numbers T cannot hold.
+    bool fits = false;
+    if (it->is_number_unsigned()) {
+      fits = it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    } else if (it->is_number_integer()) {
+      const int64_t v = it->get<int64_t>();
+      const uint64_t max = static_cast<uint64_t>(std::numeric_limits<T>::max());
+      fits = v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+             (v < 0 || static_cast<uint64_t>(v) <= max);
+    }
+    if (!fits) throw ProtocolError(std::string(what) + " message has a bad '" + name + "'");
+  }
   try {
     return it->get<T>();
   } catch (const json::exception&) {
@@ -118,7 +133,9 @@ std::vector<NodeInfo> DecodeNodeTable(const std::string& text) {
     n.rank = Field<int32_t>(e, "rank", "node-table");
     n.host = Field<std::string>(e, "host", "node-table");
     n.port = ParsePort(Field<int64_t>(e, "port", "node-table"));
-    if (n.id < 0 || n.rank < -1) throw ProtocolError("node-table message: bad id or rank");
+    if (n.id < 0 || n.rank < -1 || n.rank > (1 << 20)) {
+      throw ProtocolError("node-table message: bad id or rank");
+    }
     nodes.push_back(std::move(n));
   }
   return nodes;

@@ -10,7 +10,7 @@ KeyPartition::KeyPartition(int num_servers, int64_t bigarray_bound, size_t chunk
     : num_servers_(num_servers),
       bigarray_bound_(bigarray_bound),
       chunk_bytes_(chunk_bytes),
-      bytes_per_server_(num_servers, 0) {
+      bytes_per_server_(std::max(num_servers, 0), 0) {  // the check below runs after this
   if (num_servers < 1) throw InvalidArgument("a job needs at least one server");
 }
 

@@ -129,9 +129,9 @@ TEST_P(DistSyncJobTest, EveryPullIsExactlyTheSumOfThatRoundsPushes) {
       Operation::Combine(ops).Wait();
       for (size_t k = 0; k < keys.size(); ++k) {
         for (size_t d = 0; d < outs[k].size(); ++d) {
-          ASSERT_EQ(Mismatch(outs[k][d],
-                             [&](int64_t i) { return ExpectedSum(n, round, keys[k], i); }),
-                    "")
+          ASSERT_EQ(
+              Mismatch(outs[k][d], [&](int64_t i) { return ExpectedSum(n, round, keys[k], i); }),
+              "")
               << "round " << round << " key " << keys[k] << " device " << d << " rank "
               << kv.rank();
         }
@@ -154,15 +154,14 @@ TEST_P(DistSyncJobTest, ListFormsCoverEveryKeyInOneOperation) {
     for (int round = 0; round < 3; ++round) {
       std::vector<std::vector<Array>> values, outs;
       for (size_t k = 0; k < keys.size(); ++k) {
-        values.push_back({Filled(sizes[k], [&](int64_t i) {
-          return PushedValue(kv.rank(), round, keys[k], i);
-        })});
+        values.push_back({Filled(
+            sizes[k], [&](int64_t i) { return PushedValue(kv.rank(), round, keys[k], i); })});
         outs.push_back({Array({sizes[k]})});
       }
       kv.PushPull(keys, values, outs).Wait();
       for (size_t k = 0; k < keys.size(); ++k) {
-        ASSERT_EQ(Mismatch(outs[k][0], [&](int64_t i) { return ExpectedSum(n, round, keys[k], i); }),
-                  "")
+        ASSERT_EQ(
+            Mismatch(outs[k][0], [&](int64_t i) { return ExpectedSum(n, round, keys[k], i); }), "")
             << "round " << round << " key " << keys[k];
       }
     }

@@ -82,8 +82,8 @@ std::string InProcessJob::Summary() const {
   }
   for (size_t i = 0; i < outcomes_.size(); ++i) {
     const WorkerOutcome& o = outcomes_[i];
-    s += "worker thread " + std::to_string(i) + ": " + (o.joined ? "rank " + std::to_string(o.rank)
-                                                                 : std::string("never joined")) +
+    s += "worker thread " + std::to_string(i) + ": " +
+         (o.joined ? "rank " + std::to_string(o.rank) : std::string("never joined")) +
          (o.error.empty() ? "" : ", " + o.error_kind + ": " + o.error) + "\n";
   }
   return s;

@@ -27,11 +27,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -174,6 +172,10 @@ class InProcessCluster {
     });
   }
 
+  // Changes the configuration of the nodes started from now on (e.g. after StartScheduler, so
+  // that the scheduler and the other nodes differ).
+  void Tune(const std::function<void(Config&)>& change) { change(config_); }
+
   // For tests that play the scheduler themselves (with a bare transport listening at `port`).
   void UseScheduler(uint16_t port) {
     config_.scheduler_port = port;
@@ -223,12 +225,13 @@ class InProcessCluster {
         // Gone already; the nodes notice its silence within PS_HEARTBEAT_TIMEOUT.
       }
       // Every wait in dtrain is bounded by one of these once its peers are gone.
-      const Duration grace = config_.request_timeout + config_.heartbeat_timeout +
-                             config_.start_timeout + 5000ms;
+      const Duration grace =
+          config_.request_timeout + config_.heartbeat_timeout + config_.start_timeout + 5000ms;
       running = threads_.WaitAll(Deadline(grace));
       if (!running.empty()) {
-        std::fprintf(stderr, "InProcessCluster: %zu thread(s) still running %g s after crashing "
-                   "the scheduler; aborting rather than hanging\n",
+        std::fprintf(stderr,
+                     "InProcessCluster: %zu thread(s) still running %g s after crashing "
+                     "the scheduler; aborting rather than hanging\n",
                      running.size(), Seconds(grace));
         std::abort();
       }

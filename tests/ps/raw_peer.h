@@ -29,8 +29,9 @@ class RawPeer {
   void Send(transport::NodeId to, transport::Message msg, bool keep_sender = false);
 
   // Takes the first message `match` accepts out of the inbox, waiting up to `timeout`.
-  std::optional<transport::Message> Take(const std::function<bool(const transport::Message&)>& match,
-                                         Duration timeout = Duration(5000));
+  std::optional<transport::Message> Take(
+      const std::function<bool(const transport::Message&)>& match,
+      Duration timeout = Duration(5000));
   std::optional<transport::Message> TakeCommand(transport::Command command,
                                                 Duration timeout = Duration(5000));
   std::optional<transport::Message> TakeReply(uint64_t request_id,
