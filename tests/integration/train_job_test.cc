@@ -1,0 +1,150 @@
+// The training front end end to end, as real processes: exactness of distributed SGD against one
+// worker, convergence on the real Fashion-MNIST, and dtrain-train's errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <regex>
+
+#include "subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+constexpr int kHangGuardMs = 600000;
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
+    den = std::max(den, static_cast<double>(std::fabs(a[i])));
+  }
+  return den == 0 ? num : num / den;
+}
+
+// Runs `argv`, directly or under `dtrain launch -n workers -s workers`, and expects success.
+std::string RunJob(int workers, std::vector<std::string> argv, const std::string& log) {
+  if (workers > 0) {
+    std::vector<std::string> launch = {BinaryPath("src/tools/dtrain"), "launch", "-n",
+                                       std::to_string(workers), "--launcher", "local", "--"};
+    argv.insert(argv.begin(), launch.begin(), launch.end());
+  }
+  Subprocess p(argv, {}, log);
+  auto code = p.Wait(kHangGuardMs);
+  EXPECT_TRUE(code.has_value()) << "hung: " << p.Output();
+  EXPECT_EQ(code.value_or(-1), 0) << p.Output();
+  return p.Output();
+}
+
+class Exactness : public ::testing::Test {
+ protected:
+  std::string Run(int workers, std::vector<std::string> extra) {
+    const std::string out = dir.path() + "/params" + std::to_string(runs++) + ".bin";
+    std::vector<std::string> argv = {BinaryPath("tests/programs/trainer_exactness"), "--out", out,
+                                     "--global-batch", "16", "--steps", "4"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    RunJob(workers, argv, out + ".log");
+    return out;
+  }
+  void ExpectSame(const std::string& reference, const std::string& other) {
+    auto a = ReadFloats(reference), b = ReadFloats(other);
+    ASSERT_FALSE(a.empty());
+    EXPECT_LT(MaxRelativeDifference(a, b), 1e-5);
+  }
+  TempDir dir;
+  int runs = 0;
+};
+
+TEST_F(Exactness, TwoWorkersWithHalfBatchesMatchOneWorkerWithTheWholeBatch) {
+  const std::string one = Run(0, {"--kvstore", "local"});
+  ExpectSame(one, Run(2, {"--kvstore", "dist_sync"}));
+  ExpectSame(one, Run(2, {"--kvstore", "dist_sync", "--update-on-kvstore", "false"}));
+  ExpectSame(one, Run(2, {"--kvstore", "dist_sync", "--overlap", "false"}));
+}
+
+TEST_F(Exactness, TwoLocalDevicesMatchOne) {
+  const std::string one = Run(0, {"--kvstore", "local"});
+  ExpectSame(one, Run(0, {"--kvstore", "device", "--devices", "2"}));
+  ExpectSame(one, Run(0, {"--kvstore", "local", "--devices", "2", "--update-on-kvstore", "false"}));
+  ExpectSame(one, Run(2, {"--kvstore", "dist_sync", "--devices", "2"}));
+}
+
+TEST_F(Exactness, UpdateOnKvstoreOrNotGiveTheSameResult) {
+  ExpectSame(Run(0, {"--kvstore", "local", "--update-on-kvstore", "true"}),
+             Run(0, {"--kvstore", "local", "--update-on-kvstore", "false"}));
+}
+
+double LastTestAccuracy(const std::string& output) {
+  std::smatch m;
+  std::regex re("Epoch \\d+: Test_acc ([0-9.]+)");
+  double last = -1;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    last = std::stod((*it)[1]);
+  }
+  return last;
+}
+
+TEST(Convergence, LeNetOnFashionMnistWithTwoWorkersDistSync) {
+  TempDir dir;
+  const std::string out = RunJob(2, {BinaryPath("src/train/dtrain-train"), "--dataset",
+                                     "fashion-mnist", "--network", "lenet", "--kvstore",
+                                     "dist_sync", "--epochs", "2", "--log-interval", "0"},
+                                 dir.path() + "/log");
+  EXPECT_GE(LastTestAccuracy(out), 0.88) << out;
+}
+
+TEST(Convergence, LeNetOnFashionMnistWithTwoWorkersDistAsync) {
+  TempDir dir;
+  const std::string out = RunJob(2, {BinaryPath("src/train/dtrain-train"), "--dataset",
+                                     "fashion-mnist", "--network", "lenet", "--kvstore",
+                                     "dist_async", "--epochs", "1", "--log-interval", "0"},
+                                 dir.path() + "/log");
+  EXPECT_GE(LastTestAccuracy(out), 0.8) << out;
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  std::string expected;
+};
+
+class TrainBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TrainBadInput, IsAClearError) {
+  TempDir dir;
+  std::vector<std::string> argv = {BinaryPath("src/train/dtrain-train"), "--epochs", "1"};
+  for (auto a : GetParam().args) {
+    if (a == "<dir>") a = dir.path();
+    argv.push_back(a);
+  }
+  // A corrupt idx file for the case that asks for one.
+  std::ofstream(dir.path() + "/train-images-idx3-ubyte") << "not an idx file";
+  Subprocess p(argv, {}, dir.path() + "/log");
+  auto code = p.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(p.Output().find(GetParam().expected), std::string::npos) << p.Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainBadInput,
+    ::testing::Values(BadInput{{"--network", "nosuchnet"}, "nosuchnet"},
+                      BadInput{{"--optimizer", "nosuchopt"}, "nosuchopt"},
+                      BadInput{{"--dataset", "imagenet"}, "imagenet"},
+                      BadInput{{"--data-dir", "/nonexistent/dir"}, "/nonexistent/dir"},
+                      BadInput{{"--dataset", "mnist", "--data-dir", "<dir>"}, "train-images"},
+                      BadInput{{"--batch-size", "0"}, "batch-size"}));
+
+}  // namespace
+}  // namespace dtrain::testing
