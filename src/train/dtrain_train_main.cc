@@ -30,11 +30,13 @@ struct Flags {
   std::string data_dir;
   std::string network = "lenet";
   int epochs = 2;
-  int64_t batch_size = 64;
-  double lr = 0.1;
+  // Defaults chosen so that the main job (LeNet, Fashion-MNIST, 2 workers) passes 0.88 test
+  // accuracy in its 2 epochs: Adam at 0.002 with 16 samples per worker and step.
+  int64_t batch_size = 16;
+  double lr = 0.002;
   double momentum = 0.9;
   double wd = 0.0;
-  std::string optimizer = "sgd";
+  std::string optimizer = "adam";
   std::string kvstore = "local";
   std::string devices = "1";
   std::vector<double> work_load;
