@@ -137,6 +137,7 @@ int Run(const Flags& f) {
     for (auto& item : replicas[0]->named_buffers(true)) archive.read(item.key(), item.value(), true);
   }
   Trainer trainer(replicas, *kv, options);
+  if (!f.resume.empty()) trainer.LoadOptimizerState(f.resume);
 
   const SplitSampler sampler(train.size(), workers, rank, f.seed);
   const int64_t steps = sampler.size() / f.batch_size;

@@ -25,6 +25,8 @@ std::span<float> Floats(const torch::Tensor& t) {
 
 bool IsSync(const std::string& type) { return type.find("async") == std::string::npos; }
 
+constexpr const char* kOptimizerStateKey = "dtrain.optimizer_state";
+
 }  // namespace
 
 struct Trainer::Param {
@@ -242,7 +244,27 @@ void Trainer::Save(const std::string& path) {
   torch::serialize::OutputArchive archive;
   for (const auto& item : replicas_[0]->named_parameters(true)) archive.write(item.key(), item.value());
   for (const auto& item : replicas_[0]->named_buffers(true)) archive.write(item.key(), item.value(), true);
+  if (local_optimizer_) {
+    const std::string state = local_optimizer_->SaveState();
+    auto bytes = torch::empty({static_cast<int64_t>(state.size())}, torch::kUInt8);
+    std::memcpy(bytes.data_ptr(), state.data(), state.size());
+    archive.write(kOptimizerStateKey, bytes, /*is_buffer=*/true);
+  } else {
+    DTRAIN_LOG(kWarning) << "the optimizer runs in the kvstore (update_on_kvstore); its state is "
+                            "not saved with the model (use --update-on-kvstore false to keep it)";
+  }
   archive.save_to(path);
+}
+
+void Trainer::LoadOptimizerState(const std::string& path) {
+  if (!local_optimizer_) return;
+  torch::serialize::InputArchive archive;
+  archive.load_from(path);
+  torch::Tensor bytes;
+  if (!archive.try_read(kOptimizerStateKey, bytes, /*is_buffer=*/true)) return;
+  bytes = bytes.contiguous();
+  local_optimizer_->LoadState(
+      std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel())));
 }
 
 void Trainer::Load(const std::string& path) {
