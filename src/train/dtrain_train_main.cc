@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -48,6 +49,10 @@ struct Flags {
   bool update_on_kvstore = true;
   bool no_overlap = false;
   int64_t limit_train = 0;
+  std::string lr_scheduler = "none";
+  double lr_factor = 0.1;
+  double lr_step_epochs = 1;
+  int64_t lr_warmup_steps = 0;
 };
 
 // LibTorch's intra-op threads and OpenBLAS's threads would otherwise compete for the same cores;
@@ -126,6 +131,21 @@ int Run(const Flags& f) {
   if (f.optimizer == "sgd" || f.optimizer == "nag") options.optimizer.params["momentum"] = f.momentum;
   if (f.wd > 0) options.optimizer.params["wd"] = f.wd;
   options.batch_size = f.batch_size;
+  // Schedules count optimizer updates; the flags speak in epochs.
+  const int64_t steps_per_epoch = train.size() / workers / f.batch_size;
+  if (f.lr_scheduler == "step") {
+    options.optimizer.lr_scheduler = "step";
+    options.optimizer.params["lr_step"] =
+        std::max<double>(1, std::round(f.lr_step_epochs * steps_per_epoch));
+    options.optimizer.params["lr_factor"] = f.lr_factor;
+  } else if (f.lr_scheduler == "cosine") {
+    options.optimizer.lr_scheduler = "cosine";
+    options.optimizer.params["lr_max_update"] =
+        static_cast<double>(std::max<int64_t>(1, steps_per_epoch * std::max(1, f.epochs)));
+  }
+  if (f.lr_warmup_steps > 0 && f.lr_scheduler != "none") {
+    options.optimizer.params["lr_warmup_steps"] = static_cast<double>(f.lr_warmup_steps);
+  }
   options.update_on_kvstore = f.update_on_kvstore;
   options.overlap = !f.no_overlap;
   if (!f.resume.empty()) {
@@ -223,6 +243,11 @@ int main(int argc, char** argv) {
   app.add_option("--update-on-kvstore", f.update_on_kvstore, "run the optimizer in the kvstore");
   app.add_flag("--no-overlap", f.no_overlap, "push gradients at step() instead of during backward");
   app.add_option("--limit-train", f.limit_train, "use only the first N training samples");
+  app.add_option("--lr-scheduler", f.lr_scheduler, "none, step (x lr-factor every lr-step-epochs), cosine (to 0 at the end)")
+      ->check(CLI::IsMember({"none", "step", "cosine"}));
+  app.add_option("--lr-factor", f.lr_factor, "step schedule: multiply the rate by this");
+  app.add_option("--lr-step-epochs", f.lr_step_epochs, "step schedule: epochs between steps");
+  app.add_option("--lr-warmup-steps", f.lr_warmup_steps, "linear warm-up over this many updates");
   CLI11_PARSE(app, argc, argv);
   try {
     return Run(f);
