@@ -174,7 +174,6 @@ void Trainer::Issue(Param& p, std::unique_lock<std::mutex>& lock) {
 }
 
 void Trainer::Finish(Param& p, std::unique_lock<std::mutex>& lock) {
-  if (p.finished || !p.issued && p.ready == 0 && p.finished) return;
   if (p.finished) return;
   Operation op = p.op;
   lock.unlock();
