@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -x build/bench/kvstore_bench ]] || bash scripts/build.sh
 layouts=("1 1" "2 2")
-if (($# >= 2)); then layouts=("$1 $2"); shift 2; fi
+if [[ $# -ge 2 && $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]]; then layouts=("$1 $2"); shift 2; fi
 for layout in "${layouts[@]}"; do
   read -r n s <<<"$layout"
   for same_host in 0 1; do

@@ -3,7 +3,9 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <limits>
+#include <thread>
 #include <sstream>
 
 #include "common/error.h"
@@ -129,6 +131,10 @@ Config Config::FromEnvironment(const EnvLookup& env) {
     c.reduction_threads = static_cast<int>(*v);
   }
 
+  const int half_the_cores =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+  c.streams_per_peer = half_the_cores;
+  c.io_threads = half_the_cores;
   r.Millis("DTRAIN_CONNECT_TIMEOUT_MS", &c.connect_timeout);
   r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);

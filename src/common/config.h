@@ -57,6 +57,8 @@ struct Config {
   Duration start_timeout{120000};      // DTRAIN_START_TIMEOUT_MS: all nodes registered
   Duration request_timeout{600000};    // DTRAIN_REQUEST_TIMEOUT_MS: one push/pull/barrier
   Duration failure_exit_grace{10000};  // DTRAIN_FAILURE_EXIT_MS: exit after a peer died
+  // Defaults depend on the cores (FromEnvironment): half of them, 1 to 4. On a 2-core machine the
+  // workers' compute needs both cores and every extra network thread costs wake-ups.
   int streams_per_peer = 2;            // DTRAIN_STREAMS_PER_PEER: TCP connections per peer
   int io_threads = 2;                  // DTRAIN_IO_THREADS
   size_t chunk_bytes = size_t{4} << 20;  // DTRAIN_CHUNK_BYTES: values travel in pieces this big

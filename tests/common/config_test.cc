@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <thread>
+
 #include <cstdlib>
 #include <functional>
 #include <limits>
@@ -62,8 +65,10 @@ TEST(ConfigTest, DefaultsWithAnEmptyEnvironment) {
   EXPECT_EQ(c.start_timeout, Duration(120000));
   EXPECT_EQ(c.request_timeout, Duration(600000));
   EXPECT_EQ(c.failure_exit_grace, Duration(10000));
-  EXPECT_EQ(c.streams_per_peer, 2);
-  EXPECT_EQ(c.io_threads, 2);
+  const int half_the_cores =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+  EXPECT_EQ(c.streams_per_peer, half_the_cores);
+  EXPECT_EQ(c.io_threads, half_the_cores);
   EXPECT_EQ(c.chunk_bytes, size_t{4} << 20);
   EXPECT_EQ(c.max_message_bytes, size_t{1} << 32);
 }
