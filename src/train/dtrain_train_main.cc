@@ -53,6 +53,7 @@ struct Flags {
   double lr_factor = 0.1;
   double lr_step_epochs = 1;
   int64_t lr_warmup_steps = 0;
+  int64_t fuse_below_kb = 64;
 };
 
 // LibTorch's intra-op threads and OpenBLAS's threads would otherwise compete for the same cores;
@@ -151,6 +152,7 @@ int Run(const Flags& f) {
     options.optimizer.params["lr_warmup_steps"] = static_cast<double>(f.lr_warmup_steps);
   }
   options.update_on_kvstore = f.update_on_kvstore;
+  options.fuse_below_bytes = f.fuse_below_kb * 1024;
   options.overlap = !f.no_overlap;
   if (!f.resume.empty()) {
     // Load before the trainer starts: rank 0's (loaded) weights then become everyone's.
@@ -250,6 +252,8 @@ int main(int argc, char** argv) {
   app.add_option("--limit-train", f.limit_train, "use only the first N training samples");
   app.add_option("--lr-scheduler", f.lr_scheduler, "none, step (x lr-factor every lr-step-epochs), cosine (to 0 at the end)")
       ->check(CLI::IsMember({"none", "step", "cosine"}));
+  app.add_option("--fuse-below-kb", f.fuse_below_kb,
+                 "parameters smaller than this travel fused in one key (0: one key each)");
   app.add_option("--lr-factor", f.lr_factor, "step schedule: multiply the rate by this");
   app.add_option("--lr-step-epochs", f.lr_step_epochs, "step schedule: epochs between steps");
   app.add_option("--lr-warmup-steps", f.lr_warmup_steps, "linear warm-up over this many updates");

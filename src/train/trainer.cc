@@ -33,13 +33,83 @@ struct Trainer::Param {
   size_t index = 0;
   std::string name;
   std::vector<torch::Tensor> weights;  // one per replica
-  std::vector<torch::Tensor> grads;    // this step's, per replica
-  int ready = 0;                       // replicas whose gradient arrived this step
-  bool issued = false;                 // this step's exchange has been started
-  bool finished = true;                // the weights hold the latest values
-  Operation op;
-  Array summed;  // the summed gradient, when the optimizer runs here
+  std::vector<torch::Tensor> grads;    // this step's, per replica (unfused buckets)
+  std::vector<char> arrived;           // per replica: this step's gradient is in
+  size_t bucket = 0;
+  int64_t offset = 0;  // in its bucket's flat buffers
+  int64_t numel = 0;
 };
+
+// What travels under one key: one parameter (its tensors are sent and received in place) or
+// several small ones (fused: copied into flat buffers on the way out and back).
+struct Trainer::Bucket {
+  size_t key = 0;
+  std::vector<size_t> params;
+  int64_t numel = 0;
+  bool fused = false;
+  std::vector<Array> grads;  // fused: per replica, flat
+  Array weights;             // fused: flat weights (pull target, or what the optimizer updates)
+  Array summed;              // optimizer here: the summed gradient
+  int pending = 0;           // gradients still to arrive this step
+  bool issued = false;       // this step's exchange has started
+  bool finished = true;      // every replica holds the latest weights
+  Operation op;
+};
+
+namespace {
+
+Array Flat(int64_t numel) { return Array(Shape{numel}); }
+
+}  // namespace
+
+void Trainer::PlanBuckets() {
+  // Backward produces gradients roughly last layer first: fill buckets in that order so a bucket
+  // is complete early.
+  Bucket* open = nullptr;
+  for (size_t n = params_.size(); n-- > 0;) {
+    Param& p = *params_[n];
+    const int64_t bytes = p.numel * static_cast<int64_t>(sizeof(float));
+    const bool small = bytes < options_.fuse_below_bytes;
+    if (!small || open == nullptr ||
+        (open->numel + p.numel) * static_cast<int64_t>(sizeof(float)) > options_.bucket_bytes) {
+      buckets_.push_back(std::make_unique<Bucket>());
+      buckets_.back()->key = buckets_.size() - 1;
+      open = small ? buckets_.back().get() : nullptr;
+    }
+    Bucket& b = *buckets_.back();
+    p.bucket = b.key;
+    p.offset = b.numel;
+    b.numel += p.numel;
+    b.params.push_back(n);
+  }
+  for (auto& b : buckets_) {
+    b->fused = b->params.size() > 1;
+    b->pending = static_cast<int>(b->params.size() * replicas_.size());
+    if (b->fused) {
+      for (size_t r = 0; r < replicas_.size(); ++r) b->grads.push_back(Flat(b->numel));
+      b->weights = Flat(b->numel);
+      for (size_t i : b->params) {
+        const Param& p = *params_[i];
+        std::memcpy(b->weights.floats().data() + p.offset, p.weights[0].data_ptr<float>(),
+                    p.numel * sizeof(float));
+      }
+    }
+    if (!options_.update_on_kvstore) {
+      b->summed = b->fused ? Flat(b->numel) : Array(Shape(params_[b->params[0]]->weights[0].sizes().begin(), params_[b->params[0]]->weights[0].sizes().end()));
+    }
+  }
+}
+
+void Trainer::Scatter(const Bucket& b) {
+  torch::NoGradGuard no_grad;
+  for (size_t i : b.params) {
+    const Param& p = *params_[i];
+    for (const auto& w : p.weights) {
+      std::memcpy(w.data_ptr<float>(), b.weights.floats().data() + p.offset,
+                  p.numel * sizeof(float));
+    }
+  }
+}
 
 Trainer::Trainer(std::vector<std::shared_ptr<Network>> replicas, KVStore& kv,
                  TrainerOptions options)
@@ -62,13 +132,14 @@ Trainer::Trainer(std::vector<std::shared_ptr<Network>> replicas, KVStore& kv,
   std::unique_ptr<Optimizer> optimizer = CreateOptimizer(spec);  // validates, whichever side runs it
   options_.optimizer = spec;
 
-  // Parameters in a fixed order: the keys of the store.
+  // Parameters in a fixed order (the same in every process).
   const auto named = replicas_[0]->named_parameters(/*recurse=*/true);
   index_of_.resize(replicas_.size());
   for (size_t i = 0; i < named.size(); ++i) {
     auto p = std::make_unique<Param>();
     p->index = i;
     p->name = named[i].key();
+    p->numel = named[i].value().numel();
     params_.push_back(std::move(p));
   }
   for (size_t r = 0; r < replicas_.size(); ++r) {
@@ -78,38 +149,50 @@ Trainer::Trainer(std::vector<std::shared_ptr<Network>> replicas, KVStore& kv,
                             " parameters, replica 0 has " + std::to_string(params_.size()));
     }
     for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].sizes().equals(named[i].value().sizes())) {
+      if (!list[i].sizes().equals(named[i].value().sizes()) ||
+          list[i].scalar_type() != torch::kFloat32 || !list[i].is_contiguous()) {
         throw InvalidArgument("replica " + std::to_string(r) + " differs from replica 0 at " +
-                              params_[i]->name);
+                              params_[i]->name + " (or is not contiguous float32)");
       }
       params_[i]->weights.push_back(list[i]);
       index_of_[r][list[i].unsafeGetTensorImpl()] = i;
     }
   }
-  for (auto& p : params_) p->grads.resize(replicas_.size());
+  for (auto& p : params_) {
+    p->grads.resize(replicas_.size());
+    p->arrived.assign(replicas_.size(), 0);
+  }
   ReplicateFromFirst();
+  if (options_.fuse_below_bytes <= 0) options_.fuse_below_bytes = 0;
+  PlanBuckets();
 
   // Rank 0's initial weights become everyone's.
   std::vector<Key> keys;
   std::vector<Array> initial;
-  for (auto& p : params_) {
-    keys.push_back(static_cast<Key>(p->index));
-    initial.push_back(ArrayOf(p->weights[0]));
+  for (auto& b : buckets_) {
+    keys.push_back(static_cast<Key>(b->key));
+    initial.push_back(b->fused ? b->weights : ArrayOf(params_[b->params[0]]->weights[0]));
   }
   kv_.Init(keys, initial);
   if (options_.update_on_kvstore) {
     kv_.SetOptimizer(spec);
   } else {
     local_optimizer_ = std::move(optimizer);
-    for (auto& p : params_) p->summed = Array(Shape(p->weights[0].sizes().begin(), p->weights[0].sizes().end()));
   }
   std::vector<Operation> pulls;
-  for (auto& p : params_) {
+  for (auto& b : buckets_) {
     std::vector<Array> outs;
-    for (auto& w : p->weights) outs.push_back(ArrayOf(w));
-    pulls.push_back(kv_.Pull(static_cast<Key>(p->index), outs));
+    if (b->fused) {
+      outs.push_back(b->weights);
+    } else {
+      for (auto& w : params_[b->params[0]]->weights) outs.push_back(ArrayOf(w));
+    }
+    pulls.push_back(kv_.Pull(static_cast<Key>(b->key), outs));
   }
   Operation::Combine(pulls).Wait();
+  for (auto& b : buckets_) {
+    if (b->fused) Scatter(*b);
+  }
 
   for (size_t r = 0; r < replicas_.size(); ++r) {
     for (auto& p : params_) {
@@ -146,53 +229,82 @@ void Trainer::ReplicateFromFirst() {
 void Trainer::OnGradient(size_t index, int replica, const torch::Tensor& grad) {
   std::unique_lock<std::mutex> lock(mutex_);
   Param& p = *params_[index];
-  if (p.issued) return;  // a parameter used twice in one graph: its hook fires once per use
-  p.grads[replica] = grad.contiguous();
-  if (++p.ready == static_cast<int>(replicas_.size()) && options_.overlap) Issue(p, lock);
+  Bucket& b = *buckets_[p.bucket];
+  if (b.issued || p.arrived[replica]) return;  // a parameter used twice: its hook fires per use
+  if (b.fused) {
+    // The flat buffer may still be read by last step's exchange if nothing gated it.
+    Finish(b, lock);
+    auto g = grad.contiguous();
+    std::memcpy(b.grads[replica].floats().data() + p.offset, g.data_ptr<float>(),
+                p.numel * sizeof(float));
+  } else {
+    p.grads[replica] = grad.contiguous();
+  }
+  p.arrived[replica] = 1;
+  if (--b.pending == 0 && options_.overlap) Issue(b, lock);
 }
 
-void Trainer::Issue(Param& p, std::unique_lock<std::mutex>& lock) {
+void Trainer::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
+  if (b.fused) Finish(b, lock);
   std::vector<Array> grads;
-  for (auto& g : p.grads) {
-    if (!g.defined()) g = torch::zeros_like(p.weights[0]);  // not reached by this backward
-    grads.push_back(ArrayOf(g));
-  }
   std::vector<Array> outs;
-  if (options_.update_on_kvstore) {
-    for (auto& w : p.weights) outs.push_back(ArrayOf(w));
+  if (b.fused) {
+    for (size_t i : b.params) {  // parameters this backward did not reach contribute zeros
+      const Param& p = *params_[i];
+      for (size_t r = 0; r < replicas_.size(); ++r) {
+        if (!p.arrived[r]) {
+          std::memset(b.grads[r].floats().data() + p.offset, 0, p.numel * sizeof(float));
+        }
+      }
+    }
+    grads = b.grads;
+    outs.push_back(options_.update_on_kvstore ? b.weights : b.summed);
   } else {
-    outs.push_back(p.summed);
+    Param& p = *params_[b.params[0]];
+    for (auto& g : p.grads) {
+      if (!g.defined()) g = torch::zeros_like(p.weights[0]);
+      grads.push_back(ArrayOf(g));
+    }
+    if (options_.update_on_kvstore) {
+      for (auto& w : p.weights) outs.push_back(ArrayOf(w));
+    } else {
+      outs.push_back(b.summed);
+    }
+    for (auto& g : p.grads) g = torch::Tensor();
   }
-  p.issued = true;
-  p.finished = false;
-  for (auto& g : p.grads) g = torch::Tensor();
+  b.issued = true;
+  b.finished = false;
   // The exchange may complete at once (local store); no lock is needed by the store itself.
   lock.unlock();
-  Operation op = kv_.PushPull(static_cast<Key>(p.index), std::move(grads), std::move(outs));
+  Operation op = kv_.PushPull(static_cast<Key>(b.key), std::move(grads), std::move(outs));
   lock.lock();
-  p.op = op;
+  b.op = op;
 }
 
-void Trainer::Finish(Param& p, std::unique_lock<std::mutex>& lock) {
-  if (p.finished) return;
-  Operation op = p.op;
+void Trainer::Finish(Bucket& b, std::unique_lock<std::mutex>& lock) {
+  if (b.finished) return;
+  Operation op = b.op;
   lock.unlock();
   op.Wait();
   lock.lock();
-  if (p.finished) return;
-  if (local_optimizer_) {
-    torch::NoGradGuard no_grad;
-    local_optimizer_->Update(p.index, Floats(p.weights[0]), p.summed.floats());
+  if (b.finished) return;
+  torch::NoGradGuard no_grad;
+  if (b.fused) {
+    if (local_optimizer_) local_optimizer_->Update(b.key, b.weights.floats(), b.summed.floats());
+    Scatter(b);
+  } else if (local_optimizer_) {
+    Param& p = *params_[b.params[0]];
+    local_optimizer_->Update(b.key, Floats(p.weights[0]), b.summed.floats());
     for (size_t r = 1; r < p.weights.size(); ++r) p.weights[r].copy_(p.weights[0]);
   }
-  p.finished = true;
+  b.finished = true;
 }
 
 void Trainer::GateModule(int replica, torch::nn::Module& module) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (const auto& t : module.parameters(/*recurse=*/true)) {
     auto it = index_of_[replica].find(t.unsafeGetTensorImpl());
-    if (it != index_of_[replica].end()) Finish(*params_[it->second], lock);
+    if (it != index_of_[replica].end()) Finish(*buckets_[params_[it->second]->bucket], lock);
   }
 }
 
@@ -204,23 +316,26 @@ void Trainer::Step(int64_t batch_size) {
                           " (gradients leave during backward; drop the last partial batch)");
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  for (auto& p : params_) {
-    if (!p->issued) Issue(*p, lock);
+  for (auto& b : buckets_) {
+    if (!b->issued) Issue(*b, lock);
+  }
+  for (auto& b : buckets_) {
+    b->issued = false;
+    b->pending = static_cast<int>(b->params.size() * replicas_.size());
   }
   for (auto& p : params_) {
-    p->issued = false;
-    p->ready = 0;
+    std::fill(p->arrived.begin(), p->arrived.end(), 0);
     // Gradients are written fresh by each backward (Gluon's grad_req "write").
     for (auto& w : p->weights) w.mutable_grad() = torch::Tensor();
   }
   if (!options_.overlap) {
-    for (auto& p : params_) Finish(*p, lock);
+    for (auto& b : buckets_) Finish(*b, lock);
   }
 }
 
 void Trainer::WaitAll() {
   std::unique_lock<std::mutex> lock(mutex_);
-  for (auto& p : params_) Finish(*p, lock);
+  for (auto& b : buckets_) Finish(*b, lock);
 }
 
 double Trainer::learning_rate() const {

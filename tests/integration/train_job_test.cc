@@ -80,6 +80,14 @@ TEST_F(Exactness, TwoLocalDevicesMatchOne) {
   ExpectSame(one, Run(2, {"--kvstore", "dist_sync", "--devices", "2"}));
 }
 
+TEST_F(Exactness, FusingSmallParametersChangesNothing) {
+  const std::string one = Run(0, {"--kvstore", "local", "--fuse-below-kb", "0"});
+  ExpectSame(one, Run(0, {"--kvstore", "local", "--fuse-below-kb", "1024"}));
+  ExpectSame(one, Run(2, {"--kvstore", "dist_sync", "--fuse-below-kb", "0"}));
+  ExpectSame(one, Run(2, {"--kvstore", "dist_sync", "--fuse-below-kb", "1024",
+                          "--update-on-kvstore", "false"}));
+}
+
 TEST_F(Exactness, UpdateOnKvstoreOrNotGiveTheSameResult) {
   ExpectSame(Run(0, {"--kvstore", "local", "--update-on-kvstore", "true"}),
              Run(0, {"--kvstore", "local", "--update-on-kvstore", "false"}));

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   int64_t global_batch = 16;
   int steps = 5, devices = 1;
   bool update_on_kvstore = true, overlap = true;
+  int64_t fuse_below_kb = 64;
   app.add_option("--kvstore", kvstore);
   app.add_option("--network", network);
   app.add_option("--optimizer", optimizer);
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--devices", devices);
   app.add_option("--update-on-kvstore", update_on_kvstore);
   app.add_option("--overlap", overlap);
+  app.add_option("--fuse-below-kb", fuse_below_kb);
   app.add_option("--out", out)->required();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
     options.batch_size = batch;
     options.update_on_kvstore = update_on_kvstore;
     options.overlap = overlap;
+    options.fuse_below_bytes = fuse_below_kb * 1024;
     dtrain::train::Trainer trainer(replicas, *kv, options);
 
     torch::manual_seed(99);  // the same data everywhere
