@@ -178,6 +178,83 @@ void DistKVStore::SetOptimizer(const OptimizerSpec& spec) {
   node_.Barrier(ps::Group::kWorkers);
 }
 
+// The servers' states side by side: "DTKV", u32 count, then per server u64 length and bytes.
+std::string DistKVStore::SaveOptimizerState() {
+  node_.ThrowIfFailed();
+  const int servers = node_.layout().num_servers;
+  auto parts = std::make_shared<std::vector<std::string>>(servers);
+  auto state = std::make_shared<OperationState>("fetching the optimizer state", servers,
+                                                config_.request_timeout);
+  for (int s = 0; s < servers; ++s) {
+    Message msg;
+    msg.header.command = Command::kCommand;
+    msg.meta = nlohmann::json{{"cmd", "get_optimizer_state"}}.dump();
+    client_.Request(s, std::move(msg), Body{},
+                    [parts, state, s](const Message* reply, std::exception_ptr error) {
+                      if (reply) {
+                        auto meta = nlohmann::json::parse(reply->meta, nullptr, false);
+                        if (meta.is_object() && meta.contains("bytes") &&
+                            meta["bytes"].is_number_unsigned() &&
+                            meta["bytes"].get<uint64_t>() <= reply->body.size) {
+                          (*parts)[s].assign(reply->body.data, meta["bytes"].get<uint64_t>());
+                        } else {
+                          error = std::make_exception_ptr(
+                              PeerError("malformed optimizer state from server " +
+                                        std::to_string(s)));
+                        }
+                      }
+                      state->PartDone(error);
+                    });
+  }
+  state->Wait();
+  std::string out = "DTKV";
+  auto put = [&out](uint64_t v, size_t n) { out.append(reinterpret_cast<const char*>(&v), n); };
+  put(static_cast<uint64_t>(servers), 4);
+  for (const auto& p : *parts) {
+    put(p.size(), 8);
+    out += p;
+  }
+  return out;
+}
+
+void DistKVStore::LoadOptimizerState(const std::string& blob) {
+  const int servers = node_.layout().num_servers;
+  size_t at = 0;
+  auto take = [&](size_t n) {
+    if (blob.size() - at < n) throw InvalidArgument("optimizer state truncated");
+    uint64_t v = 0;
+    std::memcpy(&v, blob.data() + at, n);
+    at += n;
+    return v;
+  };
+  if (blob.size() < 4 || blob.compare(0, 4, "DTKV") != 0) {
+    throw InvalidArgument("not a dist kvstore optimizer state");
+  }
+  at = 4;
+  if (take(4) != static_cast<uint64_t>(servers)) {
+    throw InvalidArgument("the optimizer state was saved by a job with a different number of "
+                          "servers (DMLC_NUM_SERVER must be the same to resume)");
+  }
+  std::vector<std::pair<int, Message>> requests;
+  for (int s = 0; s < servers; ++s) {
+    const uint64_t n = take(8);
+    if (blob.size() - at < n) throw InvalidArgument("optimizer state truncated");
+    auto buffer = BufferPool::Default().Get((n + 3) / 4 * 4);
+    std::memset(buffer.get(), 0, (n + 3) / 4 * 4);
+    std::memcpy(buffer.get(), blob.data() + at, n);
+    at += n;
+    Message msg;
+    msg.header.command = Command::kCommand;
+    msg.meta = nlohmann::json{{"cmd", "set_optimizer_state"}, {"bytes", n}}.dump();
+    msg.body.data = buffer.get();
+    msg.body.size = (n + 3) / 4 * 4;
+    msg.body.owner = std::move(buffer);
+    requests.emplace_back(s, std::move(msg));
+  }
+  if (at != blob.size()) throw InvalidArgument("trailing bytes after the optimizer state");
+  RequestAndWait("restoring the optimizer state", std::move(requests));
+}
+
 Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) const {
   if (values.size() == 1) return WholeArray(values[0]);
   const size_t bytes = values[0].nbytes();

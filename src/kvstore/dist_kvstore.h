@@ -50,6 +50,8 @@ class DistKVStore : public KVStore {
   void WaitAll() override;
   void Barrier() override;
   void SetOptimizer(const OptimizerSpec& spec) override;
+  std::string SaveOptimizerState() override;
+  void LoadOptimizerState(const std::string& state) override;
 
  private:
   struct KeyInfo {

@@ -74,6 +74,13 @@ class KVStore {
   // From now on pushes are applied with this optimizer on the store's side (on the servers for dist
   // stores) and pulls return weights; without one, pulls return the merged sum of the pushes.
   virtual void SetOptimizer(const OptimizerSpec& spec) = 0;
+
+  // The state of the optimizer the store runs (all servers' for dist stores), as opaque bytes to
+  // save with a model, and back. Load it into a job of the same layout (same keys, servers).
+  // Call while no pushes are in flight. Throws InvalidArgument if no optimizer is set or the
+  // bytes do not fit.
+  virtual std::string SaveOptimizerState() = 0;
+  virtual void LoadOptimizerState(const std::string& state) = 0;
 };
 
 }  // namespace dtrain

@@ -137,6 +137,18 @@ Operation LocalKVStore::PushPull(Key key, std::vector<Array> values, std::vector
   return Operation();
 }
 
+std::string LocalKVStore::SaveOptimizerState() {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (!optimizer_) throw InvalidArgument("this kvstore has no optimizer whose state to save");
+  return optimizer_->SaveState();
+}
+
+void LocalKVStore::LoadOptimizerState(const std::string& state) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (!optimizer_) throw InvalidArgument("set the optimizer before loading its state");
+  optimizer_->LoadState(state);
+}
+
 void LocalKVStore::SetOptimizer(const OptimizerSpec& spec) {
   std::shared_ptr<Optimizer> optimizer = CreateOptimizer(spec);
   std::unique_lock<std::shared_mutex> lock(mutex_);

@@ -59,6 +59,8 @@ class LocalKVStore final : public KVStore {
   // Replaces the optimizer (its state starts afresh). Throws InvalidArgument for a bad spec, in
   // which case the optimizer in place stays.
   void SetOptimizer(const OptimizerSpec& spec) override;
+  std::string SaveOptimizerState() override;
+  void LoadOptimizerState(const std::string& state) override;
 
  private:
   struct Slot;

@@ -254,7 +254,8 @@ struct Scheduler::State {
       const NodeId n = static_cast<NodeId>(other);
       if (!transport->IsConnected(n)) continue;
       if (n == id) {
-        SendTo(n, Command::kAbort, "this node " + reason);  // it may be alive (e.g. finished early)
+        // It may be alive (e.g. it finished early): tell it why the job stops.
+        SendTo(n, Command::kAbort, "because of this node: " + reason);
       } else {
         SendTo(n, Command::kNodeFailed, encoded);
       }

@@ -102,6 +102,8 @@ void Server::Handle(Message&& msg) {
         return HandleInit(std::move(msg));
       case Command::kSetOptimizer:
         return HandleSetOptimizer(msg);
+      case Command::kCommand:
+        return HandleCommand(msg);
       case Command::kPush:
       case Command::kPull:
       case Command::kPushPull:
@@ -156,6 +158,57 @@ void Server::HandleSetOptimizer(const Message& msg) {
   }
   DTRAIN_LOG(kConnections) << "optimizer set: " << msg.meta;
   Reply(msg.header);
+}
+
+void Server::HandleCommand(const Message& msg) {
+  const Header& h = msg.header;
+  auto meta = nlohmann::json::parse(msg.meta, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains("cmd") ||
+      !meta["cmd"].is_string()) {
+    return ReplyError(h, "malformed command");
+  }
+  std::shared_ptr<Optimizer> optimizer;
+  {
+    std::lock_guard<std::mutex> lock(optimizer_mutex_);
+    optimizer = optimizer_;
+  }
+  const std::string cmd = meta["cmd"].get<std::string>();
+  if (cmd != "get_optimizer_state" && cmd != "set_optimizer_state") {
+    return ReplyError(h, "unknown command '" + cmd + "'");
+  }
+  if (!optimizer) return ReplyError(h, "no optimizer is set on this server");
+  if (cmd == "get_optimizer_state") {
+    std::string state;
+    {
+      std::unique_lock<std::shared_mutex> lock(optimizer_state_mutex_);
+      state = optimizer->SaveState();
+    }
+    // Bodies are whole float32 elements: pad, and say the real length in meta.
+    Body body = NewBuffer((state.size() + 3) / 4 * 4);
+    std::memset(body.data, 0, body.size);
+    std::memcpy(body.data, state.data(), state.size());
+    Message reply;
+    reply.header = h;
+    reply.header.flags = transport::kFlagResponse;
+    reply.header.dtype = DType::kFloat32;
+    reply.meta = nlohmann::json{{"bytes", state.size()}}.dump();
+    reply.body = std::move(body);
+    try {
+      node_.Send(h.sender, std::move(reply));
+    } catch (const Error&) {
+    }
+    return;
+  }
+  if (!meta.contains("bytes") || !meta["bytes"].is_number_unsigned() ||
+      meta["bytes"].get<uint64_t>() > msg.body.size) {
+    return ReplyError(h, "set_optimizer_state: 'bytes' missing or larger than the body");
+  }
+  const std::string state(msg.body.data, meta["bytes"].get<uint64_t>());
+  {
+    std::unique_lock<std::shared_mutex> lock(optimizer_state_mutex_);
+    optimizer->LoadState(state);  // InvalidArgument -> error reply
+  }
+  Reply(h);
 }
 
 void Server::HandleData(Message&& msg) {
@@ -329,6 +382,7 @@ void Server::ApplyGradient(SlotState& slot, const Body& grad, bool accumulate_wi
                             SlotName(slot.key, slot.part) + " is " +
                             std::string(DTypeName(slot.dtype)));
     }
+    std::shared_lock<std::shared_mutex> state_lock(optimizer_state_mutex_);
     optimizer->Update(slot.optimizer_index(),
                       {reinterpret_cast<float*>(slot.value.data), static_cast<size_t>(slot.length)},
                       {reinterpret_cast<const float*>(grad.data), static_cast<size_t>(slot.length)});

@@ -40,6 +40,9 @@ class Server {
 
   void HandleInit(transport::Message&& msg);
   void HandleSetOptimizer(const transport::Message& msg);
+  // {"cmd": "get_optimizer_state"} / {"cmd": "set_optimizer_state", "bytes": n} with the bytes
+  // as body: the optimizer's state, to save with a model and restore on resume.
+  void HandleCommand(const transport::Message& msg);
   void HandleData(transport::Message&& msg);
   // Sync mode, slot lock held.
   void SyncMessage(SlotState& slot, int worker, transport::Message&& msg);
@@ -64,6 +67,8 @@ class Server {
   std::map<std::pair<uint64_t, uint32_t>, std::unique_ptr<SlotState>> slots_;
   std::mutex optimizer_mutex_;
   std::shared_ptr<Optimizer> optimizer_;
+  // Updates hold it shared; saving or loading the optimizer's state holds it exclusively.
+  std::shared_mutex optimizer_state_mutex_;
   std::mutex finished_mutex_;
   std::vector<int> finished_workers_;
 };

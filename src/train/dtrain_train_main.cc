@@ -106,8 +106,25 @@ double Evaluate(Network& net, const ImageDataset& test) {
   return static_cast<double>(correct) / static_cast<double>(test.size());
 }
 
+int Train(const Flags& f, KVStore* kv_ptr);
+
+// Errors are printed while the kvstore still lives: leaving the job first would let the launcher
+// stop this process (the job failed) before it says why.
 int Run(const Flags& f) {
   auto kv = KVStore::Create(f.kvstore);
+  try {
+    return Train(f, kv.get());
+  } catch (const dtrain::Error& e) {
+    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what());
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what_without_backtrace());
+  }
+  std::fflush(stderr);
+  return 1;
+}
+
+int Train(const Flags& f, KVStore* kv_ptr) {
+  KVStore* kv = kv_ptr;
   const int rank = kv->rank();
   const int workers = kv->num_workers();
   std::string blas;

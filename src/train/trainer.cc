@@ -26,6 +26,7 @@ std::span<float> Floats(const torch::Tensor& t) {
 bool IsSync(const std::string& type) { return type.find("async") == std::string::npos; }
 
 constexpr const char* kOptimizerStateKey = "dtrain.optimizer_state";
+constexpr const char* kStoreOptimizerStateKey = "dtrain.kvstore_optimizer_state";
 
 }  // namespace
 
@@ -364,21 +365,32 @@ void Trainer::Save(const std::string& path) {
     std::memcpy(bytes.data_ptr(), state.data(), state.size());
     archive.write(kOptimizerStateKey, bytes, /*is_buffer=*/true);
   } else {
-    DTRAIN_LOG(kWarning) << "the optimizer runs in the kvstore (update_on_kvstore); its state is "
-                            "not saved with the model (use --update-on-kvstore false to keep it)";
+    const std::string state = kv_.SaveOptimizerState();  // from the servers, for dist stores
+    auto bytes = torch::empty({static_cast<int64_t>(state.size())}, torch::kUInt8);
+    std::memcpy(bytes.data_ptr(), state.data(), state.size());
+    archive.write(kStoreOptimizerStateKey, bytes, /*is_buffer=*/true);
   }
   archive.save_to(path);
 }
 
 void Trainer::LoadOptimizerState(const std::string& path) {
-  if (!local_optimizer_) return;
   torch::serialize::InputArchive archive;
   archive.load_from(path);
   torch::Tensor bytes;
-  if (!archive.try_read(kOptimizerStateKey, bytes, /*is_buffer=*/true)) return;
-  bytes = bytes.contiguous();
-  local_optimizer_->LoadState(
-      std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel())));
+  if (local_optimizer_) {
+    if (!archive.try_read(kOptimizerStateKey, bytes, /*is_buffer=*/true)) return;
+    bytes = bytes.contiguous();
+    local_optimizer_->LoadState(std::string(static_cast<const char*>(bytes.data_ptr()),
+                                            static_cast<size_t>(bytes.numel())));
+    return;
+  }
+  // The store's optimizer: rank 0 restores it, and nobody pushes before it has.
+  if (kv_.rank() == 0 && archive.try_read(kStoreOptimizerStateKey, bytes, /*is_buffer=*/true)) {
+    bytes = bytes.contiguous();
+    kv_.LoadOptimizerState(std::string(static_cast<const char*>(bytes.data_ptr()),
+                                       static_cast<size_t>(bytes.numel())));
+  }
+  kv_.Barrier();
 }
 
 void Trainer::Load(const std::string& path) {

@@ -70,13 +70,15 @@ class Trainer {
   double learning_rate() const;
   void set_learning_rate(double lr);
 
-  // Model parameters and buffers (replica 0) and, with a local optimizer, its state. To resume,
+  // Model parameters and buffers (replica 0) and the optimizer's state (the local one, or the
+  // store's: fetched from every server for dist stores; call on rank 0). To resume,
   // load the parameters into the network before constructing the Trainer (rank 0's then become
   // everyone's), then call LoadOptimizerState.
   void Save(const std::string& path);
   void Load(const std::string& path);
-  // Restores the local optimizer's state saved by Save (a no-op when the store runs the optimizer
-  // or the file holds none). Throws InvalidArgument for a state of another optimizer.
+  // Restores the optimizer's state saved by Save (a no-op if the file holds none); with the store
+  // running the optimizer, rank 0 restores it on the servers and every worker waits for that
+  // (call on every worker). Throws InvalidArgument for a state of another optimizer or layout.
   void LoadOptimizerState(const std::string& path);
 
   int64_t num_parameters() const { return static_cast<int64_t>(params_.size()); }

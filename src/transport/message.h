@@ -42,7 +42,7 @@ enum class Command : uint16_t {
   kPull = 34,          // ask for the slot's value
   kPushPull = 35,      // push, then the value once the push is applied
   kSetOptimizer = 36,  // meta: JSON optimizer description
-  kCommand = 37,       // meta: JSON for small server-side commands (stats, ...)
+  kCommand = 37,       // meta: JSON for server-side commands; body: opaque bytes (optimizer state)
 };
 
 bool IsKnownCommand(uint16_t raw);

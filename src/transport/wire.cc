@@ -28,7 +28,7 @@ T Get(const char* bytes, size_t offset) {
 
 bool CarriesValues(Command c) {
   return c == Command::kInit || c == Command::kPush || c == Command::kPull ||
-         c == Command::kPushPull;
+         c == Command::kPushPull || c == Command::kCommand;  // commands: opaque state bytes
 }
 
 }  // namespace

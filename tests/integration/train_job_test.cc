@@ -122,6 +122,39 @@ TEST(Convergence, LeNetOnFashionMnistWithTwoWorkersDistAsync) {
   EXPECT_GE(LastTestAccuracy(out), 0.8) << out;
 }
 
+// Save after one epoch, resume for another: the optimizer's state travels with the model, from the
+// servers (update_on_kvstore) or from the worker.
+TEST(SaveResume, OptimizerStateComesBackOnEverySide) {
+  for (const std::string update_on_kvstore : {"true", "false"}) {
+    TempDir dir;
+    const std::string model = dir.path() + "/model.pt";
+    auto job = [&](std::vector<std::string> extra, int servers) {
+      std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"), "launch", "-n", "2", "-s",
+                                       std::to_string(servers), "--launcher", "local", "--",
+                                       BinaryPath("src/train/dtrain-train"), "--kvstore",
+                                       "dist_sync", "--epochs", "1", "--limit-train", "2048",
+                                       "--log-interval", "0", "--update-on-kvstore",
+                                       update_on_kvstore};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      Subprocess p(argv, {}, dir.path() + "/log" + std::to_string(servers));
+      auto code = p.Wait(kHangGuardMs);
+      EXPECT_TRUE(code.has_value()) << p.Output();
+      return std::make_pair(code.value_or(-1), p.Output());
+    };
+    auto [saved, out1] = job({"--save", model}, 2);
+    ASSERT_EQ(saved, 0) << out1;
+    auto [resumed, out2] = job({"--resume", model}, 2);
+    EXPECT_EQ(resumed, 0) << out2;
+    EXPECT_GT(LastTestAccuracy(out2), 0.5) << out2;
+    if (update_on_kvstore == "true") {
+      // The servers' states only fit a job with as many servers.
+      auto [refused, out3] = job({"--resume", model}, 1);
+      EXPECT_NE(refused, 0) << out3;
+      EXPECT_NE(out3.find("different number of servers"), std::string::npos) << out3;
+    }
+  }
+}
+
 struct BadInput {
   std::vector<std::string> args;
   std::string expected;

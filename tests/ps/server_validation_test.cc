@@ -268,7 +268,11 @@ TEST_F(ServerValidationTest, PushFromANodeThatIsNotAWorkerIsRefused) {
 TEST_F(ServerValidationTest, OtherCommandsAndStrayResponsesChangeNothing) {
   ASSERT_EQ(ErrorOf(Init(1, {1, 2, 3, 4})), "<no error>");
   EXPECT_THAT(ErrorOf(Call(*worker_, Command::kCommand, 1, "{}")),
-              HasSubstr("servers do not handle command"));
+              HasSubstr("malformed command"));
+  EXPECT_THAT(ErrorOf(Call(*worker_, Command::kCommand, 1, R"({"cmd": "reboot"})")),
+              HasSubstr("unknown command 'reboot'"));
+  EXPECT_THAT(ErrorOf(Call(*worker_, Command::kCommand, 1, R"({"cmd": "get_optimizer_state"})")),
+              HasSubstr("no optimizer"));
   // A message flagged as a response is not a request: no answer, no effect.
   Message stray;
   stray.header.command = Command::kPush;

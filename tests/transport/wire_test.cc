@@ -25,7 +25,7 @@ constexpr Command kAllCommands[] = {
 
 bool CarriesValues(Command c) {
   return c == Command::kInit || c == Command::kPush || c == Command::kPull ||
-         c == Command::kPushPull;
+         c == Command::kPushPull || c == Command::kCommand;
 }
 
 // A message with every header field set to something distinctive; a body if the command has one.
