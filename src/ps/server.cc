@@ -160,6 +160,11 @@ void Server::HandleSetOptimizer(const Message& msg) {
   Reply(msg.header);
 }
 
+std::shared_ptr<Optimizer> Server::CurrentOptimizer() {
+  std::lock_guard<std::mutex> lock(optimizer_mutex_);
+  return optimizer_;
+}
+
 void Server::HandleCommand(const Message& msg) {
   const Header& h = msg.header;
   auto meta = nlohmann::json::parse(msg.meta, nullptr, false);
@@ -167,11 +172,7 @@ void Server::HandleCommand(const Message& msg) {
       !meta["cmd"].is_string()) {
     return ReplyError(h, "malformed command");
   }
-  std::shared_ptr<Optimizer> optimizer;
-  {
-    std::lock_guard<std::mutex> lock(optimizer_mutex_);
-    optimizer = optimizer_;
-  }
+  std::shared_ptr<Optimizer> optimizer = CurrentOptimizer();
   const std::string cmd = meta["cmd"].get<std::string>();
   if (cmd != "get_optimizer_state" && cmd != "set_optimizer_state") {
     return ReplyError(h, "unknown command '" + cmd + "'");
@@ -244,6 +245,7 @@ void Server::HandleData(Message&& msg) {
 }
 
 std::string Server::FinishedWorkerProblem() {
+  if (!any_worker_finished_.load(std::memory_order_acquire)) return {};
   std::lock_guard<std::mutex> lock(finished_mutex_);
   if (finished_workers_.empty()) return {};
   return "a dist_sync round needs a push from every worker, but worker " +
@@ -256,6 +258,7 @@ void Server::OnWorkerFinished(int worker_rank) {
     std::lock_guard<std::mutex> lock(finished_mutex_);
     finished_workers_.push_back(worker_rank);
   }
+  any_worker_finished_.store(true, std::memory_order_release);
   const std::string why = FinishedWorkerProblem();
   std::shared_lock<std::shared_mutex> lock(slots_mutex_);
   for (auto& [id, slot] : slots_) {
@@ -317,13 +320,8 @@ void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
 }
 
 void Server::CompleteRound(SlotState& slot) {
-  std::shared_ptr<Optimizer> optimizer;
-  {
-    std::lock_guard<std::mutex> lock(optimizer_mutex_);
-    optimizer = optimizer_;
-  }
-  if (optimizer) {
-    ApplyGradient(slot, slot.merged, false);
+  if (std::shared_ptr<Optimizer> optimizer = CurrentOptimizer()) {
+    ApplyGradient(slot, slot.merged, optimizer.get());
     slot.merged = Body{};
   } else {
     slot.value = std::move(slot.merged);  // the stored value is the round's sum
@@ -356,7 +354,7 @@ void Server::DrainDeferred(SlotState& slot) {
 
 void Server::AsyncMessage(SlotState& slot, Message&& msg) {
   const Header h = msg.header;
-  if (h.command != Command::kPull) ApplyGradient(slot, msg.body, true);
+  if (h.command != Command::kPull) ApplyGradient(slot, msg.body, CurrentOptimizer().get());
   if (h.command == Command::kPush) {
     Reply(h);
   } else {
@@ -364,12 +362,7 @@ void Server::AsyncMessage(SlotState& slot, Message&& msg) {
   }
 }
 
-void Server::ApplyGradient(SlotState& slot, const Body& grad, bool accumulate_without_opt) {
-  std::shared_ptr<Optimizer> optimizer;
-  {
-    std::lock_guard<std::mutex> lock(optimizer_mutex_);
-    optimizer = optimizer_;
-  }
+void Server::ApplyGradient(SlotState& slot, const Body& grad, Optimizer* optimizer) {
   // Copy on write: a reply still being sent holds a reference to the value buffer.
   if (slot.value.owner.use_count() > 1) {
     Body fresh = NewBuffer(slot.bytes());
@@ -386,10 +379,8 @@ void Server::ApplyGradient(SlotState& slot, const Body& grad, bool accumulate_wi
     optimizer->Update(slot.optimizer_index(),
                       {reinterpret_cast<float*>(slot.value.data), static_cast<size_t>(slot.length)},
                       {reinterpret_cast<const float*>(grad.data), static_cast<size_t>(slot.length)});
-  } else if (accumulate_without_opt) {
-    Add(slot.value.data, grad.data, slot.length, slot.dtype);
   } else {
-    std::memcpy(slot.value.data, grad.data, slot.bytes());
+    Add(slot.value.data, grad.data, slot.length, slot.dtype);
   }
 }
 

@@ -13,6 +13,7 @@
 // Threads: Handle is called on transport threads, concurrently for different slots.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,7 +54,9 @@ class Server {
   std::string FinishedWorkerProblem();
   // Async mode, slot lock held.
   void AsyncMessage(SlotState& slot, transport::Message&& msg);
-  void ApplyGradient(SlotState& slot, const transport::Body& grad, bool accumulate_without_opt);
+  // With an optimizer: weight update; without: the gradient is added to the value (async).
+  void ApplyGradient(SlotState& slot, const transport::Body& grad, Optimizer* optimizer);
+  std::shared_ptr<Optimizer> CurrentOptimizer();
 
   void Reply(const transport::Header& request, transport::Body body = {});
   void ReplyError(const transport::Header& request, const std::string& error);
@@ -71,6 +74,7 @@ class Server {
   std::shared_mutex optimizer_state_mutex_;
   std::mutex finished_mutex_;
   std::vector<int> finished_workers_;
+  std::atomic<bool> any_worker_finished_{false};  // lets sync pushes skip the mutex
 };
 
 }  // namespace dtrain::ps
