@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "launcher/hostfile.h"
 #include "launcher/launch_options.h"
 
 namespace dtrain::launcher {
@@ -51,6 +52,12 @@ struct JobPlan {
 
 // Every process on this machine, talking over loopback.
 Placement PlaceLocally(int num_servers, int num_workers);
+
+// The seeds' placement over a hostfile: servers and workers each cycle through the hosts (one of
+// each per host when there are exactly N hosts); the scheduler runs on `launcher_host`, the
+// address of the machine running `dtrain launch` as the other hosts reach it.
+Placement PlaceOnHosts(const std::vector<HostEntry>& hosts, int num_servers, int num_workers,
+                       const std::string& launcher_host);
 
 // `dtrain_exe` is the binary that runs `scheduler` and `server` (normally the running dtrain,
 // /proc/self/exe); workers run options.worker_command. `scheduler_port` is the port the scheduler

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "launcher/backends.h"
 #include "launcher/job_plan.h"
 #include "launcher/launch_options.h"
 #include "launcher/process_group.h"
@@ -38,11 +39,19 @@ uint16_t PickFreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
+int ReportUsageError(const UsageError& e) {
+  std::fprintf(stderr, "dtrain launch: error: %s\nRun `dtrain launch --help` for the options.\n",
+               e.what());
+  return kUsageExitCode;
+}
+
 std::string Count(int n, const char* noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
-int RunLocal(const LaunchOptions& options) {
+}  // namespace
+
+int RunLocalJob(const LaunchOptions& options) {
   const uint16_t port = PickFreeLoopbackPort();
   const JobPlan plan = BuildJobPlan(options, PlaceLocally(options.num_servers, options.num_workers),
                                     SelfExecutablePath(), port);
@@ -57,6 +66,24 @@ int RunLocal(const LaunchOptions& options) {
   return SuperviseLocalJob(plan, supervision);
 }
 
+namespace {
+
+int RunBackend(const LaunchOptions& options) {
+  switch (options.launcher) {
+    case LauncherKind::kLocal:
+      return RunLocalJob(options);
+    case LauncherKind::kSsh:
+      return RunSshJob(options);
+    case LauncherKind::kMpi:
+      return RunMpiJob(options);
+    case LauncherKind::kSlurm:
+      return RunSlurmJob(options);
+    case LauncherKind::kSge:
+      return RunSgeJob(options);
+  }
+  return kLauncherFailureExitCode;
+}
+
 // `args`: what followed `launch` on the command line, in order.
 int RunLaunch(const std::vector<std::string>& args) {
   LaunchOptions options;
@@ -64,19 +91,13 @@ int RunLaunch(const std::vector<std::string>& args) {
     std::optional<LaunchOptions> parsed = ParseLaunchArgs(args);
     if (!parsed) return 0;  // --help
     options = std::move(*parsed);
-    // Placement on other hosts and their process control are a later step; the names are
-    // accepted so that launch.py users get this message rather than "unknown launcher".
-    if (options.launcher != LauncherKind::kLocal) {
-      throw UsageError(std::string("launcher '") + LauncherName(options.launcher) +
-                       "' is not implemented yet (use --launcher local)");
-    }
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "dtrain launch: error: %s\nRun `dtrain launch --help` for the options.\n",
-                 e.what());
-    return kUsageExitCode;
+    return ReportUsageError(e);
   }
   try {
-    return RunLocal(options);
+    return RunBackend(options);
+  } catch (const UsageError& e) {
+    return ReportUsageError(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain launch: error: %s\n", e.what());
     return kLauncherFailureExitCode;

@@ -109,6 +109,7 @@ struct RawFlags {
   int num_workers = 0;
   std::optional<int> num_servers;
   std::string launcher = "local";
+  std::optional<std::string> hostfile, sync_dst_dir, interface;
   std::vector<std::string> env_all, env_server, env_worker;
   std::optional<std::string> output_dir;
   int64_t kill_grace_ms = 3000;
@@ -132,9 +133,16 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
       "dist_sync");
   app->add_option("-n,--num-workers", f->num_workers, "number of workers (required, >= 1)")
       ->required();
-  app->add_option("-s,--num-servers", f->num_servers, "number of servers (default: N)");
+  app->add_option("-s,--num-servers", f->num_servers,
+                  "number of servers (default: N); 0: an allreduce job without servers");
   app->add_option("--launcher", f->launcher,
-                  "where processes run: local (ssh, mpi, slurm, sge: not implemented yet)");
+                  "where processes run: local (default), ssh, mpi, slurm, sge");
+  app->add_option("-H,--hostfile", f->hostfile,
+                  "the hosts, one a line: NAME or ADDRESS, optionally :SLOTS; # comments");
+  app->add_option("--sync-dst-dir", f->sync_dst_dir,
+                  "ssh: first copy the current directory to DIR on every host (rsync)");
+  app->add_option("--interface", f->interface,
+                  "network interface whose address every node announces (DMLC_INTERFACE)");
   app->add_option("--env", f->env_all,
                   "NAME:VALUE sets NAME in every process; NAME passes the launcher's own value")
       ->allow_extra_args(false);
@@ -194,12 +202,20 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   CheckRange("-n/--num-workers", f.num_workers, 1, kMaxProcessesPerRole);
   o.num_workers = f.num_workers;
   o.num_servers = f.num_servers.value_or(f.num_workers);
-  CheckRange("-s/--num-servers", o.num_servers, 1, kMaxProcessesPerRole);
+  CheckRange("-s/--num-servers", o.num_servers, 0, kMaxProcessesPerRole);
   o.launcher = ParseLauncher(f.launcher);
   o.env_all = ParseEnvArgs("--env", f.env_all, getenv_fn);
   o.env_server = ParseEnvArgs("--env-server", f.env_server, getenv_fn);
   o.env_worker = ParseEnvArgs("--env-worker", f.env_worker, getenv_fn);
   if (f.output_dir && f.output_dir->empty()) throw UsageError("--output-dir must not be empty");
+  if (f.hostfile && f.hostfile->empty()) throw UsageError("-H/--hostfile must not be empty");
+  if (f.sync_dst_dir && f.sync_dst_dir->empty()) {
+    throw UsageError("--sync-dst-dir must not be empty");
+  }
+  if (f.interface && f.interface->empty()) throw UsageError("--interface must not be empty");
+  o.hostfile = f.hostfile;
+  o.sync_dst_dir = f.sync_dst_dir;
+  o.interface = f.interface;
   o.output_dir = f.output_dir;
   CheckRange("--kill-grace-ms", f.kill_grace_ms, 0, kMaxGraceMs);
   CheckRange("--service-grace-ms", f.service_grace_ms, 0, kMaxGraceMs);

@@ -23,9 +23,7 @@ class UsageError : public InvalidArgument {
   using InvalidArgument::InvalidArgument;
 };
 
-// Where the processes of the job run. Only kLocal is implemented; the others are accepted as names
-// (they are what launch.py users type) and rejected with "not implemented yet" before anything
-// starts.
+// Where the processes of the job run (see backends.h).
 enum class LauncherKind { kLocal, kSsh, kMpi, kSlurm, kSge };
 
 const char* LauncherName(LauncherKind kind);
@@ -35,8 +33,14 @@ using EnvVar = std::pair<std::string, std::string>;
 
 struct LaunchOptions {
   int num_workers = 0;  // -n: >= 1
-  int num_servers = 0;  // -s: >= 1; defaults to num_workers
+  // -s: defaults to num_workers. 0 starts an allreduce job (collectives, no scheduler or servers):
+  // the workers rendezvous with worker 0 at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT.
+  int num_servers = 0;
   LauncherKind launcher = LauncherKind::kLocal;
+
+  std::optional<std::string> hostfile;      // -H/--hostfile: one host a line, `host[:slots]`
+  std::optional<std::string> sync_dst_dir;  // --sync-dst-dir: rsync the cwd there on every host
+  std::optional<std::string> interface;     // --interface: DMLC_INTERFACE for every process
 
   // --env / --env-server / --env-worker, with `NAME` (no value) already resolved to the launcher's
   // own value. Applied in the order given, after the variables the launcher sets itself.
