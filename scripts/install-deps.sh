@@ -13,6 +13,12 @@ packages=(
   libtorch-dev libopenblas0-pthread zlib1g-dev dataset-fashion-mnist
   # what the tests and the launcher use: ip (network namespaces), procps (pgrep/pkill)
   iproute2 procps
+  # the launcher backends and their tests: ssh (sshd in namespaces, rsync for --sync-dst-dir),
+  # OpenMPI, a single-node Slurm (with munge), a single-node Grid Engine
+  openssh-server openssh-client rsync openmpi-bin libopenmpi-dev
+  slurmd slurmctld slurm-client munge gridengine-master gridengine-exec gridengine-client
+  # allreduce mode: Gloo (OpenMPI above is the other backend)
+  libgloo-dev
 )
 # Only for the benchmarks that compare against PyTorch DDP: bash scripts/install-deps.sh --bench
 if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-torch); fi
