@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ struct ProcessSpec {
   std::vector<std::string> argv;
   // Set on top of the launcher's own environment, in order (a later NAME wins).
   std::vector<EnvVar> env;
+  // stdin is a pipe whose write end the launcher holds open, and never writes to, until the job
+  // ends; otherwise /dev/null. The ssh backend gives it to each ssh client: the remote guard
+  // reads it and stops the remote process at EOF, i.e. when the launcher or the connection dies.
+  bool stdin_held_open = false;
+  // Empty: the process runs here. Otherwise the local process is a client (e.g. "ssh") that runs
+  // it on `host`, and messages name both: "worker 1 on node-b (ssh pid 4242)".
+  std::string remote_via;
 
   // "scheduler", "server 0", "worker 1": the output prefix and the name in messages.
   std::string Name() const;
@@ -39,9 +47,17 @@ struct Placement {
   std::string scheduler_host;
   std::vector<std::string> server_hosts;  // one per server, by rank
   std::vector<std::string> worker_hosts;  // one per worker, by rank
+  // The address the other nodes reach a host at, where it differs from the name the launcher
+  // reaches it by (ssh: "alice@node-a" or an ssh config alias -> its HostName). A host not listed
+  // is its own address.
+  std::map<std::string, std::string> addresses;
+
+  const std::string& AddressOf(const std::string& host) const;
 };
 
 struct JobPlan {
+  // The scheduler's address; in an allreduce job (no servers) worker 0's, which hosts the
+  // collectives' rendezvous there.
   std::string scheduler_host;
   uint16_t scheduler_port = 0;
   int num_servers = 0;
@@ -62,6 +78,13 @@ Placement PlaceOnHosts(const std::vector<HostEntry>& hosts, int num_servers, int
 // `dtrain_exe` is the binary that runs `scheduler` and `server` (normally the running dtrain,
 // /proc/self/exe); workers run options.worker_command. `scheduler_port` is the port the scheduler
 // will listen on.
+//
+// A placement without servers is an allreduce job (-s 0): workers only, no scheduler; they find
+// each other through worker 0 at DMLC_PS_ROOT_URI (worker 0's address) : scheduler_port.
+//
+// Every process gets DMLC_NODE_HOST = its host's address, the address it announces, unless
+// options.interface is set: then DMLC_INTERFACE names the interface instead (a node prefers
+// DMLC_NODE_HOST over DMLC_INTERFACE, see common/net_address.h). A user's --env wins over both.
 JobPlan BuildJobPlan(const LaunchOptions& options, const Placement& placement,
                      const std::string& dtrain_exe, uint16_t scheduler_port);
 

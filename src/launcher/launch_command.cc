@@ -1,17 +1,12 @@
 #include "launcher/launch_command.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 
 #include "common/error.h"
 #include "launcher/backends.h"
 #include "launcher/job_plan.h"
 #include "launcher/launch_options.h"
+#include "launcher/local_address.h"
 #include "launcher/process_group.h"
 #include "launcher/supervisor.h"
 
@@ -20,24 +15,6 @@ namespace {
 
 constexpr int kUsageExitCode = 2;
 constexpr int kLauncherFailureExitCode = 1;
-
-// A TCP port on 127.0.0.1 that is free right now: the kernel's choice for port 0. The scheduler
-// binds it a moment later; another program could take it in between, which the scheduler then
-// reports, as ps-lite users know it.
-uint16_t PickFreeLoopbackPort() {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) throw Error(std::string("cannot create a socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    throw Error(std::string("cannot find a free port on 127.0.0.1: ") + std::strerror(errno));
-  }
-  return ntohs(addr.sin_port);
-}
 
 int ReportUsageError(const UsageError& e) {
   std::fprintf(stderr, "dtrain launch: error: %s\nRun `dtrain launch --help` for the options.\n",
@@ -52,13 +29,24 @@ std::string Count(int n, const char* noun) {
 }  // namespace
 
 int RunLocalJob(const LaunchOptions& options) {
+  if (options.sync_dst_dir) throw UsageError("--sync-dst-dir needs --launcher ssh");
+  if (!options.ssh_options.empty()) throw UsageError("--ssh-opts needs --launcher ssh");
   const uint16_t port = PickFreeLoopbackPort();
   const JobPlan plan = BuildJobPlan(options, PlaceLocally(options.num_servers, options.num_workers),
                                     SelfExecutablePath(), port);
-  std::fprintf(stderr,
-               "dtrain launch: starting 1 scheduler, %s, %s on this machine (scheduler at %s:%u)\n",
-               Count(plan.num_servers, "server").c_str(), Count(plan.num_workers, "worker").c_str(),
-               plan.scheduler_host.c_str(), static_cast<unsigned>(plan.scheduler_port));
+  if (plan.num_servers == 0) {
+    std::fprintf(stderr,
+                 "dtrain launch: starting %s on this machine (allreduce job: no scheduler or "
+                 "servers; rendezvous at %s:%u)\n",
+                 Count(plan.num_workers, "worker").c_str(), plan.scheduler_host.c_str(),
+                 static_cast<unsigned>(plan.scheduler_port));
+  } else {
+    std::fprintf(
+        stderr,
+        "dtrain launch: starting 1 scheduler, %s, %s on this machine (scheduler at %s:%u)\n",
+        Count(plan.num_servers, "server").c_str(), Count(plan.num_workers, "worker").c_str(),
+        plan.scheduler_host.c_str(), static_cast<unsigned>(plan.scheduler_port));
+  }
   SupervisorOptions supervision;
   supervision.kill_grace = options.kill_grace;
   supervision.service_grace = options.service_grace;

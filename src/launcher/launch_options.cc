@@ -83,6 +83,17 @@ void CheckRange(const char* flag, int64_t value, int64_t lo, int64_t hi) {
 
 bool HasWhitespace(const std::string& s) { return s.find_first_of(" \t\n") != std::string::npos; }
 
+std::vector<std::string> SplitWords(const std::string& s) {
+  std::vector<std::string> words;
+  size_t start = s.find_first_not_of(" \t\n");
+  while (start != std::string::npos) {
+    const size_t end = s.find_first_of(" \t\n", start);
+    words.push_back(s.substr(start, end - start));
+    start = s.find_first_not_of(" \t\n", end);
+  }
+  return words;
+}
+
 // The part of the command line CLI11 did not consume is the user command, possibly behind `--`.
 std::vector<std::string> ExtractCommand(std::vector<std::string> rest) {
   if (!rest.empty() && rest.front() == "--") {
@@ -109,7 +120,7 @@ struct RawFlags {
   int num_workers = 0;
   std::optional<int> num_servers;
   std::string launcher = "local";
-  std::optional<std::string> hostfile, sync_dst_dir, interface;
+  std::optional<std::string> hostfile, sync_dst_dir, interface, ssh_opts;
   std::vector<std::string> env_all, env_server, env_worker;
   std::optional<std::string> output_dir;
   int64_t kill_grace_ms = 3000;
@@ -120,17 +131,20 @@ struct RawFlags {
 // that is not ours, which is where the user command starts.
 std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
   auto app = std::make_unique<CLI::App>(
-      "Start a distributed job on this machine: one scheduler, S servers and N workers running "
-      "COMMAND. Each process gets DMLC_ROLE, DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER and "
-      "DTRAIN_NODE_RANK; their output is merged, one prefixed line at a time. The first process "
-      "to fail stops the whole job, and its exit code becomes the launcher's.",
+      "Start a distributed job here or on other hosts (--launcher): one scheduler, S servers and "
+      "N workers running COMMAND (-s 0: N workers only, an allreduce job). Each process gets "
+      "DMLC_ROLE, DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER and DTRAIN_NODE_RANK; their "
+      "output is merged, one prefixed line at a time. The first process to fail stops the whole "
+      "job, and its exit code becomes the launcher's.",
       "dtrain launch");
   app->prefix_command();
   app->footer(
       "COMMAND: everything after `--`, or from the first argument that is not an option on\n"
       "(options after it are the command's). One quoted argument with spaces runs in /bin/sh -c.\n"
       "Example: dtrain launch -n 2 -s 1 --env OMP_NUM_THREADS:4 -- python train.py --kvstore "
-      "dist_sync");
+      "dist_sync\n"
+      "Over ssh: dtrain launch -n 2 -H hosts --launcher ssh --sync-dst-dir /tmp/job -- "
+      "python train.py");
   app->add_option("-n,--num-workers", f->num_workers, "number of workers (required, >= 1)")
       ->required();
   app->add_option("-s,--num-servers", f->num_servers,
@@ -138,11 +152,21 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
   app->add_option("--launcher", f->launcher,
                   "where processes run: local (default), ssh, mpi, slurm, sge");
   app->add_option("-H,--hostfile", f->hostfile,
-                  "the hosts, one a line: NAME or ADDRESS, optionally :SLOTS; # comments");
+                  "the hosts, one a line: NAME or ADDRESS, optionally :SLOTS; # comments. ssh: "
+                  "servers, then workers, cycle through them (one of each per host when there "
+                  "are N hosts); the scheduler runs here");
   app->add_option("--sync-dst-dir", f->sync_dst_dir,
-                  "ssh: first copy the current directory to DIR on every host (rsync)");
+                  "ssh: first copy the current directory to DIR on every host (rsync -a), then "
+                  "run there; without it, processes run in the current directory's path");
   app->add_option("--interface", f->interface,
-                  "network interface whose address every node announces (DMLC_INTERFACE)");
+                  "network interface whose address every node announces (DMLC_INTERFACE); "
+                  "otherwise ssh nodes announce their hostfile address");
+  app->add_option("--ssh-opts", f->ssh_opts,
+                  "ssh: extra ssh arguments, split at spaces, that take precedence over the "
+                  "launcher's (-T, BatchMode=yes, ConnectTimeout=10, ServerAliveInterval=5), e.g. "
+                  "\"-F ./ssh_config -p 2222\". The hosts need dtrain at this launcher's path; "
+                  "they get the launcher's DMLC_*, PS_*, DTRAIN_*, MXNET_*, HOROVOD_* and "
+                  "OMP_NUM_THREADS; a remote process stops when its ssh connection ends");
   app->add_option("--env", f->env_all,
                   "NAME:VALUE sets NAME in every process; NAME passes the launcher's own value")
       ->allow_extra_args(false);
@@ -216,6 +240,7 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   o.hostfile = f.hostfile;
   o.sync_dst_dir = f.sync_dst_dir;
   o.interface = f.interface;
+  if (f.ssh_opts) o.ssh_options = SplitWords(*f.ssh_opts);
   o.output_dir = f.output_dir;
   CheckRange("--kill-grace-ms", f.kill_grace_ms, 0, kMaxGraceMs);
   CheckRange("--service-grace-ms", f.service_grace_ms, 0, kMaxGraceMs);

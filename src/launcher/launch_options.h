@@ -41,6 +41,9 @@ struct LaunchOptions {
   std::optional<std::string> hostfile;      // -H/--hostfile: one host a line, `host[:slots]`
   std::optional<std::string> sync_dst_dir;  // --sync-dst-dir: rsync the cwd there on every host
   std::optional<std::string> interface;     // --interface: DMLC_INTERFACE for every process
+  // --ssh-opts "ARGS": extra ssh client arguments (split at whitespace; no quoting), put before
+  // the launcher's own so that they win, e.g. "-F cluster_config -p 2222".
+  std::vector<std::string> ssh_options;
 
   // --env / --env-server / --env-worker, with `NAME` (no value) already resolved to the launcher's
   // own value. Applied in the order given, after the variables the launcher sets itself.

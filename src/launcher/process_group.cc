@@ -85,7 +85,7 @@ Pipe MakePipe() {
 }
 
 // Runs in the child between fork and exec: only system calls, no allocation.
-[[noreturn]] void ExecChild(pid_t launcher_pid, pid_t pgid, int null_fd, int out_fd, int err_fd,
+[[noreturn]] void ExecChild(pid_t launcher_pid, pid_t pgid, int in_fd, int out_fd, int err_fd,
                             const char* path, char* const argv[], char* const envp[],
                             const char* exec_error_prefix) {
   // Join (or found) the job's process group before anything can signal the group.
@@ -104,7 +104,7 @@ Pipe MakePipe() {
 
   // All three are >= 3 (EnsureStandardFdsOpen), so dup2 never closes one we still need; the
   // copies lose O_CLOEXEC, the originals are closed by exec.
-  ::dup2(null_fd, 0);
+  ::dup2(in_fd, 0);
   ::dup2(out_fd, 1);
   ::dup2(err_fd, 2);
 
@@ -173,6 +173,9 @@ StartedProcess LocalProcessGroup::Start(const ProcessSpec& spec) {
 
   UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (null_fd.get() < 0) throw Error(Errno("open /dev/null"));
+  Pipe in;
+  if (spec.stdin_held_open) in = MakePipe();
+  const int stdin_fd = spec.stdin_held_open ? in.read.get() : null_fd.get();
   Pipe out = MakePipe();
   Pipe err = MakePipe();
 
@@ -184,7 +187,7 @@ StartedProcess LocalProcessGroup::Start(const ProcessSpec& spec) {
   const pid_t launcher_pid = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
-    ExecChild(launcher_pid, pgid_, null_fd.get(), out.write.get(), err.write.get(), path.c_str(),
+    ExecChild(launcher_pid, pgid_, stdin_fd, out.write.get(), err.write.get(), path.c_str(),
               argv_ptrs.data(), env_ptrs.data(), exec_error_prefix.c_str());
   }
   const int fork_errno = errno;
@@ -203,6 +206,7 @@ StartedProcess LocalProcessGroup::Start(const ProcessSpec& spec) {
   started.pid = pid;
   started.stdout_read = std::move(out.read);
   started.stderr_read = std::move(err.read);
+  started.stdin_write = std::move(in.write);
   return started;
 }
 

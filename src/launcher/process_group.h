@@ -61,11 +61,13 @@ struct ExitStatus {
 };
 
 // A started process: its pid and the read ends of its stdout and stderr pipes (non-blocking is
-// left to the reader).
+// left to the reader), and for spec.stdin_held_open the write end of its stdin (close-on-exec, so
+// no other child inherits it; closing it is the child's EOF).
 struct StartedProcess {
   pid_t pid = 0;
   UniqueFd stdout_read;
   UniqueFd stderr_read;
+  UniqueFd stdin_write;
 };
 
 class LocalProcessGroup {
@@ -75,11 +77,11 @@ class LocalProcessGroup {
   LocalProcessGroup(const LocalProcessGroup&) = delete;
   LocalProcessGroup& operator=(const LocalProcessGroup&) = delete;
 
-  // Fork/execs spec.argv with the launcher's environment plus spec.env, stdin from /dev/null,
-  // stdout and stderr into new pipes. The first process started leads the group. argv[0] without
-  // a '/' is looked up in the child's PATH. Throws dtrain::Error when the launcher cannot create
-  // the pipes or fork; when exec fails, the child reports why on its stderr and exits with 127
-  // (not found) or 126 (cannot execute), as a shell would.
+  // Fork/execs spec.argv with the launcher's environment plus spec.env, stdin from /dev/null (or
+  // a pipe for spec.stdin_held_open), stdout and stderr into new pipes. The first process started
+  // leads the group. argv[0] without a '/' is looked up in the child's PATH. Throws dtrain::Error
+  // when the launcher cannot create the pipes or fork; when exec fails, the child reports why on
+  // its stderr and exits with 127 (not found) or 126 (cannot execute), as a shell would.
   //
   // Callers must not reap (ReapOne) between the first Start and the last: the leader must stay at
   // least a zombie so that later processes can still join its group.

@@ -2,17 +2,22 @@
 //
 // The supervisor starts the processes of a JobPlan in order (scheduler first) in one process group,
 // merges their output (output_merger.h), and decides when the job is over:
-//   - a process exits non-zero or by a signal while the job runs: that is the job's failure. One
-//     line names it on stderr, the whole group gets SIGTERM, then SIGKILL after kill_grace, and
-//     the launcher exits with the failure's code (128 + signal for a signal);
+//   - a process exits non-zero or by a signal while the job runs: that is the job's failure. Exits
+//     are collected for failure_settle more (peers of a dead process fail right after it, and
+//     may be reported first); the cause is the first of them that died by a signal (a code above
+//     128 from an ssh client), else the first. One line names it on stderr, the whole group gets
+//     SIGTERM, then SIGKILL after kill_grace, and the launcher exits with the cause's code (128 +
+//     signal for a signal);
 //   - the launcher gets SIGINT, SIGTERM or SIGHUP: the same teardown, exit 128 + that signal; a
 //     second one while stopping sends SIGKILL at once;
 //   - every worker exited 0: the scheduler and servers get service_grace to exit by themselves
 //     (they are told the job ended); whatever still runs then is stopped with a warning and the
-//     exit code is 0, unless one of them exits non-zero first (then its code).
-// Grandchildren left in the group are stopped in every case. Every wait is bounded: after SIGKILL
-// the supervisor waits kill_timeout for the processes to vanish, and after the last one it waits
-// drain_timeout for pipes that an escaped grandchild still holds open.
+//     exit code is 0, unless one of them exits non-zero first (then its code). A plan without
+//     services (an allreduce job, -s 0) ends there with 0.
+// Grandchildren left in the group are stopped in every case. A process run through a client on
+// another host (ProcessSpec::remote_via) is named with its host in every message. Every wait is
+// bounded: after SIGKILL the supervisor waits kill_timeout for the processes to vanish, and after
+// the last one it waits drain_timeout for pipes that an escaped grandchild still holds open.
 //
 // Threads: runs an asio event loop on the calling thread, which must be the process's only thread
 // while it runs (it forks) and must outlive the children (see process_group.h). It installs
@@ -32,6 +37,7 @@ namespace dtrain::launcher {
 struct SupervisorOptions {
   Duration kill_grace{3000};              // SIGTERM -> SIGKILL
   Duration service_grace{30000};          // workers all done -> stop the services
+  Duration failure_settle{500};           // first failure -> stop; 0: at once
   std::optional<std::string> output_dir;  // also write DIR/<role>-<rank>.log
   // After a process exits, how long its last output may take to arrive through the pipes before
   // its exit is reported anyway (a grandchild may hold the pipe open).

@@ -79,5 +79,127 @@ TEST(JobPlan, RoleSpecificVariables) {
   EXPECT_EQ(worker.count("S"), 0u);
 }
 
+std::vector<HostEntry> Hosts(std::vector<std::string> names) {
+  std::vector<HostEntry> out;
+  for (auto& n : names) out.push_back({n, 1});
+  return out;
+}
+
+// The seeds' example: 5 hosts, 3 servers and 3 workers; servers on the first three hosts,
+// workers on the fourth, fifth and first.
+TEST(PlaceOnHosts, CyclesServersThenWorkersThroughTheHosts) {
+  Placement p = PlaceOnHosts(Hosts({"h1", "h2", "h3", "h4", "h5"}), 3, 3, "10.0.0.100");
+  EXPECT_EQ(p.scheduler_host, "10.0.0.100");
+  EXPECT_THAT(p.server_hosts, ElementsAre("h1", "h2", "h3"));
+  EXPECT_THAT(p.worker_hosts, ElementsAre("h4", "h5", "h1"));
+}
+
+TEST(PlaceOnHosts, ExactlyNHostsGetOneServerAndOneWorkerEach) {
+  Placement p = PlaceOnHosts(Hosts({"a", "b", "c"}), 3, 3, "x");
+  EXPECT_THAT(p.server_hosts, ElementsAre("a", "b", "c"));
+  EXPECT_THAT(p.worker_hosts, ElementsAre("a", "b", "c"));
+}
+
+TEST(PlaceOnHosts, FewerHostsWrapAround) {
+  Placement p = PlaceOnHosts(Hosts({"a", "b"}), 1, 4, "x");
+  EXPECT_THAT(p.server_hosts, ElementsAre("a"));
+  EXPECT_THAT(p.worker_hosts, ElementsAre("b", "a", "b", "a"));
+}
+
+TEST(PlaceOnHosts, NoServers) {
+  Placement p = PlaceOnHosts(Hosts({"a", "b"}), 0, 3, "x");
+  EXPECT_TRUE(p.server_hosts.empty());
+  EXPECT_THAT(p.worker_hosts, ElementsAre("a", "b", "a"));
+}
+
+// A host with SLOTS takes that many consecutive processes per round, as mpirun fills slots.
+TEST(PlaceOnHosts, SlotsFillAHostBeforeTheNext) {
+  Placement p = PlaceOnHosts({{"a", 2}, {"b", 1}}, 2, 3, "x");
+  EXPECT_THAT(p.server_hosts, ElementsAre("a", "a"));
+  EXPECT_THAT(p.worker_hosts, ElementsAre("b", "a", "a"));
+}
+
+TEST(PlaceOnHosts, NoHostsIsAUsageError) { EXPECT_THROW(PlaceOnHosts({}, 1, 1, "x"), UsageError); }
+
+// -s 0: workers only; they rendezvous with worker 0, which hosts the collectives' store.
+TEST(JobPlan, AllreduceJobHasOnlyWorkers) {
+  LaunchOptions o;
+  o.num_workers = 3;
+  o.num_servers = 0;
+  o.worker_command = {"train"};
+  Placement placement = PlaceOnHosts({{"alice@a", 1}, {"b", 1}}, 0, 3, "10.0.0.100");
+  placement.addresses["alice@a"] = "10.0.0.1";
+  JobPlan plan = BuildJobPlan(o, placement, "/opt/dtrain", 5555);
+  EXPECT_EQ(plan.num_servers, 0);
+  EXPECT_EQ(plan.scheduler_host, "10.0.0.1");
+  ASSERT_EQ(plan.processes.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const ProcessSpec& p = plan.processes[i];
+    EXPECT_EQ(p.role, Role::kWorker);
+    EXPECT_EQ(p.rank, i);
+    auto env = EnvOf(p);
+    EXPECT_EQ(env["DMLC_ROLE"], "worker");
+    EXPECT_EQ(env["DMLC_PS_ROOT_URI"], "10.0.0.1");
+    EXPECT_EQ(env["DMLC_PS_ROOT_PORT"], "5555");
+    EXPECT_EQ(env["DMLC_NUM_SERVER"], "0");
+    EXPECT_EQ(env["DMLC_NUM_WORKER"], "3");
+    EXPECT_EQ(env["DTRAIN_NODE_RANK"], std::to_string(i));
+  }
+  EXPECT_THAT(std::vector<std::string>(
+                  {plan.processes[0].host, plan.processes[1].host, plan.processes[2].host}),
+              ElementsAre("alice@a", "b", "alice@a"));
+  EXPECT_EQ(EnvOf(plan.processes[1])["DMLC_NODE_HOST"], "b");
+  EXPECT_EQ(EnvOf(plan.processes[2])["DMLC_NODE_HOST"], "10.0.0.1");
+}
+
+TEST(JobPlan, AllreduceJobLocally) {
+  LaunchOptions o;
+  o.num_workers = 2;
+  o.num_servers = 0;
+  o.worker_command = {"train"};
+  JobPlan plan = BuildJobPlan(o, PlaceLocally(0, 2), "/opt/dtrain", 5555);
+  ASSERT_EQ(plan.processes.size(), 2u);
+  EXPECT_EQ(EnvOf(plan.processes[0])["DMLC_PS_ROOT_URI"], "127.0.0.1");
+  EXPECT_EQ(EnvOf(plan.processes[1])["DMLC_NODE_HOST"], "127.0.0.1");
+}
+
+// Each node announces its host's address as the others reach it (not the ssh destination).
+TEST(JobPlan, NodesAnnounceTheirHostsAddress) {
+  LaunchOptions o;
+  o.num_workers = 2;
+  o.num_servers = 2;
+  o.worker_command = {"train"};
+  Placement placement = PlaceOnHosts({{"root@node-a", 1}, {"10.0.0.2", 1}}, 2, 2, "10.0.0.100");
+  placement.addresses["root@node-a"] = "node-a";
+  JobPlan plan = BuildJobPlan(o, placement, "/opt/dtrain", 4000);
+  std::vector<std::string> announced;
+  for (const ProcessSpec& p : plan.processes) announced.push_back(EnvOf(p)["DMLC_NODE_HOST"]);
+  EXPECT_THAT(announced, ElementsAre("10.0.0.100", "node-a", "10.0.0.2", "node-a", "10.0.0.2"));
+  EXPECT_EQ(plan.processes[0].host, "10.0.0.100");
+  EXPECT_EQ(plan.processes[1].host, "root@node-a");
+  EXPECT_EQ(EnvOf(plan.processes[3])["DMLC_PS_ROOT_URI"], "10.0.0.100");
+}
+
+// --interface: DMLC_INTERFACE everywhere and no DMLC_NODE_HOST, which the node would prefer; a
+// user's --env DMLC_NODE_HOST still wins.
+TEST(JobPlan, InterfaceReplacesTheAnnouncedAddress) {
+  LaunchOptions o;
+  o.num_workers = 1;
+  o.num_servers = 1;
+  o.interface = "eth1";
+  o.worker_command = {"train"};
+  o.env_worker = {{"DMLC_NODE_HOST", "192.0.2.7"}};
+  JobPlan plan = BuildJobPlan(o, PlaceOnHosts({{"a", 1}}, 1, 1, "10.0.0.100"), "/opt/dtrain", 1);
+  for (const ProcessSpec& p : plan.processes) {
+    auto env = EnvOf(p);
+    EXPECT_EQ(env["DMLC_INTERFACE"], "eth1") << p.Name();
+    if (p.role == Role::kWorker) {
+      EXPECT_EQ(env["DMLC_NODE_HOST"], "192.0.2.7");
+    } else {
+      EXPECT_EQ(env.count("DMLC_NODE_HOST"), 0u) << p.Name();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::launcher

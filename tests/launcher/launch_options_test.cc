@@ -84,13 +84,24 @@ TEST(LaunchOptions, OtherFlags) {
   EXPECT_EQ(o.output_dir, "/tmp/x");
   EXPECT_EQ(o.kill_grace, Duration(10));
   EXPECT_EQ(o.service_grace, Duration(0));
-  // Accepted here; `dtrain launch` says it is not implemented yet.
   EXPECT_EQ(o.launcher, LauncherKind::kSsh);
+}
+
+TEST(LaunchOptions, SshFlagsAndAllreduce) {
+  LaunchOptions o =
+      Parse({"-n", "2", "-s", "0", "--launcher", "ssh", "-H", "hosts", "--sync-dst-dir", "/tmp/job",
+             "--interface", "eth1", "--ssh-opts", "  -F ./cfg   -p 2222 ", "--", "cmd"});
+  EXPECT_EQ(o.num_servers, 0);
+  EXPECT_EQ(o.hostfile, "hosts");
+  EXPECT_EQ(o.sync_dst_dir, "/tmp/job");
+  EXPECT_EQ(o.interface, "eth1");
+  EXPECT_THAT(o.ssh_options, ElementsAre("-F", "./cfg", "-p", "2222"));
+  EXPECT_TRUE(Parse({"-n", "1", "cmd"}).ssh_options.empty());
 }
 
 TEST(LaunchOptions, Mistakes) {
   EXPECT_THAT(ErrorOf({"-n", "0", "cmd"}), HasSubstr("-n/--num-workers must be between 1"));
-  EXPECT_THAT(ErrorOf({"-n", "1", "-s", "0", "cmd"}), HasSubstr("-s/--num-servers"));
+  EXPECT_THAT(ErrorOf({"-n", "1", "-s", "-1", "cmd"}), HasSubstr("-s/--num-servers"));
   EXPECT_THAT(ErrorOf({"cmd"}), HasSubstr("--num-workers is required"));
   EXPECT_THAT(ErrorOf({"-n", "1"}), HasSubstr("no command given"));
   EXPECT_THAT(ErrorOf({"-n", "1", "--"}), HasSubstr("no command given"));

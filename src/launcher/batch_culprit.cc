@@ -1,0 +1,92 @@
+#include "launcher/batch_culprit.h"
+
+#include <regex>
+
+namespace dtrain::launcher {
+
+void CulpritFinder::SchedulerLine(std::string_view line) {
+  // src/ps/scheduler.cc: "<name> failed: <reason>; stopping the job", name "worker 2 (host:port)".
+  static const std::regex failed(
+      R"(dtrain scheduler: (worker|server) (\d{1,9}) \([^)]*\) failed: (.*); stopping the job)");
+  if (blame_) return;  // the first one is the cause
+  const std::string text(line);
+  std::smatch m;
+  if (!std::regex_search(text, m, failed)) return;
+  blame_ = Blame{m[1] == "worker" ? Role::kWorker : Role::kServer, std::stoi(m[2]), m[3]};
+}
+
+void CulpritFinder::FrontEndFailing(int front_end) {
+  if (!first_failing_) first_failing_ = front_end;
+}
+
+void CulpritFinder::TaskFailed(int front_end, const std::string& tool, Role role,
+                               const TaskFailure& failure) {
+  FrontEndFailing(front_end);
+  ProcessSpec task;
+  task.role = role;
+  task.rank = failure.task;
+  reports_.push_back({front_end, role, failure,
+                      task.Name() + " " + failure.description + " (reported by " + tool + ")"});
+}
+
+void CulpritFinder::ProcessFailed(const std::string& message, int exit_code) {
+  if (!process_failure_) process_failure_ = Verdict{message, exit_code};
+}
+
+bool CulpritFinder::AnyFailure() const { return blame_ || !reports_.empty() || process_failure_; }
+
+const CulpritFinder::Report* CulpritFinder::ReportOn(Role role, int rank) const {
+  for (const Report& r : reports_) {
+    if (r.role == role && r.failure.task == rank) return &r;
+  }
+  return nullptr;
+}
+
+const CulpritFinder::Report* CulpritFinder::FirstReportOf(int front_end) const {
+  for (const Report& r : reports_) {
+    if (r.front_end == front_end) return &r;
+  }
+  return nullptr;
+}
+
+std::optional<CulpritFinder::Verdict> CulpritFinder::Certain() const {
+  if (blame_) {
+    if (const Report* r = ReportOn(blame_->role, blame_->rank)) {
+      return Verdict{r->message, r->failure.exit_code};
+    }
+    return std::nullopt;  // its exit code may still come
+  }
+  if (has_scheduler_ || !first_failing_) return std::nullopt;
+  if (const Report* r = FirstReportOf(*first_failing_)) {
+    return Verdict{r->message, r->failure.exit_code};
+  }
+  return std::nullopt;
+}
+
+std::optional<CulpritFinder::Verdict> CulpritFinder::Best() const {
+  if (std::optional<Verdict> v = Certain()) return v;
+  if (blame_) {
+    ProcessSpec node;
+    node.role = blame_->role;
+    node.rank = blame_->rank;
+    // Its own exit code is unknown: the job's first reported one stands in.
+    int code = 1;
+    if (!reports_.empty()) {
+      code = reports_.front().failure.exit_code;
+    } else if (process_failure_) {
+      code = process_failure_->exit_code;
+    }
+    return Verdict{node.Name() + " failed: " + blame_->reason + " (reported by the scheduler)",
+                   code};
+  }
+  if (first_failing_) {
+    if (const Report* r = FirstReportOf(*first_failing_)) {
+      return Verdict{r->message, r->failure.exit_code};
+    }
+  }
+  if (!reports_.empty())
+    return Verdict{reports_.front().message, reports_.front().failure.exit_code};
+  return process_failure_;
+}
+
+}  // namespace dtrain::launcher
