@@ -26,7 +26,7 @@
 //   DTRAIN_FUSION_THRESHOLD_MB (or Horovod's HOROVOD_FUSION_THRESHOLD in bytes): default 64 MB,
 //                            0 disables fusion.
 //   DTRAIN_CYCLE_TIME_MS (or HOROVOD_CYCLE_TIME): how long the engine gathers submissions before
-//                            a negotiation round; default 1 ms... 5 ms (see engine.h).
+//                            a negotiation round; default 1 ms (see engine.h).
 //   DTRAIN_STALL_WARNING_S (or HOROVOD_STALL_CHECK_TIME_SECONDS): default 60.
 //   DTRAIN_COLLECTIVE_TIMEOUT_MS: deadline of one collective and of Wait (default 600000).
 //   DTRAIN_FP16_ALLREDUCE=1: float32 allreduces are sent as float16 (compression).
@@ -90,5 +90,14 @@ void Allreduce(const std::string& name, const Array& in, const Array& out, Reduc
 Array Allgather(const std::string& name, const Array& in);
 void Broadcast(const std::string& name, const Array& inout, int root);
 void Barrier();
+
+// Counters of this process's engine, for tests and benchmarks (zero before Init).
+struct EngineStats {
+  uint64_t rounds = 0;         // negotiation rounds (cycles) run
+  uint64_t data_calls = 0;     // backend calls that moved tensors: one per fusion buffer
+  uint64_t collectives = 0;    // collectives completed (successfully or not)
+  uint64_t fused_tensors = 0;  // allreduces that shared a backend call with others
+};
+EngineStats Stats();
 
 }  // namespace dtrain::collectives

@@ -1,12 +1,12 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
-#include <algorithm>
 #include <limits>
-#include <thread>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 
@@ -107,10 +107,12 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   Config c;
   if (auto role = r.Text("DMLC_ROLE")) {
     c.role = RoleFromName(*role);
-    if (!c.role) throw ConfigError("DMLC_ROLE='" + *role + "' is not one of scheduler, server, worker");
+    if (!c.role)
+      throw ConfigError("DMLC_ROLE='" + *role + "' is not one of scheduler, server, worker");
   }
   c.scheduler_host = r.Text("DMLC_PS_ROOT_URI").value_or("");
-  if (auto v = r.Integer("DMLC_PS_ROOT_PORT", 1, 65535)) c.scheduler_port = static_cast<uint16_t>(*v);
+  if (auto v = r.Integer("DMLC_PS_ROOT_PORT", 1, 65535))
+    c.scheduler_port = static_cast<uint16_t>(*v);
   if (auto v = r.Integer("DMLC_NUM_SERVER", 0, 1 << 16)) c.num_servers = static_cast<int>(*v);
   if (auto v = r.Integer("DMLC_NUM_WORKER", 0, 1 << 16)) c.num_workers = static_cast<int>(*v);
   c.interface = r.Text("DMLC_INTERFACE").value_or("");
@@ -139,18 +141,26 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
   r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
-  if (auto v = r.Integer("DTRAIN_STREAMS_PER_PEER", 1, 16)) c.streams_per_peer = static_cast<int>(*v);
+  if (auto v = r.Integer("DTRAIN_STREAMS_PER_PEER", 1, 16))
+    c.streams_per_peer = static_cast<int>(*v);
   if (auto v = r.Integer("DTRAIN_IO_THREADS", 1, 64)) c.io_threads = static_cast<int>(*v);
   if (auto v = r.Integer("DTRAIN_CHUNK_BYTES", 4096, int64_t{1} << 40)) c.chunk_bytes = *v;
   if (auto v = r.Boolean("DTRAIN_SAME_HOST")) c.same_host_direct = *v;
   if (auto v = r.Integer("DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40)) {
     c.max_message_bytes = *v;
   }
-  if (c.role) c.RequireDistributed(std::string("DMLC_ROLE=") + RoleName(*c.role));
+  // A worker of an allreduce job (`dtrain launch -s 0`: DMLC_NUM_SERVER=0) has no servers to
+  // need; the dist kvstores still refuse such a job when they are created.
+  const bool allreduce_worker =
+      c.role == Role::kWorker && c.num_servers == 0 && env("DMLC_NUM_SERVER").has_value();
+  if (c.role) {
+    c.RequireDistributed(std::string("DMLC_ROLE=") + RoleName(*c.role),
+                         /*servers_needed=*/!allreduce_worker);
+  }
   return c;
 }
 
-void Config::RequireDistributed(const std::string& why) const {
+void Config::RequireDistributed(const std::string& why, bool servers_needed) const {
   auto missing = [&why](const char* name) {
     return ConfigError(std::string(name) + " is not set (needed because " + why +
                        "); start the job with `dtrain launch` or set DMLC_ROLE, DMLC_PS_ROOT_URI, "
@@ -159,9 +169,11 @@ void Config::RequireDistributed(const std::string& why) const {
   if (!role) throw missing("DMLC_ROLE");
   if (scheduler_host.empty()) throw missing("DMLC_PS_ROOT_URI");
   if (scheduler_port == 0) throw missing("DMLC_PS_ROOT_PORT");
-  if (num_servers < 1) {
-    throw ConfigError("DMLC_NUM_SERVER is not set or 0 (needed because " + why +
-                      "; a job needs at least one server)");
+  if (servers_needed && num_servers < 1) {
+    throw ConfigError(
+        "DMLC_NUM_SERVER is not set or 0 (needed because " + why +
+        "; a parameter-server job needs at least one server; a job started with -s 0 is an "
+        "allreduce job: use --kvstore horovod)");
   }
   if (num_workers < 1) {
     throw ConfigError("DMLC_NUM_WORKER is not set or 0 (needed because " + why +
@@ -171,12 +183,13 @@ void Config::RequireDistributed(const std::string& why) const {
 
 std::string Config::Describe() const {
   std::ostringstream out;
-  out << "DMLC_ROLE=" << (role ? RoleName(*role) : "(unset)") << " DMLC_PS_ROOT_URI=" << scheduler_host
-      << " DMLC_PS_ROOT_PORT=" << scheduler_port << " DMLC_NUM_SERVER=" << num_servers
-      << " DMLC_NUM_WORKER=" << num_workers << " DMLC_INTERFACE=" << interface
-      << " DMLC_NODE_HOST=" << node_host << " DMLC_NODE_PORT=" << node_port
-      << " DTRAIN_NODE_RANK=" << requested_rank << " PS_VERBOSE=" << verbose
-      << " PS_RESEND=" << resend << " PS_RESEND_TIMEOUT=" << resend_timeout.count()
+  out << "DMLC_ROLE=" << (role ? RoleName(*role) : "(unset)")
+      << " DMLC_PS_ROOT_URI=" << scheduler_host << " DMLC_PS_ROOT_PORT=" << scheduler_port
+      << " DMLC_NUM_SERVER=" << num_servers << " DMLC_NUM_WORKER=" << num_workers
+      << " DMLC_INTERFACE=" << interface << " DMLC_NODE_HOST=" << node_host
+      << " DMLC_NODE_PORT=" << node_port << " DTRAIN_NODE_RANK=" << requested_rank
+      << " PS_VERBOSE=" << verbose << " PS_RESEND=" << resend
+      << " PS_RESEND_TIMEOUT=" << resend_timeout.count()
       << " PS_HEARTBEAT_INTERVAL=" << heartbeat_interval.count()
       << " PS_HEARTBEAT_TIMEOUT=" << heartbeat_timeout.count()
       << " MXNET_KVSTORE_BIGARRAY_BOUND=" << bigarray_bound

@@ -31,26 +31,26 @@ EnvLookup MapEnvironment(std::map<std::string, std::string> vars);
 
 struct Config {
   // --- job layout (DMLC_*) ---
-  std::optional<Role> role;            // DMLC_ROLE; unset outside a distributed job
-  std::string scheduler_host;          // DMLC_PS_ROOT_URI
-  uint16_t scheduler_port = 0;         // DMLC_PS_ROOT_PORT
-  int num_servers = 0;                 // DMLC_NUM_SERVER
-  int num_workers = 0;                 // DMLC_NUM_WORKER
-  std::string interface;               // DMLC_INTERFACE: announce this interface's address
-  std::string node_host;               // DMLC_NODE_HOST: announce exactly this address
-  uint16_t node_port = 0;              // DMLC_NODE_PORT (0: any free port)
-  int requested_rank = -1;             // DTRAIN_NODE_RANK: rank wanted (set by dtrain launch)
+  std::optional<Role> role;     // DMLC_ROLE; unset outside a distributed job
+  std::string scheduler_host;   // DMLC_PS_ROOT_URI
+  uint16_t scheduler_port = 0;  // DMLC_PS_ROOT_PORT
+  int num_servers = 0;          // DMLC_NUM_SERVER
+  int num_workers = 0;          // DMLC_NUM_WORKER
+  std::string interface;        // DMLC_INTERFACE: announce this interface's address
+  std::string node_host;        // DMLC_NODE_HOST: announce exactly this address
+  uint16_t node_port = 0;       // DMLC_NODE_PORT (0: any free port)
+  int requested_rank = -1;      // DTRAIN_NODE_RANK: rank wanted (set by dtrain launch)
 
   // --- logging and reliability (PS_*) ---
-  int verbose = 0;                           // PS_VERBOSE: 0, 1 or 2
-  bool resend = false;                       // PS_RESEND
-  Duration resend_timeout{1000};             // PS_RESEND_TIMEOUT (ms)
-  Duration heartbeat_interval{1000};         // PS_HEARTBEAT_INTERVAL (ms)
-  Duration heartbeat_timeout{15000};         // PS_HEARTBEAT_TIMEOUT (ms)
+  int verbose = 0;                    // PS_VERBOSE: 0, 1 or 2
+  bool resend = false;                // PS_RESEND
+  Duration resend_timeout{1000};      // PS_RESEND_TIMEOUT (ms)
+  Duration heartbeat_interval{1000};  // PS_HEARTBEAT_INTERVAL (ms)
+  Duration heartbeat_timeout{15000};  // PS_HEARTBEAT_TIMEOUT (ms)
 
   // --- KVStore tuning (MXNET_KVSTORE_*) ---
-  int64_t bigarray_bound = 1000000;          // MXNET_KVSTORE_BIGARRAY_BOUND (elements)
-  int reduction_threads = 4;                 // MXNET_KVSTORE_REDUCTION_NTHREADS
+  int64_t bigarray_bound = 1000000;  // MXNET_KVSTORE_BIGARRAY_BOUND (elements)
+  int reduction_threads = 4;         // MXNET_KVSTORE_REDUCTION_NTHREADS
 
   // --- dtrain's own (DTRAIN_*) ---
   Duration connect_timeout{30000};     // DTRAIN_CONNECT_TIMEOUT_MS: reaching the scheduler / a peer
@@ -59,10 +59,10 @@ struct Config {
   Duration failure_exit_grace{10000};  // DTRAIN_FAILURE_EXIT_MS: exit after a peer died
   // Defaults depend on the cores (FromEnvironment): half of them, 1 to 4. On a 2-core machine the
   // workers' compute needs both cores and every extra network thread costs wake-ups.
-  int streams_per_peer = 2;            // DTRAIN_STREAMS_PER_PEER: TCP connections per peer
-  int io_threads = 2;                  // DTRAIN_IO_THREADS
+  int streams_per_peer = 2;              // DTRAIN_STREAMS_PER_PEER: TCP connections per peer
+  int io_threads = 2;                    // DTRAIN_IO_THREADS
   size_t chunk_bytes = size_t{4} << 20;  // DTRAIN_CHUNK_BYTES: values travel in pieces this big
-  bool same_host_direct = true;        // DTRAIN_SAME_HOST: one-copy path between local processes
+  bool same_host_direct = true;          // DTRAIN_SAME_HOST: one-copy path between local processes
   size_t max_message_bytes = size_t{1} << 32;  // DTRAIN_MAX_MESSAGE_BYTES: larger is rejected
 
   bool distributed() const { return role.has_value(); }
@@ -71,7 +71,7 @@ struct Config {
   static Config FromEnvironment(const EnvLookup& env = ProcessEnvironment());
 
   // Checks that the DMLC_* variables a distributed node needs are present. Throws ConfigError.
-  void RequireDistributed(const std::string& why) const;
+  void RequireDistributed(const std::string& why, bool servers_needed = true) const;
 
   // "name=value" lines of the values in effect, for PS_VERBOSE=1.
   std::string Describe() const;

@@ -5,6 +5,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "kvstore/collective_kvstore.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/kvstore.h"
 #include "kvstore/local_kvstore.h"
@@ -16,9 +17,10 @@ namespace {
 
 // MXNet's names, plus "dist" (the seeds' kv.create('dist')) and "dist_device_sync" (a spelling
 // the seeds use) as aliases of dist_sync / dist_sync_device.
-constexpr std::array<std::string_view, 8> kTypes = {
-    "local", "device", "dist_sync", "dist_async", "dist_sync_device", "dist_async_device",
-    "dist", "dist_device_sync"};
+// "horovod" is allreduce mode (collective_kvstore.h).
+constexpr std::array<std::string_view, 9> kTypes = {
+    "local", "device",           "dist_sync", "dist_async", "dist_sync_device", "dist_async_device",
+    "dist",  "dist_device_sync", "horovod"};
 
 std::string Canonical(const std::string& type) {
   if (type == "dist") return "dist_sync";
@@ -33,15 +35,16 @@ std::unique_ptr<KVStore> KVStore::Create(const std::string& requested) {
   if (type == "local" || type == "device") {
     return std::make_unique<LocalKVStore>(type, Config::FromEnvironment());
   }
+  if (type == "horovod") return std::make_unique<CollectiveKVStore>(Config::FromEnvironment());
   if (type.rfind("dist_", 0) == 0 &&
       std::find(kTypes.begin(), kTypes.end(), type) != kTypes.end()) {
     ps::RunRoleFromEnvironmentIfService();  // servers and schedulers never return from here
     const Config config = Config::FromEnvironment();
     config.RequireDistributed("kvstore type '" + requested + "' was created");
-    return std::make_unique<DistKVStore>(type, config,
-                                         std::make_unique<transport::TcpTransport>(
-                                             transport::TcpOptions::FromConfig(config)),
-                                         /*exit_on_failure=*/true);
+    return std::make_unique<DistKVStore>(
+        type, config,
+        std::make_unique<transport::TcpTransport>(transport::TcpOptions::FromConfig(config)),
+        /*exit_on_failure=*/true);
   }
   std::string known;
   for (auto t : kTypes) known += (known.empty() ? "" : ", ") + std::string(t);

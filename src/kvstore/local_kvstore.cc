@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "kvstore/array_checks.h"
 
 namespace dtrain {
 
@@ -20,31 +21,6 @@ struct LocalKVStore::Slot {
 
 namespace {
 
-std::string Describe(const Array& a) {
-  return ShapeToString(a.shape()) + " " + std::string(DTypeName(a.dtype()));
-}
-
-// Every array of `arrays` must match the key's value in element count and dtype (shapes may differ,
-// as a flattened view of the same value is fine). `what` is "value" or "out".
-void CheckArrays(const char* call, Key key, const Array& expected, const std::vector<Array>& arrays,
-                 const char* what) {
-  const std::string where = std::string(call) + " of key " + std::to_string(key) + ": ";
-  if (arrays.empty()) {
-    throw InvalidArgument(where + "no " + what + "s given (pass one array per device)");
-  }
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    const Array& a = arrays[i];
-    if (!a.defined()) {
-      throw InvalidArgument(where + what + " " + std::to_string(i) + " is an undefined Array");
-    }
-    if (a.size() != expected.size() || a.dtype() != expected.dtype()) {
-      throw InvalidArgument(where + what + " " + std::to_string(i) + " has shape " + Describe(a) +
-                            " but the key holds " + Describe(expected) + " (" +
-                            std::to_string(expected.size()) + " elements)");
-    }
-  }
-}
-
 // What a push needs beyond matching arrays, checked before anything is written so that a refused
 // push leaves the key as it was.
 void CheckPushable(const char* call, Key key, const Array& value, size_t num_values,
@@ -52,7 +28,7 @@ void CheckPushable(const char* call, Key key, const Array& value, size_t num_val
   const std::string where = std::string(call) + " of key " + std::to_string(key) + ": ";
   if (optimizer != nullptr && value.dtype() != DType::kFloat32) {
     throw InvalidArgument(where + "the optimizer updates float32 values only, the key holds " +
-                          Describe(value));
+                          DescribeArray(value));
   }
   if (num_values > 1) {
     // AddInto refuses element types it cannot add; asking it with no elements finds out before

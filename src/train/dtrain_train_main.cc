@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "collectives/collectives.h"
 #include "common/error.h"
 #include "kvstore/init.h"
 #include "kvstore/kvstore.h"
@@ -54,6 +55,7 @@ struct Flags {
   double lr_step_epochs = 1;
   int64_t lr_warmup_steps = 0;
   int64_t fuse_below_kb = 64;
+  bool fp16_allreduce = false;
 };
 
 // LibTorch's intra-op threads and OpenBLAS's threads would otherwise compete for the same cores;
@@ -72,10 +74,14 @@ int ConfigureThreads(int requested, int workers_on_host, std::string* blas) {
   return threads;
 }
 
-int WorkersOnThisHost(int num_workers) {
+int WorkersOnThisHost(const KVStore& kv) {
+  // In allreduce mode the collectives know (mpirun's local ranks, or hostnames compared).
+  if (kv.type() == "horovod") return collectives::LocalSize();
+  const int num_workers = kv.num_workers();
   // `dtrain launch --launcher local` puts every worker on this host.
   const char* uri = std::getenv("DMLC_PS_ROOT_URI");
-  const bool local_job = uri && (std::string(uri).rfind("127.", 0) == 0 || std::string(uri) == "localhost");
+  const bool local_job =
+      uri && (std::string(uri).rfind("127.", 0) == 0 || std::string(uri) == "localhost");
   return local_job ? num_workers : 1;
 }
 
@@ -111,6 +117,8 @@ int Train(const Flags& f, KVStore* kv_ptr);
 // Errors are printed while the kvstore still lives: leaving the job first would let the launcher
 // stop this process (the job failed) before it says why.
 int Run(const Flags& f) {
+  // Read by the collectives when the horovod kvstore starts them.
+  if (f.fp16_allreduce) ::setenv("DTRAIN_FP16_ALLREDUCE", "1", 1);
   auto kv = KVStore::Create(f.kvstore);
   try {
     return Train(f, kv.get());
@@ -128,7 +136,7 @@ int Train(const Flags& f, KVStore* kv_ptr) {
   const int rank = kv->rank();
   const int workers = kv->num_workers();
   std::string blas;
-  const int threads = ConfigureThreads(f.threads, WorkersOnThisHost(workers), &blas);
+  const int threads = ConfigureThreads(f.threads, WorkersOnThisHost(*kv), &blas);
   const int devices = DeviceCount(f.devices);
   if (f.batch_size < devices) {
     throw InvalidArgument("--batch-size " + std::to_string(f.batch_size) + " is smaller than the " +
@@ -145,12 +153,14 @@ int Train(const Flags& f, KVStore* kv_ptr) {
 
   torch::manual_seed(f.seed);
   std::vector<std::shared_ptr<Network>> replicas;
-  for (int d = 0; d < devices; ++d) replicas.push_back(MakeNetwork(f.network, shape, train.num_classes));
+  for (int d = 0; d < devices; ++d)
+    replicas.push_back(MakeNetwork(f.network, shape, train.num_classes));
 
   TrainerOptions options;
   options.optimizer.name = f.optimizer;
   options.optimizer.params = {{"learning_rate", f.lr}};
-  if (f.optimizer == "sgd" || f.optimizer == "nag") options.optimizer.params["momentum"] = f.momentum;
+  if (f.optimizer == "sgd" || f.optimizer == "nag")
+    options.optimizer.params["momentum"] = f.momentum;
   if (f.wd > 0) options.optimizer.params["wd"] = f.wd;
   options.batch_size = f.batch_size;
   // Schedules count optimizer updates; the flags speak in epochs.
@@ -177,7 +187,8 @@ int Train(const Flags& f, KVStore* kv_ptr) {
     archive.load_from(f.resume);
     torch::NoGradGuard no_grad;
     for (auto& item : replicas[0]->named_parameters(true)) archive.read(item.key(), item.value());
-    for (auto& item : replicas[0]->named_buffers(true)) archive.read(item.key(), item.value(), true);
+    for (auto& item : replicas[0]->named_buffers(true))
+      archive.read(item.key(), item.value(), true);
   }
   Trainer trainer(replicas, *kv, options);
   if (!f.resume.empty()) trainer.LoadOptimizerState(f.resume);
@@ -190,12 +201,12 @@ int Train(const Flags& f, KVStore* kv_ptr) {
                           std::to_string(f.batch_size));
   }
   const auto parts = SplitBatch(f.batch_size, devices, f.work_load);
-  std::printf("worker %d of %d: %s on %s, %lld samples, %lld steps/epoch, batch %lld over %d device(s), "
-              "kvstore %s, %d LibTorch thread(s), BLAS: %s\n",
-              rank, workers, f.network.c_str(), f.dataset.c_str(),
-              static_cast<long long>(sampler.size()), static_cast<long long>(steps),
-              static_cast<long long>(f.batch_size), devices, kv->type().c_str(), threads,
-              blas.c_str());
+  std::printf(
+      "worker %d of %d: %s on %s, %lld samples, %lld steps/epoch, batch %lld over %d device(s), "
+      "kvstore %s, %d LibTorch thread(s), BLAS: %s\n",
+      rank, workers, f.network.c_str(), f.dataset.c_str(), static_cast<long long>(sampler.size()),
+      static_cast<long long>(steps), static_cast<long long>(f.batch_size), devices,
+      kv->type().c_str(), threads, blas.c_str());
   std::fflush(stdout);
 
   for (int epoch = 0; epoch < f.epochs; ++epoch) {
@@ -220,7 +231,8 @@ int Train(const Flags& f, KVStore* kv_ptr) {
       trainer.Step(f.batch_size);
       window_samples += f.batch_size;
       if (f.log_interval > 0 && (step + 1) % f.log_interval == 0) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
         std::printf("Epoch[%d] Batch [%lld-%lld] Speed: %.2f samples/sec accuracy=%f\n", epoch,
                     static_cast<long long>(window_first), static_cast<long long>(step + 1),
                     window_samples / secs, static_cast<double>(window_correct) / window_samples);
@@ -247,7 +259,8 @@ int main(int argc, char** argv) {
   dtrain::Initialize();  // with DMLC_ROLE=server/scheduler this process serves and exits here
   CLI::App app{"dtrain-train: data-parallel training of an image classifier"};
   Flags f;
-  app.add_option("--dataset", f.dataset)->check(CLI::IsMember({"fashion-mnist", "mnist", "cifar10", "synthetic"}));
+  app.add_option("--dataset", f.dataset)
+      ->check(CLI::IsMember({"fashion-mnist", "mnist", "cifar10", "synthetic"}));
   app.add_option("--data-dir", f.data_dir, "default: where the data set's package puts it");
   app.add_option("--network", f.network, "mlp, lenet, resnet18, vgg11");
   app.add_option("--epochs", f.epochs)->check(CLI::NonNegativeNumber);
@@ -256,18 +269,23 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", f.momentum);
   app.add_option("--wd", f.wd);
   app.add_option("--optimizer", f.optimizer, "sgd, nag, adam, adagrad, rmsprop");
-  app.add_option("--kvstore,--kv-store", f.kvstore, "local, device, dist_sync, dist_async, ...");
+  app.add_option("--kvstore,--kv-store", f.kvstore,
+                 "local, device, dist_sync, dist_async, ..., horovod (allreduce among workers)");
+  app.add_flag("--fp16-allreduce", f.fp16_allreduce,
+               "horovod: send gradients as float16 (half the bytes, ~3 digits)");
   app.add_option("--devices,--gpus", f.devices, "local devices (CPU replicas): a count or a list");
   app.add_option("--work-load-list", f.work_load, "relative share of each device")->delimiter(',');
   app.add_option("--seed", f.seed);
   app.add_option("--log-interval", f.log_interval, "batches between progress lines (0: none)");
   app.add_option("--save", f.save, "save the model here after training (rank 0)");
   app.add_option("--resume", f.resume, "start from a model saved with --save");
-  app.add_option("--threads", f.threads, "LibTorch threads (default: cores / workers on this host)");
+  app.add_option("--threads", f.threads,
+                 "LibTorch threads (default: cores / workers on this host)");
   app.add_option("--update-on-kvstore", f.update_on_kvstore, "run the optimizer in the kvstore");
   app.add_flag("--no-overlap", f.no_overlap, "push gradients at step() instead of during backward");
   app.add_option("--limit-train", f.limit_train, "use only the first N training samples");
-  app.add_option("--lr-scheduler", f.lr_scheduler, "none, step (x lr-factor every lr-step-epochs), cosine (to 0 at the end)")
+  app.add_option("--lr-scheduler", f.lr_scheduler,
+                 "none, step (x lr-factor every lr-step-epochs), cosine (to 0 at the end)")
       ->check(CLI::IsMember({"none", "step", "cosine"}));
   app.add_option("--fuse-below-kb", f.fuse_below_kb,
                  "parameters smaller than this travel fused in one key (0: one key each)");

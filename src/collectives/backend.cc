@@ -1,0 +1,79 @@
+#include "collectives/backend.h"
+
+#include <cstring>
+
+#include "collectives/elementwise.h"
+#include "common/error.h"
+
+namespace dtrain::collectives {
+
+void Communicator::Allreduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  if (size_ == 1 || count == 0) {
+    // Nothing to exchange; MPI and Gloo would only copy.
+    if (in != out && count > 0) std::memcpy(out, in, count * DTypeSize(dtype));
+    return;
+  }
+  AllreduceSum(in, out, count, dtype);
+  if (op == ReduceOp::kAverage && size_ > 1) Scale(out, count, dtype, 1.0 / size_);
+}
+
+void Communicator::Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {
+  if (bytes.size() != static_cast<size_t>(size_)) {
+    throw InvalidArgument("allgatherv needs one size per rank: got " +
+                          std::to_string(bytes.size()) + " for " + std::to_string(size_) +
+                          " ranks");
+  }
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  if (size_ == 1) {
+    if (in != out && bytes[0] > 0) std::memcpy(out, in, bytes[0]);
+    return;
+  }
+  DoAllgatherv(in, out, bytes);
+}
+
+void Communicator::Broadcast(void* data, size_t bytes, int root) {
+  if (root < 0 || root >= size_) {
+    throw InvalidArgument("broadcast root " + std::to_string(root) + " is not a rank of a job of " +
+                          std::to_string(size_));
+  }
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  if (size_ == 1 || bytes == 0) return;
+  DoBroadcast(data, bytes, root);
+}
+
+void Communicator::Barrier() {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  if (size_ > 1) DoBarrier();
+}
+
+void Communicator::SetPeerLostListener(std::function<void(const std::string&)> listener) {
+  std::lock_guard<std::mutex> lock(listener_mutex_);
+  peer_lost_ = std::move(listener);
+}
+
+void Communicator::NotifyPeerLost(const std::string& what) {
+  std::function<void(const std::string&)> listener;
+  {
+    std::lock_guard<std::mutex> lock(listener_mutex_);
+    listener = peer_lost_;
+  }
+  if (listener) listener(what);
+}
+
+std::unique_ptr<Communicator> CreateBackend(const CollectivesConfig& config) {
+  return config.backend == BackendKind::kMpi ? CreateMpiBackend(config) : CreateGlooBackend(config);
+}
+
+void LocalLayout(const std::vector<std::string>& hostnames, int rank, int* local_rank,
+                 int* local_size) {
+  *local_rank = 0;
+  *local_size = 0;
+  for (int r = 0; r < static_cast<int>(hostnames.size()); ++r) {
+    if (hostnames[r] != hostnames[rank]) continue;
+    if (r < rank) ++*local_rank;
+    ++*local_size;
+  }
+}
+
+}  // namespace dtrain::collectives

@@ -1,0 +1,86 @@
+// Communicator: the backend (OpenMPI or Gloo) seen as plain synchronous collectives for one process
+// of the job.
+//
+// Every rank must make the same calls in the same order with matching sizes; the Engine
+// (engine.h) arranges that for named tensors submitted in any order. A Communicator is used by one
+// thread at a time (the engine's background thread, or a benchmark's main thread).
+//
+// Failures are thrown: PeerError when another rank died or cut the connection (naming the rank
+// when it is known, e.g. "rank 2 (127.0.0.1) left the job"), TimeoutError when a call ran past
+// the collective timeout. After a failure the backend is broken: every later call throws the same
+// error, as the ranks can no longer agree on what was exchanged.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectives/collectives.h"
+#include "collectives/config.h"
+#include "common/dtype.h"
+
+namespace dtrain::collectives {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual BackendKind kind() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+
+  // out = the sum (or average) over ranks of `in`, `count` elements of `dtype`. `in == out` is in
+  // place. float32, float64, float16 and bfloat16.
+  void Allreduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op);
+  // out = every rank's `in` concatenated in rank order; rank r contributes bytes[r] bytes.
+  // `out` holds the sum of `bytes`.
+  void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
+  // Root's `data` into everyone's `data`.
+  void Broadcast(void* data, size_t bytes, int root);
+  void Barrier();
+
+  // Calls made so far (each of the four above counts one): lets tests see fusion work.
+  uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
+
+  // Called, from another thread, when the backend learns that a rank left the job while a call
+  // may be stuck waiting for it (gloo's watchdog): the engine fails its handles at once instead of
+  // when the call returns. Set before the calls start; `nullptr` removes it.
+  void SetPeerLostListener(std::function<void(const std::string&)> listener);
+
+ protected:
+  virtual void AllreduceSum(const void* in, void* out, size_t count, DType dtype) = 0;
+  virtual void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) = 0;
+  virtual void DoBroadcast(void* data, size_t bytes, int root) = 0;
+  virtual void DoBarrier() = 0;
+
+  void NotifyPeerLost(const std::string& what);
+
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+
+ private:
+  std::atomic<uint64_t> calls_{0};
+  std::mutex listener_mutex_;
+  std::function<void(const std::string&)> peer_lost_;
+};
+
+// Both throw ConfigError for a bad layout and PeerError/TimeoutError when the rendezvous fails.
+std::unique_ptr<Communicator> CreateMpiBackend(const CollectivesConfig& config);
+std::unique_ptr<Communicator> CreateGlooBackend(const CollectivesConfig& config);
+std::unique_ptr<Communicator> CreateBackend(const CollectivesConfig& config);
+
+// From the hostnames of every rank (index = rank): this rank's position among the ranks with the
+// same hostname, and how many there are.
+void LocalLayout(const std::vector<std::string>& hostnames, int rank, int* local_rank,
+                 int* local_size);
+
+}  // namespace dtrain::collectives

@@ -1,0 +1,52 @@
+// CollectivesConfig: the environment of the allreduce mode, read once by Init.
+//
+// The variables are listed in collectives.h. Horovod's names are accepted as fallbacks so that a
+// Horovod job script runs unchanged; the DTRAIN_* name wins when both are set. A malformed value is
+// a ConfigError naming the variable and the value.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "collectives/collectives.h"
+#include "common/config.h"
+#include "common/deadline.h"
+
+namespace dtrain::collectives {
+
+struct CollectivesConfig {
+  BackendKind backend = BackendKind::kGloo;  // DTRAIN_COLLECTIVES
+
+  // --- gloo layout (ignored under MPI, which knows its own) ---
+  int rank = -1;                 // DTRAIN_NODE_RANK
+  int size = 0;                  // DMLC_NUM_WORKER
+  std::string rendezvous_host;   // DMLC_PS_ROOT_URI: rank 0 hosts the rendezvous store here
+  uint16_t rendezvous_port = 0;  // DMLC_PS_ROOT_PORT
+  std::string file_store_dir;    // DTRAIN_GLOO_FILE_STORE: rendezvous through a shared directory
+  std::string interface;         // DMLC_INTERFACE: gloo binds and announces this interface
+  std::string node_host;         // DMLC_NODE_HOST: gloo binds and announces exactly this address
+  // DTRAIN_GLOO_ALGORITHM: auto | ring | ring_chunked | halving_doubling | bcube; empty = auto,
+  // chosen by measurement (gloo_backend.cc). For benchmarks and tests.
+  std::string gloo_algorithm;
+
+  // --- engine ---
+  size_t fusion_threshold_bytes = size_t{64} << 20;  // DTRAIN_FUSION_THRESHOLD_MB; 0: no fusion
+  std::chrono::microseconds cycle_time{1000};        // DTRAIN_CYCLE_TIME_MS (a decimal number)
+  Duration stall_warning{60000};                     // DTRAIN_STALL_WARNING_S; 0: no warnings
+  Duration collective_timeout{600000};               // DTRAIN_COLLECTIVE_TIMEOUT_MS
+  Duration connect_timeout{30000};                   // DTRAIN_CONNECT_TIMEOUT_MS: rendezvous
+  bool fp16_allreduce = false;                       // DTRAIN_FP16_ALLREDUCE
+  int verbose = 0;                                   // PS_VERBOSE
+
+  // Reads and validates everything. Throws ConfigError.
+  static CollectivesConfig FromEnvironment(const EnvLookup& env = ProcessEnvironment());
+
+  // "name=value" pairs of the values in effect, for PS_VERBOSE=1.
+  std::string Describe() const;
+};
+
+const char* BackendName(BackendKind kind);
+
+}  // namespace dtrain::collectives

@@ -1,0 +1,177 @@
+#include "collectives/elementwise.h"
+
+#include <bit>
+#include <cstring>
+#include <string>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "common/error.h"
+
+namespace dtrain::collectives {
+namespace {
+
+// Software conversions, exact for every input (subnormals, infinities, NaN kept quiet).
+uint16_t SoftFloatToHalf(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) {  // infinity or NaN
+    return sign | 0x7c00u | (abs > 0x7f800000u ? 0x0200u : 0u);
+  }
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to beyond 65504: infinity
+  if (abs < 0x38800000u) {
+    // Below the smallest normal half: a subnormal. Adding 0.5 makes the FPU round the mantissa
+    // to the subnormal grid (2^-24) to nearest even for us.
+    const float shifted = std::bit_cast<float>(abs) + 0.5f;
+    return sign | static_cast<uint16_t>(std::bit_cast<uint32_t>(shifted) - 0x3f000000u);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even.
+  const uint32_t odd = (abs >> 13) & 1u;
+  return sign | static_cast<uint16_t>((abs + 0xc8000fffu + odd) >> 13);
+}
+
+float SoftHalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, exact in float.
+    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(value) | sign);
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+uint16_t FloatToBFloat16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float BFloat16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+#if defined(__x86_64__)
+bool HasF16C() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+__attribute__((target("avx,f16c"))) void F16CFloatToHalf(const float* in, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = SoftFloatToHalf(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void F16CHalfToFloat(const uint16_t* in, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = SoftHalfToFloat(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void F16CSumHalf(uint16_t* out, const uint16_t* a,
+                                                     const uint16_t* b, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_add_ps(x, y), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = SoftFloatToHalf(SoftHalfToFloat(a[i]) + SoftHalfToFloat(b[i]));
+}
+#else
+bool HasF16C() { return false; }
+void F16CFloatToHalf(const float*, uint16_t*, size_t) {}
+void F16CHalfToFloat(const uint16_t*, float*, size_t) {}
+void F16CSumHalf(uint16_t*, const uint16_t*, const uint16_t*, size_t) {}
+#endif
+
+template <typename T>
+void SumTyped(void* out, const void* a, const void* b, size_t n) {
+  // Pointers may alias (out == a for an in-place reduction), so no __restrict here.
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+// A half-precision sum goes through float: exact for the addition, one rounding at the end.
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void SumViaFloat(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<uint16_t*>(out);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = FromFloat(ToFloat(x[i]) + ToFloat(y[i]));
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void ScaleViaFloat(void* data, size_t n, float factor) {
+  auto* d = static_cast<uint16_t*>(data);
+  for (size_t i = 0; i < n; ++i) d[i] = FromFloat(ToFloat(d[i]) * factor);
+}
+
+}  // namespace
+
+uint16_t FloatToHalf(float f) { return SoftFloatToHalf(f); }
+float HalfToFloat(uint16_t h) { return SoftHalfToFloat(h); }
+
+void FloatToHalf(const float* in, uint16_t* out, size_t n) {
+  if (HasF16C()) return F16CFloatToHalf(in, out, n);
+  for (size_t i = 0; i < n; ++i) out[i] = SoftFloatToHalf(in[i]);
+}
+
+void HalfToFloat(const uint16_t* in, float* out, size_t n) {
+  if (HasF16C()) return F16CHalfToFloat(in, out, n);
+  for (size_t i = 0; i < n; ++i) out[i] = SoftHalfToFloat(in[i]);
+}
+
+void Sum(void* out, const void* a, const void* b, size_t n, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return SumTyped<float>(out, a, b, n);
+    case DType::kFloat64:
+      return SumTyped<double>(out, a, b, n);
+    case DType::kFloat16:
+      if (HasF16C()) {
+        return F16CSumHalf(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
+                           static_cast<const uint16_t*>(b), n);
+      }
+      return SumViaFloat<SoftHalfToFloat, SoftFloatToHalf>(out, a, b, n);
+    case DType::kBFloat16:
+      return SumViaFloat<BFloat16ToFloat, FloatToBFloat16>(out, a, b, n);
+  }
+  throw InvalidArgument("cannot sum values of dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+void Scale(void* data, size_t n, DType dtype, double factor) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      auto* d = static_cast<float*>(data);
+      const float f = static_cast<float>(factor);
+      for (size_t i = 0; i < n; ++i) d[i] *= f;
+      return;
+    }
+    case DType::kFloat64: {
+      auto* d = static_cast<double*>(data);
+      for (size_t i = 0; i < n; ++i) d[i] *= factor;
+      return;
+    }
+    case DType::kFloat16:
+      return ScaleViaFloat<SoftHalfToFloat, SoftFloatToHalf>(data, n, static_cast<float>(factor));
+    case DType::kBFloat16:
+      return ScaleViaFloat<BFloat16ToFloat, FloatToBFloat16>(data, n, static_cast<float>(factor));
+  }
+  throw InvalidArgument("cannot scale values of dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+}  // namespace dtrain::collectives

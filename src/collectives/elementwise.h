@@ -1,0 +1,30 @@
+// Element-wise arithmetic the collectives need on raw buffers: sums for every dtype the backends
+// reduce (MPI and Gloo know float32/float64 but not float16/bfloat16), the scaling that turns a sum
+// into an average, and the float32 <-> float16 conversions of DTRAIN_FP16_ALLREDUCE.
+//
+// Plain functions on (pointer, count); the caller owns the memory. Thread-safe. float16 uses the
+// CPU's F16C instructions where it has them and a bit-exact software path otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace dtrain::collectives {
+
+// out[i] = a[i] + b[i]; `out` may alias `a` or `b`. Rounds once per element, to nearest even.
+void Sum(void* out, const void* a, const void* b, size_t n, DType dtype);
+
+// data[i] *= factor.
+void Scale(void* data, size_t n, DType dtype, double factor);
+
+// IEEE half precision, rounding to nearest even; overflow gives infinity.
+void FloatToHalf(const float* in, uint16_t* out, size_t n);
+void HalfToFloat(const uint16_t* in, float* out, size_t n);
+
+// Scalar forms, for tests.
+uint16_t FloatToHalf(float f);
+float HalfToFloat(uint16_t h);
+
+}  // namespace dtrain::collectives

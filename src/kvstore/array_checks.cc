@@ -1,0 +1,30 @@
+#include "kvstore/array_checks.h"
+
+#include "common/error.h"
+
+namespace dtrain {
+
+std::string DescribeArray(const Array& a) {
+  return ShapeToString(a.shape()) + " " + std::string(DTypeName(a.dtype()));
+}
+
+void CheckArrays(const char* call, Key key, const Array& expected, const std::vector<Array>& arrays,
+                 const char* what) {
+  const std::string where = std::string(call) + " of key " + std::to_string(key) + ": ";
+  if (arrays.empty()) {
+    throw InvalidArgument(where + "no " + what + "s given (pass one array per device)");
+  }
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const Array& a = arrays[i];
+    if (!a.defined()) {
+      throw InvalidArgument(where + what + " " + std::to_string(i) + " is an undefined Array");
+    }
+    if (a.size() != expected.size() || a.dtype() != expected.dtype()) {
+      throw InvalidArgument(where + what + " " + std::to_string(i) + " has shape " +
+                            DescribeArray(a) + " but the key holds " + DescribeArray(expected) +
+                            " (" + std::to_string(expected.size()) + " elements)");
+    }
+  }
+}
+
+}  // namespace dtrain

@@ -1,0 +1,271 @@
+// The engine over real Gloo backends, N ranks as threads of this process (rendezvous through a
+// FileStore, pairs over loopback TCP): the protocol without process start-up costs. Whole jobs of
+// real processes are in jobs_test.cc.
+#include "collectives/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+
+#include "../integration/subprocess.h"
+#include "common/error.h"
+
+namespace dtrain::collectives {
+namespace {
+
+using dtrain::testing::TempDir;
+
+CollectivesConfig RankConfig(int rank, int size, const std::string& dir) {
+  CollectivesConfig c;
+  c.backend = BackendKind::kGloo;
+  c.rank = rank;
+  c.size = size;
+  c.file_store_dir = dir;
+  c.node_host = "127.0.0.1";
+  c.connect_timeout = Duration(20000);
+  c.collective_timeout = Duration(20000);
+  return c;
+}
+
+// Runs body(engine, rank) on `size` ranks, each a thread with its own backend and engine.
+void RunRanks(int size, const std::function<void(Engine&, int)>& body,
+              const std::function<void(CollectivesConfig&)>& tune = {}) {
+  TempDir dir;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(size);
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        CollectivesConfig config = RankConfig(r, size, dir.path());
+        if (tune) tune(config);
+        Engine engine(std::shared_ptr<Communicator>(CreateGlooBackend(config)), config);
+        body(engine, r);
+        engine.Shutdown();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// "prefix" + i (built by appending: GCC 12 warns falsely about "literal" + std::to_string).
+std::string Numbered(std::string prefix, int64_t i) {
+  prefix += std::to_string(i);
+  return prefix;
+}
+
+Array Filled(int64_t n, float value) {
+  Array a({n});
+  a.Fill(value);
+  return a;
+}
+
+TEST(Engine, RanksSubmittingInDifferentOrdersGetExactSums) {
+  RunRanks(3, [](Engine& engine, int rank) {
+    std::vector<Array> in, out;
+    std::vector<Handle> handles;
+    const std::vector<int64_t> sizes = {1, 33, 4096, 100000};
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      in.push_back(Filled(sizes[i], static_cast<float>(rank + 1)));
+      out.push_back(Array({sizes[i]}));
+    }
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const size_t i = rank == 1 ? sizes.size() - 1 - k : k;
+      handles.push_back(engine.Allreduce(Numbered("t", i), in[i], out[i],
+                                         i % 2 ? ReduceOp::kAverage : ReduceOp::kSum));
+    }
+    for (auto& h : handles) h.Wait();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const float want = i % 2 ? 2.0f : 6.0f;
+      for (float v : out[i].floats()) ASSERT_EQ(v, want) << "t" << i;
+      for (float v : in[i].floats()) ASSERT_EQ(v, rank + 1.0f) << "input of t" << i;
+    }
+  });
+}
+
+TEST(Engine, SmallAllreducesReadyTogetherShareOneBackendCall) {
+  RunRanks(
+      2,
+      [](Engine& engine, int rank) {
+        std::vector<Array> arrays;
+        for (int i = 0; i < 50; ++i) arrays.push_back(Filled(100, static_cast<float>(i)));
+        engine.Barrier().Wait();
+        const auto before = engine.stats();
+        std::vector<Handle> handles;
+        for (int i = 0; i < 50; ++i) {
+          handles.push_back(
+              engine.Allreduce(Numbered("g", i), arrays[i], arrays[i], ReduceOp::kSum));
+        }
+        for (auto& h : handles) h.Wait();
+        const auto after = engine.stats();
+        for (int i = 0; i < 50; ++i) ASSERT_EQ(arrays[i].floats()[0], 2.0f * i);
+        // A 50 ms cycle gathers all 50 on both ranks before they are announced.
+        EXPECT_LE(after.data_calls - before.data_calls, 3u);
+        EXPECT_GE(after.fused_tensors - before.fused_tensors, 40u);
+      },
+      [](CollectivesConfig& c) { c.cycle_time = std::chrono::milliseconds(50); });
+}
+
+TEST(Engine, AFusionThresholdOfZeroSendsEveryTensorAlone) {
+  RunRanks(
+      2,
+      [](Engine& engine, int) {
+        std::vector<Array> arrays;
+        std::vector<Handle> handles;
+        for (int i = 0; i < 10; ++i) arrays.push_back(Filled(10, 1.0f));
+        const auto before = engine.stats();
+        for (int i = 0; i < 10; ++i) {
+          handles.push_back(
+              engine.Allreduce(Numbered("u", i), arrays[i], arrays[i], ReduceOp::kSum));
+        }
+        for (auto& h : handles) h.Wait();
+        EXPECT_EQ(engine.stats().data_calls - before.data_calls, 10u);
+        EXPECT_EQ(engine.stats().fused_tensors, 0u);
+      },
+      [](CollectivesConfig& c) {
+        c.fusion_threshold_bytes = 0;
+        c.cycle_time = std::chrono::milliseconds(20);
+      });
+}
+
+TEST(Engine, AllgatherAndBroadcast) {
+  RunRanks(3, [](Engine& engine, int rank) {
+    Array mine({rank + 1, 2});
+    for (int64_t i = 0; i < mine.size(); ++i) mine.floats()[i] = static_cast<float>(rank * 10 + i);
+    Handle g = engine.Allgather("gather", mine);
+    Array b = Filled(5, rank == 2 ? 7.0f : 0.0f);
+    Handle h = engine.Broadcast("bcast", b, 2);
+    g.Wait();
+    h.Wait();
+    const Array all = g.result();
+    ASSERT_EQ(all.shape(), (Shape{6, 2}));
+    const std::vector<float> want = {0, 1, 10, 11, 12, 13, 20, 21, 22, 23, 24, 25};
+    EXPECT_EQ(all.ToVector(), want);
+    EXPECT_EQ(b.ToVector(), std::vector<float>(5, 7.0f));
+
+    // A rank may contribute no rows at all.
+    Array some({rank, 3});
+    some.Fill(static_cast<float>(rank));
+    Handle z = engine.Allgather("gather.some", some);
+    z.Wait();
+    EXPECT_EQ(z.result().shape(), (Shape{3, 3}));
+    EXPECT_EQ(z.result().ToVector(), (std::vector<float>{1, 1, 1, 2, 2, 2, 2, 2, 2}));
+  });
+}
+
+TEST(Engine, MismatchedSubmissionsFailOnEveryRankAndTheEngineGoesOn) {
+  RunRanks(2, [](Engine& engine, int rank) {
+    Array a({3 + rank});
+    try {
+      engine.Allreduce("m", a, a, ReduceOp::kSum).Wait();
+      ADD_FAILURE() << "no mismatch error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1 allreduce(sum) float32 (4,)"), std::string::npos)
+          << e.what();
+    }
+    Array ok = Filled(4, 1.0f);
+    engine.Allreduce("m", ok, ok, ReduceOp::kSum).Wait();  // the name is free again
+    EXPECT_EQ(ok.floats()[0], 2.0f);
+  });
+}
+
+TEST(Engine, BadSubmissionsAreRejectedAtOnce) {
+  RunRanks(1, [](Engine& engine, int) {
+    Array a({4});
+    Array b({5});
+    EXPECT_THROW(engine.Allreduce("x", a, b, ReduceOp::kSum), InvalidArgument);
+    EXPECT_THROW(engine.Allreduce("", a, a, ReduceOp::kSum), InvalidArgument);
+    EXPECT_THROW(engine.Broadcast("y", a, 1), InvalidArgument);
+    EXPECT_THROW(engine.Allgather("z", Array(Shape{})), InvalidArgument);
+    EXPECT_THROW(Handle().Wait(), InvalidArgument);
+    // A job of one: every collective is its own result.
+    a.Fill(3.0f);
+    engine.Allreduce("one", a, a, ReduceOp::kAverage).Wait();
+    EXPECT_EQ(a.floats()[0], 3.0f);
+  });
+}
+
+TEST(Engine, ANameMayBeInFlightOnlyOnce) {
+  RunRanks(2, [](Engine& engine, int rank) {
+    Array a = Filled(4, 1.0f);
+    if (rank == 0) {
+      Handle first = engine.Allreduce("dup", a, a, ReduceOp::kSum);
+      EXPECT_THROW(engine.Allreduce("dup", a, a, ReduceOp::kSum), InvalidArgument);
+      engine.Barrier().Wait();
+      first.Wait();
+    } else {
+      engine.Barrier().Wait();
+      engine.Allreduce("dup", a, a, ReduceOp::kSum).Wait();
+    }
+    EXPECT_EQ(a.floats()[0], 2.0f);
+  });
+}
+
+TEST(Engine, WaitTimesOutNamingTheCollectiveAndTheMissingRank) {
+  RunRanks(
+      2,
+      [](Engine& engine, int rank) {
+        if (rank == 1) {
+          // Never submits; the other rank gives up by its deadline.
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          return;
+        }
+        Array a({4});
+        try {
+          engine.Allreduce("lonely", a, a, ReduceOp::kSum).Wait();
+          ADD_FAILURE() << "no timeout";
+        } catch (const TimeoutError& e) {
+          const std::string what = e.what();
+          EXPECT_NE(what.find("'lonely'"), std::string::npos) << what;
+          EXPECT_NE(what.find("rank 1 had not submitted it"), std::string::npos) << what;
+        }
+      },
+      [](CollectivesConfig& c) { c.collective_timeout = Duration(800); });
+}
+
+TEST(Engine, ShutdownFailsWhatNotEveryRankSubmitted) {
+  RunRanks(2, [](Engine& engine, int rank) {
+    Array a({4});
+    Handle h;
+    if (rank == 0) h = engine.Allreduce("orphan", a, a, ReduceOp::kSum);
+    engine.Shutdown();
+    if (rank == 0) {
+      try {
+        h.Wait();
+        ADD_FAILURE() << "an orphan completed";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("before rank 1 submitted it"), std::string::npos)
+            << e.what();
+      }
+    }
+    // After shutdown, submissions fail through their handle.
+    EXPECT_THROW(engine.Allreduce("late", a, a, ReduceOp::kSum).Wait(), Error);
+  });
+}
+
+TEST(Engine, Fp16CompressionIsCloseAndAveragesInFloat32) {
+  RunRanks(
+      2,
+      [](Engine& engine, int rank) {
+        std::vector<Array> arrays;
+        std::vector<Handle> handles;
+        for (int t = 0; t < 2; ++t) {
+          arrays.push_back(Array({1000}));
+          for (int i = 0; i < 1000; ++i) arrays[t].floats()[i] = 0.01f * i * (rank + 1);
+          handles.push_back(engine.Allreduce(Numbered("h", t), arrays[t], arrays[t],
+                                             t ? ReduceOp::kAverage : ReduceOp::kSum));
+        }
+        for (auto& h : handles) h.Wait();
+        for (int i = 0; i < 1000; ++i) {
+          EXPECT_NEAR(arrays[0].floats()[i], 0.03 * i, 0.03 * i * 1e-3 + 1e-4);
+          EXPECT_NEAR(arrays[1].floats()[i], 0.015 * i, 0.015 * i * 1e-3 + 1e-4);
+        }
+      },
+      [](CollectivesConfig& c) { c.fp16_allreduce = true; });
+}
+
+}  // namespace
+}  // namespace dtrain::collectives

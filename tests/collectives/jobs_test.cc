@@ -1,0 +1,347 @@
+// Whole collectives jobs of real processes: collectives_check started N times by hand for gloo
+// (rendezvous with rank 0 over TCP, or through a shared directory) and under a real mpirun for
+// MPI. Every wait is bounded; a hang fails the test and the processes are killed.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "../integration/subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+constexpr int kHangGuardMs = 180000;
+
+using Env = std::map<std::string, std::string>;
+
+std::string Check() { return BinaryPath("tests/collectives_check"); }
+
+// A job's processes; the destructor (Subprocess's) kills whatever is left.
+struct Job {
+  std::vector<std::unique_ptr<Subprocess>> processes;
+
+  // Exit codes in order; a process still running at the deadline fails the test.
+  std::vector<int> Wait() {
+    std::vector<int> codes;
+    for (auto& p : processes) {
+      auto code = p->Wait(kHangGuardMs);
+      EXPECT_TRUE(code.has_value()) << "hung:\n" << p->Output();
+      codes.push_back(code.value_or(-1));
+    }
+    return codes;
+  }
+  std::string Output() const {
+    std::string all;
+    for (const auto& p : processes) all += p->Output();
+    return all;
+  }
+};
+
+enum class Rendezvous { kTcp, kFileStore };
+
+std::unique_ptr<Job> StartGloo(const TempDir& dir, int n, std::vector<std::string> args,
+                               Env env = {}, Rendezvous rendezvous = Rendezvous::kTcp) {
+  auto job = std::make_unique<Job>();
+  const std::string port = std::to_string(FreePort());
+  for (int r = 0; r < n; ++r) {
+    Env e = env;
+    e["DTRAIN_COLLECTIVES"] = "gloo";
+    e["DTRAIN_NODE_RANK"] = std::to_string(r);
+    e["DMLC_NUM_WORKER"] = std::to_string(n);
+    if (rendezvous == Rendezvous::kTcp) {
+      e["DMLC_PS_ROOT_URI"] = "127.0.0.1";
+      e["DMLC_PS_ROOT_PORT"] = port;
+    } else {
+      e["DTRAIN_GLOO_FILE_STORE"] = dir.path() + "/store";
+    }
+    std::vector<std::string> argv = {Check()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    job->processes.push_back(
+        std::make_unique<Subprocess>(argv, e, dir.path() + "/rank" + std::to_string(r) + ".log"));
+  }
+  return job;
+}
+
+std::unique_ptr<Job> StartMpi(const TempDir& dir, int n, std::vector<std::string> args,
+                              Env env = {}) {
+  auto job = std::make_unique<Job>();
+  // Root in a container: --allow-run-as-root; more ranks than cores: --oversubscribe; no CMA in
+  // containers: the vader single-copy mechanism off.
+  env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none";
+  std::vector<std::string> argv = {"/usr/bin/mpirun", "--allow-run-as-root",
+                                   "--oversubscribe", "-np",
+                                   std::to_string(n), Check()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  job->processes.push_back(std::make_unique<Subprocess>(argv, env, dir.path() + "/mpirun.log"));
+  return job;
+}
+
+void ExpectAllSucceed(Job& job, const std::string& expected_line, int n) {
+  const auto codes = job.Wait();
+  const std::string out = job.Output();
+  for (int code : codes) EXPECT_EQ(code, 0) << out;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(out.find("[rank " + std::to_string(r) + "] " + expected_line), std::string::npos)
+        << out;
+    if (expected_line == "exact OK") {
+      // Every rank runs on this host: the local layout is the global one.
+      const std::string layout = "rank " + std::to_string(r) + " of " + std::to_string(n) +
+                                 ", local " + std::to_string(r) + " of " + std::to_string(n);
+      EXPECT_NE(out.find(layout), std::string::npos) << out;
+    }
+  }
+}
+
+std::vector<std::string> Exact(int64_t max_elements) {
+  return {"--scenario", "exact", "--max-elements", std::to_string(max_elements)};
+}
+
+// --- exact results: 2 ranks up to 64 MB tensors, 3 and 4 ranks smaller ------------------------
+
+TEST(GlooJob, TwoRanksExactUpTo64MB) {
+  TempDir dir;
+  auto job = StartGloo(dir, 2, Exact(int64_t{1} << 24));
+  ExpectAllSucceed(*job, "exact OK", 2);
+}
+
+TEST(GlooJob, ThreeRanksExact) {
+  TempDir dir;
+  auto job = StartGloo(dir, 3, Exact(int64_t{1} << 20));
+  ExpectAllSucceed(*job, "exact OK", 3);
+}
+
+TEST(GlooJob, FourRanksExact) {
+  TempDir dir;
+  auto job = StartGloo(dir, 4, Exact(65539));
+  ExpectAllSucceed(*job, "exact OK", 4);
+}
+
+TEST(GlooJob, FileStoreRendezvous) {
+  TempDir dir;
+  auto job = StartGloo(dir, 3, Exact(65539), {}, Rendezvous::kFileStore);
+  ExpectAllSucceed(*job, "exact OK", 3);
+}
+
+TEST(GlooJob, EveryAllreduceAlgorithmIsExact) {
+  for (const char* algorithm : {"ring", "ring_chunked", "halving_doubling", "bcube"}) {
+    TempDir dir;
+    auto job = StartGloo(dir, 3, Exact(65539), {{"DTRAIN_GLOO_ALGORITHM", algorithm}});
+    ExpectAllSucceed(*job, "exact OK", 3);
+  }
+}
+
+TEST(MpiJob, TwoRanksExactUpTo64MB) {
+  TempDir dir;
+  auto job = StartMpi(dir, 2, Exact(int64_t{1} << 24));
+  ExpectAllSucceed(*job, "exact OK", 2);
+}
+
+TEST(MpiJob, ThreeRanksExact) {
+  TempDir dir;
+  auto job = StartMpi(dir, 3, Exact(int64_t{1} << 20));
+  ExpectAllSucceed(*job, "exact OK", 3);
+}
+
+TEST(MpiJob, FourRanksExact) {
+  TempDir dir;
+  auto job = StartMpi(dir, 4, Exact(65539));
+  ExpectAllSucceed(*job, "exact OK", 4);
+}
+
+// --- fusion and compression --------------------------------------------------------------------
+
+// "fusion OK: tensors=100 data_calls=N": 100 allreduces submitted together must share calls. A
+// 20 ms cycle lets every rank submit all of them before the next round on any normal machine.
+void ExpectFused(Job& job, int n) {
+  ExpectAllSucceed(job, "fusion OK", n);
+  std::smatch m;
+  const std::string out = job.Output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("data_calls=(\\d+)"))) << out;
+  EXPECT_LE(std::stoi(m[1]), 10) << out;
+}
+
+TEST(GlooJob, HundredSmallAllreducesAreFused) {
+  TempDir dir;
+  auto job = StartGloo(dir, 2, {"--scenario", "fusion"}, {{"DTRAIN_CYCLE_TIME_MS", "20"}});
+  ExpectFused(*job, 2);
+}
+
+TEST(MpiJob, HundredSmallAllreducesAreFused) {
+  TempDir dir;
+  auto job = StartMpi(dir, 2, {"--scenario", "fusion"}, {{"DTRAIN_CYCLE_TIME_MS", "20"}});
+  ExpectFused(*job, 2);
+}
+
+TEST(GlooJob, Fp16CompressionIsApproximatelyRight) {
+  TempDir dir;
+  auto job = StartGloo(dir, 3, {"--scenario", "fp16"}, {{"DTRAIN_FP16_ALLREDUCE", "1"}});
+  ExpectAllSucceed(*job, "fp16 OK", 3);
+}
+
+TEST(MpiJob, Fp16CompressionIsApproximatelyRight) {
+  TempDir dir;
+  auto job = StartMpi(dir, 2, {"--scenario", "fp16"}, {{"DTRAIN_FP16_ALLREDUCE", "1"}});
+  ExpectAllSucceed(*job, "fp16 OK", 2);
+}
+
+// --- failures ----------------------------------------------------------------------------------
+
+// Waits for rank `rank`'s pid file and for `after` in the job's output, then kills that rank.
+void KillRankMidJob(const TempDir& dir, int rank, const Job& job,
+                    const std::string& after = "step 100") {
+  const std::string pid_file = dir.path() + "/rank" + std::to_string(rank) + ".pid";
+  for (int i = 0; i < 6000; ++i) {
+    std::ifstream in(pid_file);
+    int pid = 0;
+    if (in >> pid && pid > 0 && job.Output().find(after) != std::string::npos) {
+      kill(pid, SIGKILL);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL() << "the job never got going:\n" << job.Output();
+}
+
+TEST(GlooJob, ARankThatDiesFailsTheOthersNamingIt) {
+  TempDir dir;
+  auto job = StartGloo(dir, 3, {"--scenario", "die", "--pid-dir", dir.path()});
+  KillRankMidJob(dir, 1, *job);
+  const auto codes = job->Wait();
+  const std::string out = job->Output();
+  EXPECT_EQ(codes[1], 128 + SIGKILL) << out;
+  for (int r : {0, 2}) {
+    EXPECT_EQ(codes[r], 3) << "rank " << r << " should fail with a peer error:\n" << out;
+    EXPECT_NE(job->processes[r]->Output().find("rank 1 ("), std::string::npos) << out;
+    EXPECT_NE(job->processes[r]->Output().find("left the job"), std::string::npos) << out;
+  }
+}
+
+TEST(GlooJob, ARankDyingInTheMiddleOfALargeAllreduceIsNamed) {
+  // 16 MB tensors: the kill usually lands while data is on the wire, where gloo may leave a wait
+  // hanging (the watchdog's case).
+  TempDir dir;
+  auto job =
+      StartGloo(dir, 3, {"--scenario", "die", "--pid-dir", dir.path(), "--elements", "4194304"});
+  KillRankMidJob(dir, 2, *job, "step 3");
+  const auto codes = job->Wait();
+  for (int r : {0, 1}) {
+    EXPECT_EQ(codes[r], 3) << job->Output();
+    EXPECT_NE(job->processes[r]->Output().find("rank 2 ("), std::string::npos) << job->Output();
+  }
+}
+
+TEST(GlooJob, RankZeroDyingIsNamedToo) {
+  TempDir dir;
+  auto job = StartGloo(dir, 2, {"--scenario", "die", "--pid-dir", dir.path()});
+  KillRankMidJob(dir, 0, *job);
+  const auto codes = job->Wait();
+  const std::string out = job->processes[1]->Output();
+  EXPECT_EQ(codes[1], 3) << out;
+  EXPECT_NE(out.find("rank 0 ("), std::string::npos) << out;
+}
+
+TEST(MpiJob, ARankThatDiesEndsTheJobNamingIt) {
+  TempDir dir;
+  auto job = StartMpi(dir, 3, {"--scenario", "die", "--pid-dir", dir.path()});
+  KillRankMidJob(dir, 1, *job);
+  const auto codes = job->Wait();
+  const std::string out = job->Output();
+  EXPECT_NE(codes[0], 0) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+}
+
+TEST(GlooJob, AStallIsReportedNamingTheMissingRankAndTensor) {
+  TempDir dir;
+  auto job = StartGloo(dir, 2, {"--scenario", "stall", "--late-rank", "1"},
+                       {{"DTRAIN_STALL_WARNING_S", "1"}});
+  ExpectAllSucceed(*job, "stall OK", 2);
+  EXPECT_NE(job->processes[0]->Output().find("'stalled.tensor' waits for rank 1"),
+            std::string::npos)
+      << job->Output();
+}
+
+TEST(MpiJob, AStallIsReportedNamingTheMissingRankAndTensor) {
+  TempDir dir;
+  auto job = StartMpi(dir, 3, {"--scenario", "stall", "--late-rank", "2"},
+                      {{"DTRAIN_STALL_WARNING_S", "1"}});
+  ExpectAllSucceed(*job, "stall OK", 3);
+  EXPECT_NE(job->Output().find("'stalled.tensor' waits for rank 2"), std::string::npos)
+      << job->Output();
+}
+
+TEST(GlooJob, MismatchedShapesFailEveryRankClearly) {
+  TempDir dir;
+  auto job = StartGloo(dir, 3, {"--scenario", "mismatch"});
+  const auto codes = job->Wait();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(codes[r], 3) << job->Output();
+    EXPECT_NE(job->processes[r]->Output().find(
+                  "rank 0 allreduce(sum) float32 (4,), rank 1 allreduce(sum) float32 (5,), "
+                  "rank 2 allreduce(sum) float32 (6,)"),
+              std::string::npos)
+        << job->Output();
+  }
+}
+
+TEST(GlooJob, WaitTimesOutNamingTheTensorAndTheMissingRank) {
+  TempDir dir;
+  auto job = StartGloo(dir, 2, {"--scenario", "timeout", "--late-rank", "1"},
+                       {{"DTRAIN_COLLECTIVE_TIMEOUT_MS", "1500"}});
+  const auto codes = job->Wait();
+  const std::string out = job->processes[0]->Output();
+  EXPECT_EQ(codes[0], 3) << out;
+  EXPECT_NE(out.find("'never.complete' did not finish"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 had not submitted it"), std::string::npos) << out;
+}
+
+TEST(GlooJob, AMissingRankFailsTheRendezvousNamingIt) {
+  TempDir dir;
+  // Rank 0 of 3 alone (and rank 2, which is told the same): rank 1 never comes.
+  auto job = StartGloo(dir, 3, {"--scenario", "exact"}, {{"DTRAIN_CONNECT_TIMEOUT_MS", "1500"}});
+  job->processes[1]->Kill(SIGKILL);
+  const auto codes = job->Wait();
+  EXPECT_EQ(codes[0], 2) << job->Output();
+  EXPECT_NE(job->processes[0]->Output().find("for rank 1 of 3"), std::string::npos)
+      << job->Output();
+}
+
+TEST(GlooJob, NoRankZeroFailsTheRendezvousNamingHostAndPort) {
+  TempDir dir;
+  const int port = FreePort();
+  Subprocess rank1({Check()},
+                   {{"DTRAIN_COLLECTIVES", "gloo"},
+                    {"DTRAIN_NODE_RANK", "1"},
+                    {"DMLC_NUM_WORKER", "2"},
+                    {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                    {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+                    {"DTRAIN_CONNECT_TIMEOUT_MS", "500"}},
+                   dir.path() + "/rank1.log");
+  auto code = rank1.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2) << rank1.Output();
+  EXPECT_NE(rank1.Output().find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << rank1.Output();
+}
+
+TEST(CollectivesJob, ABadVariableStopsTheProcessNamingIt) {
+  TempDir dir;
+  Subprocess p({Check()}, {{"DTRAIN_COLLECTIVES", "nccl"}}, dir.path() + "/p.log");
+  auto code = p.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2) << p.Output();
+  EXPECT_NE(p.Output().find("DTRAIN_COLLECTIVES='nccl'"), std::string::npos) << p.Output();
+
+  Subprocess q({Check()}, {{"DTRAIN_FUSION_THRESHOLD_MB", "big"}}, dir.path() + "/q.log");
+  code = q.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2) << q.Output();
+  EXPECT_NE(q.Output().find("DTRAIN_FUSION_THRESHOLD_MB='big'"), std::string::npos) << q.Output();
+}
+
+}  // namespace
+}  // namespace dtrain::testing

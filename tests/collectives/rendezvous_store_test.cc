@@ -1,0 +1,184 @@
+// The gloo rendezvous store over real loopback sockets, in one process.
+#include "collectives/rendezvous_store.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "../integration/subprocess.h"
+#include "common/error.h"
+
+namespace dtrain::collectives {
+namespace {
+
+using dtrain::testing::FreePort;
+
+std::vector<char> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+// A raw connection to the server, to send what a well-behaved client would not.
+class RawSocket {
+ public:
+  explicit RawSocket(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  }
+  ~RawSocket() { Close(); }
+  void Send(const std::vector<char>& bytes) {
+    EXPECT_EQ(write(fd_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+  // A frame: u32 length, then the body.
+  void SendFrame(const std::vector<char>& body) {
+    std::vector<char> frame(4);
+    const uint32_t n = static_cast<uint32_t>(body.size());
+    std::memcpy(frame.data(), &n, 4);
+    frame.insert(frame.end(), body.begin(), body.end());
+    Send(frame);
+  }
+  // True when the server closed the connection (read returns 0 within a second).
+  bool ClosedByServer() {
+    timeval tv{1, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buffer[64];
+    while (true) {
+      ssize_t n = read(fd_, buffer, sizeof(buffer));
+      if (n == 0) return true;
+      if (n < 0) return false;
+    }
+  }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::vector<char> Hello(int32_t rank) {
+  std::vector<char> body(5);
+  body[0] = 1;
+  std::memcpy(body.data() + 1, &rank, 4);
+  return body;
+}
+
+TEST(RendezvousStore, ClientsShareKeysThroughRankZero) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 2);
+  RendezvousClient a("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000));
+  RendezvousClient b("127.0.0.1", static_cast<uint16_t>(port), 1, Duration(5000));
+  a.set("k", Bytes("value"));
+  b.wait({"k"});
+  EXPECT_EQ(b.get("k"), Bytes("value"));
+  // get waits for a key that another rank sets a little later, as gloo expects.
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    b.set("late", Bytes("x"));
+  });
+  EXPECT_EQ(a.get("late"), Bytes("x"));
+  later.join();
+  EXPECT_TRUE(a.LostRanks(Duration(1000)).empty());
+}
+
+TEST(RendezvousStore, WaitTimesOutNamingTheMissingKeys) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 1);
+  RendezvousClient a("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000));
+  a.set("here", Bytes("1"));
+  try {
+    a.wait({"here", "missing/7"}, std::chrono::milliseconds(100));
+    FAIL() << "no timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing/7"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RendezvousStore, ARankThatDisconnectsWithoutGoodbyeIsLost) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 3);
+  RendezvousClient a("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000));
+  {
+    RendezvousClient clean("127.0.0.1", static_cast<uint16_t>(port), 1, Duration(5000));
+  }  // says goodbye
+  RawSocket crash(port);
+  crash.SendFrame(Hello(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  crash.Close();
+  std::vector<int> lost;
+  for (int i = 0; i < 100 && lost.empty(); ++i) {
+    lost = a.LostRanks(Duration(1000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(lost, std::vector<int>{2});
+}
+
+TEST(RendezvousStore, MalformedInputClosesThatConnectionOnly) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 2);
+  RendezvousClient good("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000));
+
+  RawSocket huge(port);
+  huge.Send({'\xff', '\xff', '\xff', '\x7f'});  // a 2 GB frame
+  EXPECT_TRUE(huge.ClosedByServer());
+
+  RawSocket bad_rank(port);
+  bad_rank.SendFrame(Hello(99));
+  EXPECT_TRUE(bad_rank.ClosedByServer());
+
+  RawSocket unknown(port);
+  unknown.SendFrame({42});
+  EXPECT_TRUE(unknown.ClosedByServer());
+
+  RawSocket short_key(port);
+  short_key.SendFrame({2, '\x10', 0, 0, 0, 'a'});  // set: a key of 16 bytes with 1 present
+  EXPECT_TRUE(short_key.ClosedByServer());
+
+  RawSocket many_keys(port);
+  many_keys.SendFrame({4, '\xff', '\xff', '\xff', '\xff'});  // check: 4 billion keys
+  EXPECT_TRUE(many_keys.ClosedByServer());
+
+  // The server still serves the well-behaved.
+  good.set("still", Bytes("here"));
+  EXPECT_EQ(good.get("still"), Bytes("here"));
+}
+
+TEST(RendezvousStore, NobodyListeningIsATimeoutNamingHostAndPort) {
+  const int port = FreePort();
+  try {
+    RendezvousClient c("127.0.0.1", static_cast<uint16_t>(port), 1, Duration(300));
+    FAIL() << "connected to nothing";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(RendezvousStore, ThePortInUseIsReported) {
+  const int port = FreePort();
+  RendezvousServer first(static_cast<uint16_t>(port), 1);
+  try {
+    RendezvousServer second(static_cast<uint16_t>(port), 1);
+    FAIL() << "two servers on one port";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(port)), std::string::npos) << e.what();
+  }
+}
+
+TEST(RendezvousStore, AClientLearnsWhenRankZeroIsGone) {
+  const int port = FreePort();
+  auto server = std::make_unique<RendezvousServer>(static_cast<uint16_t>(port), 2);
+  RendezvousClient c("127.0.0.1", static_cast<uint16_t>(port), 1, Duration(5000));
+  server.reset();
+  EXPECT_THROW(c.LostRanks(Duration(1000)), PeerError);
+}
+
+}  // namespace
+}  // namespace dtrain::collectives
