@@ -27,12 +27,12 @@ constexpr size_t kMaxRoundBytes = size_t{64} << 20;
 // How often pending handles learn which ranks they wait for (for their TimeoutError).
 constexpr Duration kDescribeEvery(200);
 constexpr size_t kMaxNamesInWarning = 20;
-// An idle engine (nothing announced or pending on any rank for this many rounds) slows its rounds
-// to one per kIdleCycle, leaving the CPU to the training between steps: every round is a small
-// allgather, which costs a fifth of a core at 1 ms cycles. Every rank sees the same rounds, so all
-// slow down and speed up together.
-constexpr uint64_t kIdleRoundsBeforeSlowing = 50;
-constexpr std::chrono::microseconds kIdleCycle(5000);
+// An idle engine (nothing announced or pending on any rank) runs a round only every kIdleCycle,
+// or as soon as something is submitted: every round is an allgather, and MPI's spin while they
+// wait for a peer, which would take the CPU from the training between steps. Every rank sees the
+// same rounds, so all go idle together; a rank that submits first waits in its round until the
+// others submit too (or their idle cycle ends, which bounds how late a stall check can run).
+constexpr std::chrono::microseconds kIdleCycle(20000);
 // How long Shutdown waits for a failed engine's thread to come back from the backend.
 constexpr Duration kFailedShutdownGrace(3000);
 
@@ -211,7 +211,6 @@ Handle Engine::Impl::Submit(Request request) {
 
 void Engine::Impl::Run() {
   Clock::time_point next_cycle = Clock::now();
-  uint64_t idle_rounds = 0;
   std::vector<int> not_shutting_down;
   try {
     while (true) {
@@ -250,10 +249,9 @@ void Engine::Impl::Run() {
       //  - after a cycle when a round was quiet but collectives are pending (a rank is late);
       //  - after kIdleCycle with nothing pending: rounds then only serve a late rank's stall
       //    check and shutdown, and the CPU belongs to the training.
-      idle_rounds = quiet && table.pending() == 0 ? idle_rounds + 1 : 0;
       if (!quiet) {
         next_cycle = now;
-      } else if (table.pending() > 0 || idle_rounds <= kIdleRoundsBeforeSlowing) {
+      } else if (table.pending() > 0) {
         next_cycle = now + config.cycle_time;
       } else {
         next_cycle = now + std::max<std::chrono::microseconds>(config.cycle_time, kIdleCycle);
