@@ -13,6 +13,15 @@
 # A LibTorch process with 2 threads collapses (10-50x slower) as soon as anything else wants a
 # core, so "ceiling_suspect": true (2 threads slower than 1) means the run was disturbed.
 #
+# Allreduce mode: per network, the same 2-worker run (1 thread each, same batch and samples) with
+# --kvstore horovod, no servers, over Gloo (`dtrain launch -n 2 -s 0`) and over OpenMPI (`mpirun -np
+# 2 --oversubscribe --bind-to none`; shared memory through CMA where the container allows it, else
+# OMPI_MCA_btl_vader_single_copy_mechanism=none, probed first). One "train_allreduce" JSON line
+# per network gives dist_sync, horovod-gloo, horovod-mpi and DDP samples/s with 2 workers and the
+# ratios horovod/dist_sync and horovod/DDP (dist_sync and DDP are the "workers":2 case above);
+# a table of them ends the output. --no-allreduce skips these runs; without mpirun the MPI
+# figures are null.
+#
 # samples/s: dtrain prints `Epoch[0] Batch [a-b] Speed: X samples/sec` every --log-interval steps
 # per worker; a worker's speed is the median of its windows after the first (warm-up), the
 # aggregate is the sum over workers. bench/ddp_train.py times the same windows the same way. With
@@ -35,6 +44,7 @@ samples=20000      # training samples per run (all workers together), as --limit
 log_interval=20    # steps per timing window
 repeat=2
 keep_logs=""
+allreduce=1
 python=${PYTHON:-/usr/bin/python3}  # Debian's torch lives in the system python, not pyenv's
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -47,8 +57,9 @@ while (($#)); do
     --log-interval) log_interval=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --keep-logs) keep_logs=$2; shift 2 ;;
+    --no-allreduce) allreduce=0; shift ;;
     -h|--help) usage; echo "options: --build DIR --networks 'lenet mlp' --batch 64 --samples 20000" \
-                 "--log-interval 20 --repeat 2 --keep-logs DIR"; exit 0 ;;
+                 "--log-interval 20 --repeat 2 --keep-logs DIR --no-allreduce"; exit 0 ;;
     *) echo "train_bench: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -131,8 +142,48 @@ run_ddp() {
   grep '^{' "$log" | tail -1 | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/'
 }
 
+# run_horovod NETWORK gloo|mpi LOG: the 2-worker allreduce run (--kvstore horovod, 1 thread per
+# worker, otherwise as dist_sync); prints aggregate samples/s. mpirun's --tag-output prefixes
+# `[1,N]<stdout>:` become the launcher's `[worker N] ` for dtrain_speed.
+run_horovod() {
+  local net=$1 backend=$2 log=$3
+  local args=(--dataset fashion-mnist --network "$net" --epochs 1 --batch-size "$batch"
+              --limit-train "$samples" --log-interval "$log_interval" --optimizer sgd --lr 0.05
+              --momentum 0.9 --threads 1 --kvstore horovod)
+  if [[ $backend == gloo ]]; then
+    timeout 300 "$launcher" launch -n 2 -s 0 --launcher local -- "$train" "${args[@]}" >"$log" 2>&1
+  else
+    timeout 300 mpirun "${mpirun_args[@]}" "$train" "${args[@]}" >"$log.raw" 2>&1 &&
+      sed -E 's/^\[[0-9]+,([0-9]+)\]<std(out|err)>: ?/[worker \1] /' "$log.raw" >"$log"
+  fi || { echo "train_bench: horovod-$backend failed, see $log:" >&2; tail -5 "$log"* >&2; return 1; }
+  dtrain_speed "$log" || { echo "train_bench: no Speed lines after warm-up in $log" >&2; return 1; }
+}
+
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.3f\n", a / b; else print "null" }'; }
+
+# OpenMPI: as bench/allreduce_bench.sh, probe whether vader's single-copy (CMA, needs ptrace) works
+# here with a short horovod run (gradients are far above the eager limit); if not, turn it off.
+have_mpi=0; mpi_single_copy=null
+if ((allreduce)) && command -v mpirun >/dev/null; then
+  have_mpi=1
+  mpirun_args=(-np 2 --oversubscribe --bind-to none --tag-output)
+  ((EUID == 0)) && mpirun_args+=(--allow-run-as-root)
+  probe=(--dataset fashion-mnist --network lenet --epochs 1 --batch-size 32 --limit-train 256
+         --log-interval 1000 --threads 1 --kvstore horovod)
+  if timeout 120 mpirun "${mpirun_args[@]}" "$train" "${probe[@]}" >"$logs/mpi-probe.log" 2>&1; then
+    mpi_single_copy='"default"'
+  else
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none
+    timeout 120 mpirun "${mpirun_args[@]}" "$train" "${probe[@]}" >"$logs/mpi-probe.log" 2>&1 ||
+      { echo "train_bench: mpirun dtrain-train --kvstore horovod fails, see $logs/mpi-probe.log:" >&2
+        tail -5 "$logs/mpi-probe.log" >&2; exit 1; }
+    mpi_single_copy='"none"'
+  fi
+elif ((allreduce)); then
+  echo "train_bench: no mpirun, the horovod-mpi figures will be null" >&2
+fi
+summary=()
 
 for net in $networks; do
   declare -A dtrain_best=() ddp_best=()
@@ -169,5 +220,32 @@ for net in $networks; do
     "${ddp_best[2 1]}" "$(ratio "${ddp_best[2 1]}" "$ceiling")" "$bar" \
     "$(awk -v r="$r2" -v b="$bar" 'BEGIN { print (r != "null" && r + 0 >= b + 0) ? "true" : "false" }')" \
     "$(load1)"
+  if ((allreduce)); then
+    load_before=$(load1)
+    hg=0; hm=0
+    for ((r = 1; r <= repeat; r++)); do
+      s=$(run_horovod "$net" gloo "$logs/horovod-gloo-$net-w2-t1-r$r.log") || exit 1
+      hg=$(max "$hg" "$s")
+      if ((have_mpi)); then
+        s=$(run_horovod "$net" mpi "$logs/horovod-mpi-$net-w2-t1-r$r.log") || exit 1
+        hm=$(max "$hm" "$s")
+      fi
+    done
+    ((have_mpi)) || hm=null
+    ds=${dtrain_best[2 1]}; dp=${ddp_best[2 1]}
+    printf '{"bench":"train_allreduce","network":"%s","workers":2,"batch":%d,"threads_per_process":1,"samples":%d,"dist_sync_samples_per_s":%s,"horovod_gloo_samples_per_s":%s,"horovod_mpi_samples_per_s":%s,"ddp_samples_per_s":%s,"ratio_horovod_gloo_vs_dist_sync":%s,"ratio_horovod_mpi_vs_dist_sync":%s,"ratio_horovod_gloo_vs_ddp":%s,"ratio_horovod_mpi_vs_ddp":%s,"mpi_single_copy":%s,"repeat":%d,"load1_before":%s,"load1_after":%s}\n' \
+      "$net" "$batch" "$samples" "$ds" "$hg" "$hm" "$dp" "$(ratio "$hg" "$ds")" "$(ratio "$hm" "$ds")" \
+      "$(ratio "$hg" "$dp")" "$(ratio "$hm" "$dp")" "$mpi_single_copy" "$repeat" "$load_before" "$(load1)"
+    summary+=("$(printf '%-6s %10s %12s %11s %10s %10s %9s %10s %9s' "$net" "$ds" "$hg" "$hm" "$dp" \
+      "$(ratio "$hg" "$ds")" "$(ratio "$hm" "$ds")" "$(ratio "$hg" "$dp")" "$(ratio "$hm" "$dp")")")
+  fi
   unset dtrain_best ddp_best
 done
+
+if ((allreduce)); then
+  echo
+  echo "2 workers x 1 thread, batch $batch, $samples samples, samples/s (best of $repeat), load1 now $(load1):"
+  printf '%-6s %10s %12s %11s %10s %10s %9s %10s %9s\n' network dist_sync horovod-gloo horovod-mpi \
+    ddp gloo/dsync mpi/dsync gloo/ddp mpi/ddp
+  printf '%s\n' "${summary[@]}"
+fi
