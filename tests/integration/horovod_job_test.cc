@@ -16,7 +16,7 @@ namespace {
 
 constexpr int kHangGuardMs = 600000;
 
-enum class Via { kSingle, kLaunchGloo, kMpirun };
+enum class Via { kSingle, kLaunchGloo, kMpirun, kLaunchMpi };
 
 // Subprocess execs without a PATH search.
 std::string FindInPath(const std::string& name) {
@@ -46,6 +46,16 @@ std::string RunJob(Via via, int workers, std::vector<std::string> argv, const st
         BinaryPath("src/tools/dtrain"), "launch", "-n", std::to_string(workers), "-s", "0", "--"};
   } else if (via == Via::kMpirun) {
     prefix = MpirunPrefix(workers);
+  } else if (via == Via::kLaunchMpi) {
+    prefix = {BinaryPath("src/tools/dtrain"),
+              "launch",
+              "-n",
+              std::to_string(workers),
+              "-s",
+              "0",
+              "--launcher",
+              "mpi",
+              "--"};
   }
   argv.insert(argv.begin(), prefix.begin(), prefix.end());
   // Containers often lack the kernel support for OpenMPI's single-copy shared memory.
