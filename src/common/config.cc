@@ -152,7 +152,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   // A worker of an allreduce job (`dtrain launch -s 0`: DMLC_NUM_SERVER=0) has no servers to
   // need; the dist kvstores still refuse such a job when they are created.
   const bool allreduce_worker =
-      c.role == Role::kWorker && c.num_servers == 0 && env("DMLC_NUM_SERVER").has_value();
+      c.role == Role::kWorker && env("DMLC_NUM_SERVER").value_or("") == "0";
   if (c.role) {
     c.RequireDistributed(std::string("DMLC_ROLE=") + RoleName(*c.role),
                          /*servers_needed=*/!allreduce_worker);

@@ -1,16 +1,16 @@
 // Config::FromEnvironment: every variable parsed, every bad value named with its value.
 #include "common/config.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <thread>
-
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 
@@ -211,12 +211,29 @@ TEST(ConfigTest, EachRequiredVariableIsNamedWhenMissing) {
 }
 
 TEST(ConfigTest, AJobNeedsAServerAndAWorker) {
+  for (std::string role : {"scheduler", "server"}) {
+    Env env = DistributedEnv(role);
+    env["DMLC_NUM_SERVER"] = "0";
+    ExpectConfigError(env, {"DMLC_NUM_SERVER", "at least one server"});
+  }
   Env env = DistributedEnv();
-  env["DMLC_NUM_SERVER"] = "0";
-  ExpectConfigError(env, {"DMLC_NUM_SERVER", "at least one server"});
-  env = DistributedEnv();
   env["DMLC_NUM_WORKER"] = "0";
   ExpectConfigError(env, {"DMLC_NUM_WORKER", "at least one worker"});
+}
+
+// `dtrain launch -s 0` starts an allreduce job: workers with DMLC_NUM_SERVER=0 are valid nodes,
+// but a parameter-server kvstore in such a job is refused, pointing at the horovod kvstore.
+TEST(ConfigTest, AnAllreduceWorkerNeedsNoServers) {
+  Env env = DistributedEnv();
+  env["DMLC_NUM_SERVER"] = "0";
+  const Config c = Parse(env);
+  EXPECT_EQ(c.num_servers, 0);
+  try {
+    c.RequireDistributed("kvstore type 'dist_sync' was created");
+    ADD_FAILURE() << "a dist kvstore accepted a job without servers";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("--kvstore horovod"));
+  }
 }
 
 TEST(ConfigTest, WithoutARoleNothingElseIsRequired) {
