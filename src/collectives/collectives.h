@@ -33,6 +33,8 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +54,11 @@ class Handle {
   Handle() = default;
   bool done() const;
   void Wait() const;
+  // Runs `callback` once the collective has finished, with its error (null on success): at once
+  // on this thread if it already has, else on the engine's thread, which it must not block for
+  // long nor throw from. One callback per handle. A collective that never finishes never calls
+  // it: callers keep their own deadline.
+  void OnDone(std::function<void(std::exception_ptr)> callback) const;
   // For allgather: the gathered array (first dimension = the sum of every rank's); valid after
   // Wait.
   Array result() const;

@@ -90,14 +90,17 @@ struct FusionGroup {
 // ---------------------------------------------------------------------------------------------
 
 bool Handle::State::Complete(std::exception_ptr e, Array r) {
+  std::function<void(std::exception_ptr)> callback;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (done) return false;
     done = true;
     error = std::move(e);
     result = std::move(r);
+    callback = std::move(on_done);
   }
   done_cv.notify_all();
+  if (callback) callback(error);
   return true;
 }
 
@@ -112,6 +115,20 @@ bool Handle::done() const {
   auto& s = Checked(state_);
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.done;
+}
+
+void Handle::OnDone(std::function<void(std::exception_ptr)> callback) const {
+  auto& s = Checked(state_);
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.done) {
+      s.on_done = std::move(callback);
+      return;
+    }
+    error = s.error;
+  }
+  callback(error);
 }
 
 void Handle::Wait() const {

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,6 +52,7 @@ struct Handle::State {
   std::exception_ptr error;
   Array result;
   std::string waiting_for;  // "ranks 1, 3" while some ranks have not submitted it
+  std::function<void(std::exception_ptr)> on_done;  // Handle::OnDone, run once by Complete
 };
 
 class Engine {

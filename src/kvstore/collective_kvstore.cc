@@ -24,16 +24,14 @@ std::string CollectiveName(Key key) { return "kv." + std::to_string(key); }
 
 CollectiveKVStore::CollectiveKVStore(const Config& config) : timeout_(config.request_timeout) {
   collectives::Init();
-  completion_thread_ = std::thread([this] { CompletionLoop(); });
 }
 
+// Pushes still running use the slots: let them finish (their errors are theirs to report).
 CollectiveKVStore::~CollectiveKVStore() {
-  {
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    stopping_ = true;
+  try {
+    WaitAll();
+  } catch (const std::exception&) {
   }
-  queue_cv_.notify_all();
-  completion_thread_.join();
 }
 
 int CollectiveKVStore::rank() const { return collectives::Rank(); }
@@ -68,10 +66,10 @@ CollectiveKVStore::Slot& CollectiveKVStore::Find(Key key, const char* call) cons
   return *it->second;  // slots are never removed
 }
 
-CollectiveKVStore::Task CollectiveKVStore::StartPush(Key key, Slot& slot,
-                                                     const std::vector<Array>& values,
-                                                     const char* call) {
+Operation CollectiveKVStore::StartPush(Key key, Slot& slot, const std::vector<Array>& values,
+                                       std::vector<Array> outs, const char* call) {
   CheckArrays(call, key, slot.value, values, "value");
+  if (!outs.empty()) CheckArrays(call, key, slot.value, outs, "out");
   std::shared_ptr<Optimizer> optimizer;
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
@@ -90,102 +88,81 @@ CollectiveKVStore::Task CollectiveKVStore::StartPush(Key key, Slot& slot,
     previous = slot.last_push;
     slot.last_push = op;
   }
-  // The previous round of this key still owns `merged` until it is applied.
-  if (previous) previous->Wait();
+  // The previous round of this key still owns `merged` until it is applied. (Its failure is that
+  // round's to report; this round starts afresh.)
+  if (previous) {
+    try {
+      previous->Wait();
+    } catch (const Error&) {
+    }
+  }
   slot.merged.CopyFrom(values[0]);
   for (size_t i = 1; i < values.size(); ++i) {
     AddInto(slot.merged.data(), values[i].data(), slot.merged.size(), slot.merged.dtype());
   }
-  Task task;
-  task.collective = collectives::AllreduceAsync(CollectiveName(key), slot.merged, slot.merged,
-                                                collectives::ReduceOp::kSum);
-  task.has_collective = true;
-  task.op = op;
+  const collectives::Handle handle = collectives::AllreduceAsync(
+      CollectiveName(key), slot.merged, slot.merged, collectives::ReduceOp::kSum);
+  // Applied on the engine's thread as soon as the sum is in: no hand-off to another thread
+  // before the training thread, waiting on the operation, can go on.
   Slot* s = &slot;
-  task.apply = [s, key, optimizer] {
-    if (optimizer) {
-      optimizer->Update(static_cast<uint64_t>(key), s->value.floats(), s->merged.floats());
-    } else {
-      s->value.CopyFrom(s->merged);
+  handle.OnDone([s, key, optimizer, op, outs = std::move(outs)](std::exception_ptr error) {
+    if (!error) {
+      try {
+        if (optimizer) {
+          optimizer->Update(static_cast<uint64_t>(key), s->value.floats(), s->merged.floats());
+        } else {
+          s->value.CopyFrom(s->merged);
+        }
+        for (const Array& out : outs) out.CopyFrom(s->value);
+      } catch (...) {
+        error = std::current_exception();
+      }
     }
-  };
-  return task;
+    op->PartDone(error);
+  });
+  return Operation(op);
 }
 
 Operation CollectiveKVStore::Push(Key key, std::vector<Array> values, int /*priority*/) {
-  Slot& slot = Find(key, "Push");
-  Task task = StartPush(key, slot, values, "Push");
-  Operation result(task.op);
-  Enqueue(std::move(task));
-  return result;
-}
-
-Operation CollectiveKVStore::Pull(Key key, std::vector<Array> outs, int /*priority*/) {
-  Slot& slot = Find(key, "Pull");
-  CheckArrays("Pull", key, slot.value, outs, "out");
-  Task task;
-  task.op = std::make_shared<OperationState>("Pull of key " + std::to_string(key), 1, timeout_);
-  Slot* s = &slot;
-  task.apply = [s, outs = std::move(outs)] {
-    for (const Array& out : outs) out.CopyFrom(s->value);
-  };
-  Operation result(task.op);
-  Enqueue(std::move(task));
-  return result;
+  return StartPush(key, Find(key, "Push"), values, {}, "Push");
 }
 
 Operation CollectiveKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
                                       int /*priority*/) {
-  Slot& slot = Find(key, "PushPull");
-  CheckArrays("PushPull", key, slot.value, outs, "out");
-  Task task = StartPush(key, slot, values, "PushPull");
-  Slot* s = &slot;
-  task.apply = [s, apply = std::move(task.apply), outs = std::move(outs)] {
-    apply();
-    for (const Array& out : outs) out.CopyFrom(s->value);
-  };
-  Operation result(task.op);
-  Enqueue(std::move(task));
-  return result;
+  return StartPush(key, Find(key, "PushPull"), values, std::move(outs), "PushPull");
 }
 
-void CollectiveKVStore::Enqueue(Task task) {
+// A pull returns the value once this worker's pushes of the key are applied: it waits for the
+// last one here (pulls of a key being pushed are rare: the Trainer uses PushPull).
+Operation CollectiveKVStore::Pull(Key key, std::vector<Array> outs, int /*priority*/) {
+  Slot& slot = Find(key, "Pull");
+  CheckArrays("Pull", key, slot.value, outs, "out");
+  auto op = std::make_shared<OperationState>("Pull of key " + std::to_string(key), 1, timeout_);
+  std::shared_ptr<OperationState> last_push;
   {
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    queue_.push_back(std::move(task));
+    std::lock_guard<std::mutex> lock(slot.mutex);
+    last_push = slot.last_push;
   }
-  queue_cv_.notify_all();
-}
-
-// Tasks complete in the order they were issued: a pull queued after a push of its key sees it.
-void CollectiveKVStore::CompletionLoop() {
-  for (;;) {
-    Task task;
-    {
-      std::unique_lock<std::mutex> lock(queue_mutex_);
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    std::exception_ptr error;
-    try {
-      if (task.has_collective) task.collective.Wait();
-      if (task.apply) task.apply();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    task.op->PartDone(error);
+  try {
+    if (last_push) last_push->Wait();
+    for (const Array& out : outs) out.CopyFrom(slot.value);
+    op->PartDone();
+  } catch (...) {
+    op->PartDone(std::current_exception());
   }
+  return Operation(op);
 }
 
 void CollectiveKVStore::WaitAll() {
-  // An empty task completes after everything queued before it.
-  Task marker;
-  marker.op = std::make_shared<OperationState>("WaitAll", 1, timeout_);
-  Operation op(marker.op);
-  Enqueue(std::move(marker));
-  op.Wait();
+  std::vector<std::shared_ptr<OperationState>> pushes;
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    for (auto& [key, slot] : slots_) {
+      std::lock_guard<std::mutex> slot_lock(slot->mutex);
+      if (slot->last_push) pushes.push_back(slot->last_push);
+    }
+  }
+  for (const auto& p : pushes) p->Wait();
 }
 
 void CollectiveKVStore::Barrier() {

@@ -13,22 +13,18 @@
 // Optimizer state: SaveOptimizerState returns this worker's, the same on every worker. A state
 // loaded on rank 0 reaches the others at the next Barrier (the Trainer's resume does both).
 //
-// Completion: pushes are asynchronous. The allreduce runs on the collectives engine's thread; a
-// completion thread of this store then applies it and completes the Operation, in the order the
-// calls were made. A failed collective (a dead rank, a deadline) fails the operation with the
-// engine's error.
+// Completion: pushes are asynchronous. The allreduce runs on the collectives engine's thread,
+// which then applies the sum (collectives::Handle::OnDone) and completes the Operation. A pull
+// waits for the key's last push. A failed collective (a dead rank, a deadline) fails the
+// operation with the engine's error.
 //
 // Threads: any method from any thread; calls on one key take turns.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -69,32 +65,19 @@ class CollectiveKVStore final : public KVStore {
 
  private:
   struct Slot;
-  // Work for the completion thread: wait for `collective` (if any), run `apply`, complete `op`.
-  struct Task {
-    collectives::Handle collective;
-    bool has_collective = false;
-    std::function<void()> apply;
-    std::shared_ptr<OperationState> op;
-  };
 
   Slot& Find(Key key, const char* call) const;
-  // Queues the local sum of `values` for allreduce; the returned task applies the result.
-  Task StartPush(Key key, Slot& slot, const std::vector<Array>& values, const char* call);
-  void Enqueue(Task task);
+  // Allreduces the local sum of `values`; when it is in, applies it and copies the key's value
+  // into `outs` (on the engine's thread), then completes the returned operation.
+  Operation StartPush(Key key, Slot& slot, const std::vector<Array>& values,
+                      std::vector<Array> outs, const char* call);
   void ShareLoadedOptimizerState();
-  void CompletionLoop();
 
   const Duration timeout_;
   mutable std::shared_mutex mutex_;  // the table and the optimizer pointer
   std::unordered_map<Key, std::unique_ptr<Slot>> slots_;
   std::shared_ptr<Optimizer> optimizer_;
   std::string loaded_state_;  // rank 0: restored since the last Barrier, for the others
-
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_;
-  std::deque<Task> queue_;
-  bool stopping_ = false;
-  std::thread completion_thread_;
 };
 
 }  // namespace dtrain
