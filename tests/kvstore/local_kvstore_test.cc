@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kv_test_support.h"
 
 namespace dtrain {
 namespace {
@@ -18,27 +19,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-Array Floats(std::vector<float> v, Shape shape = {}) { return Array::FromFloats(v, shape); }
-
-std::string InvalidArgumentFrom(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw something else than InvalidArgument: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
-
-std::vector<float> PullVector(KVStore& kv, Key key, Shape shape) {
-  Array out(shape);
-  Operation op = kv.Pull(key, {out});
-  op.Wait();
-  return out.ToVector();
-}
+using kvtest::Floats;
+using kvtest::InvalidArgumentFrom;
+using kvtest::PullVector;
 
 TEST(LocalKVStoreTest, Identity) {
   LocalKVStore local("local");
