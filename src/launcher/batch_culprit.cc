@@ -4,15 +4,19 @@
 
 namespace dtrain::launcher {
 
-void CulpritFinder::SchedulerLine(std::string_view line) {
+std::optional<SchedulerBlame> ParseSchedulerBlame(std::string_view line) {
   // src/ps/scheduler.cc: "<name> failed: <reason>; stopping the job", name "worker 2 (host:port)".
   static const std::regex failed(
       R"(dtrain scheduler: (worker|server) (\d{1,9}) \([^)]*\) failed: (.*); stopping the job)");
-  if (blame_) return;  // the first one is the cause
   const std::string text(line);
   std::smatch m;
-  if (!std::regex_search(text, m, failed)) return;
-  blame_ = Blame{m[1] == "worker" ? Role::kWorker : Role::kServer, std::stoi(m[2]), m[3]};
+  if (!std::regex_search(text, m, failed)) return std::nullopt;
+  return SchedulerBlame{m[1] == "worker" ? Role::kWorker : Role::kServer, std::stoi(m[2]), m[3]};
+}
+
+void CulpritFinder::SchedulerLine(std::string_view line) {
+  if (blame_) return;  // the first one is the cause
+  blame_ = ParseSchedulerBlame(line);
 }
 
 void CulpritFinder::FrontEndFailing(int front_end) {

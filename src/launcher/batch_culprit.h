@@ -27,6 +27,15 @@
 
 namespace dtrain::launcher {
 
+// The node a scheduler's output line says it stops the job for (src/ps/scheduler.cc: "dtrain
+// scheduler: worker 2 (host:port) failed: <reason>; stopping the job"); nullopt for other lines.
+struct SchedulerBlame {
+  Role role = Role::kWorker;
+  int rank = 0;
+  std::string reason;
+};
+std::optional<SchedulerBlame> ParseSchedulerBlame(std::string_view line);
+
 class CulpritFinder {
  public:
   struct Verdict {
@@ -58,11 +67,7 @@ class CulpritFinder {
     TaskFailure failure;
     std::string message;
   };
-  struct Blame {
-    Role role = Role::kWorker;
-    int rank = 0;
-    std::string reason;
-  };
+  using Blame = SchedulerBlame;
 
   const Report* ReportOn(Role role, int rank) const;
   const Report* FirstReportOf(int front_end) const;

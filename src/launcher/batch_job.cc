@@ -340,12 +340,12 @@ class FrontEndSupervisor : public JobWatch {
     }
   }
 
-  // Before the front ends die: afterwards their local tasks are harder to tell from others.
+  // Everything below the launcher, before the front ends die. mpirun's local tasks live in
+  // process groups of their own; and when a front end has already exited, its tasks were
+  // reparented to the launcher (a child subreaper), so they are found below it, not below the
+  // front end.
   void BeforeKill() override {
-    for (auto& c : children_) {
-      if (c->front_end == nullptr || c->reaped || c->pid <= 0) continue;
-      for (pid_t p : Descendants(c->pid)) ::kill(p, SIGKILL);
-    }
+    for (pid_t p : Descendants(::getpid())) ::kill(p, SIGKILL);
   }
 
   void OnFinish() override {

@@ -7,7 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "launcher/batch_culprit.h"
 #include "launcher/job_watch.h"
+#include "launcher/output_merger.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -60,8 +62,18 @@ class Supervisor : public JobWatch {
   std::unique_ptr<PipeReader> MakeReader(Child* c, UniqueFd fd, const std::string& prefix,
                                          bool to_stderr) {
     const OutputMerger::StreamId id = merger_.AddStream(prefix, to_stderr, c->log.get());
+    const bool scheduler = c->spec.role == Role::kScheduler;
     return ReadPipe(
-        c, std::move(fd), [this, id](std::string_view data) { merger_.Write(id, data); },
+        c, std::move(fd),
+        [this, id, scheduler, to_stderr](std::string_view data) {
+          merger_.Write(id, data);
+          if (!scheduler) return;
+          // The scheduler names the node it stops the job for: the best witness of which
+          // process failed first (see StopForFailure).
+          scheduler_lines_[to_stderr].Append(data, [this](std::string_view line) {
+            if (!scheduler_blame_) scheduler_blame_ = ParseSchedulerBlame(line);
+          });
+        },
         [this, id] { merger_.Close(id); });
   }
 
@@ -91,8 +103,10 @@ class Supervisor : public JobWatch {
 
   // The first failure while the job runs. Its peers notice a dead process within milliseconds
   // and exit too, sometimes before the dead one's own exit reaches us (a remote process's exit
-  // code travels back through ssh), so exits are collected for failure_settle before the job
-  // stops, and the cause is the first that died by a signal, else the first.
+  // code travels back through ssh, and under load exits are reaped in any order), so exits are
+  // collected for failure_settle before the job stops. The cause is, in order: the node the
+  // scheduler said it stopped the job for, if it has failed; the first that died by a signal;
+  // the first.
   void OnFailure(Child* c) {
     failures_.push_back(c);
     if (failures_.size() > 1) return;
@@ -112,6 +126,14 @@ class Supervisor : public JobWatch {
       if (DiedBySignal(*f)) {
         cause = f;
         break;
+      }
+    }
+    if (scheduler_blame_) {
+      for (Child* f : failures_) {
+        if (f->spec.role == scheduler_blame_->role && f->spec.rank == scheduler_blame_->rank) {
+          cause = f;
+          break;
+        }
       }
     }
     Say(cause->Who() + " " + DescribeExit(*cause) + "; stopping the job");
@@ -158,6 +180,8 @@ class Supervisor : public JobWatch {
 
   const JobPlan& plan_;
   asio::steady_timer settle_timer_;  // first failure -> stop (OnFailure)
+  LineSplitter scheduler_lines_[2];  // the scheduler's stdout, stderr
+  std::optional<SchedulerBlame> scheduler_blame_;
   std::vector<std::unique_ptr<Child>> children_;
   std::vector<Child*> failures_;  // while running, in the order they were reported
 };
