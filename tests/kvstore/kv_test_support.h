@@ -9,25 +9,13 @@
 
 #include "common/error.h"
 #include "kvstore/kvstore.h"
+#include "support/invalid_argument_from.h"
 
 namespace dtrain::kvtest {
 
-inline Array Floats(std::vector<float> v, Shape shape = {}) { return Array::FromFloats(v, shape); }
+using test_support::InvalidArgumentFrom;
 
-// The message of the InvalidArgument `f` throws; a test failure if it throws nothing or
-// something else.
-inline std::string InvalidArgumentFrom(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw something else than InvalidArgument: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
+inline Array Floats(std::vector<float> v, Shape shape = {}) { return Array::FromFloats(v, shape); }
 
 inline std::vector<float> PullVector(KVStore& kv, Key key, Shape shape) {
   Array out(shape);

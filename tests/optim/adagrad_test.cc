@@ -18,8 +18,8 @@ namespace {
 
 using optim_test::Clip;
 using optim_test::ExpectNear;
+using optim_test::ExpectSameBitsAsReference;
 using optim_test::InvalidArgumentFrom;
-using optim_test::RandomVector;
 using optim_test::SameBits;
 using ::testing::HasSubstr;
 
@@ -112,14 +112,7 @@ TEST(AdaGradTest, ManyStepsMatchTheReferenceBitForBit) {
                         {"rescale_grad", o.rescale},
                         {"clip_gradient", o.clip}});
     AdaGradReference ref{o};
-    std::mt19937 rng(9);
-    std::vector<float> w = RandomVector(rng, 37), w_ref = w;
-    for (int step = 0; step < 30; ++step) {
-      const std::vector<float> g = RandomVector(rng, w.size());
-      opt->Update(5, w, g);
-      ref.Step(w_ref, g);
-      ASSERT_TRUE(SameBits(w, w_ref)) << "step " << step;
-    }
+    ExpectSameBitsAsReference(*opt, ref, 9);
   }
 }
 

@@ -12,25 +12,13 @@
 
 #include "common/error.h"
 #include "optim/optimizer.h"
+#include "support/invalid_argument_from.h"
 
 namespace dtrain {
 namespace {
 
+using test_support::InvalidArgumentFrom;
 using ::testing::HasSubstr;
-
-// Runs `f`, which must throw InvalidArgument, and returns the message.
-std::string InvalidArgumentFrom(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw something else than InvalidArgument: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
 
 std::string FromJsonError(const std::string& json) {
   return InvalidArgumentFrom([&] { OptimizerSpec::FromJson(json); });

@@ -17,7 +17,7 @@ namespace {
 
 using optim_test::Clip;
 using optim_test::ExpectNear;
-using optim_test::RandomVector;
+using optim_test::ExpectSameBitsAsReference;
 using optim_test::SameBits;
 
 std::unique_ptr<Optimizer> RmsProp(std::map<std::string, double> params) {
@@ -135,14 +135,7 @@ TEST(RmsPropTest, ManyStepsMatchTheReferenceBitForBit) {
                         {"clip_weights", o.clip_weights},
                         {"centered", o.centered ? 1 : 0}});
     RmsPropReference ref{o};
-    std::mt19937 rng(13);
-    std::vector<float> w = RandomVector(rng, 37), w_ref = w;
-    for (int step = 0; step < 30; ++step) {
-      const std::vector<float> g = RandomVector(rng, w.size());
-      opt->Update(5, w, g);
-      ref.Step(w_ref, g);
-      ASSERT_TRUE(SameBits(w, w_ref)) << "step " << step;
-    }
+    ExpectSameBitsAsReference(*opt, ref, 13);
   }
 }
 
