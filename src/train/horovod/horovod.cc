@@ -68,10 +68,12 @@ void BroadcastParameters(torch::nn::Module& module, int root) {
 void Allreduce(const std::string& name, torch::Tensor& tensor, collectives::ReduceOp op,
                Compression compression) {
   torch::NoGradGuard no_grad;
-  torch::Tensor buffer = SendBuffer(tensor, compression);
+  // Uncompressed, a contiguous tensor is reduced in its own memory; otherwise through a copy.
+  const bool in_place = compression == Compression::kNone && tensor.is_contiguous();
+  torch::Tensor buffer = in_place ? tensor : SendBuffer(tensor, compression);
   const Array view = ArrayView(buffer);
   collectives::Allreduce(name, view, view, op);
-  tensor.copy_(buffer);
+  if (!in_place) tensor.copy_(buffer);
 }
 
 torch::Tensor Allgather(const std::string& name, const torch::Tensor& tensor) {

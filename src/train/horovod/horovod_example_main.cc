@@ -7,6 +7,7 @@
 // DistributedOptimizer averages the gradients, so N ranks follow the same path as one process
 // given the whole global batch. The model starts from rank 0's weights (BroadcastParameters).
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -81,6 +82,17 @@ int Run(const Flags& f) {
     optimizer.step();
   }
   const double acc = Accuracy(*net, test);
+  // Every rank holds the same weights, so the average of the accuracies is each one's, and the
+  // gathered ranks are 0..size-1: a check of Allreduce and Allgather on tensors.
+  torch::Tensor mean_acc = torch::full({1}, acc, torch::kFloat64);
+  hvd::Allreduce("accuracy", mean_acc, coll::ReduceOp::kAverage);
+  const torch::Tensor ranks = hvd::Allgather("ranks", torch::full({1}, rank, torch::kFloat32));
+  if (std::abs(mean_acc.item<double>() - acc) > 1e-9 ||
+      !torch::equal(ranks, torch::arange(size, torch::kFloat32))) {
+    throw dtrain::Error("ranks disagree after training: mean accuracy " +
+                        std::to_string(mean_acc.item<double>()) + ", this rank's " +
+                        std::to_string(acc));
+  }
   std::printf("rank %d of %d (%s): %lld steps of global batch %lld, Test_acc %.4f\n", rank, size,
               coll::Backend() == coll::BackendKind::kMpi ? "mpi" : "gloo",
               static_cast<long long>(f.steps), static_cast<long long>(f.global_batch), acc);
