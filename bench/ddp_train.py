@@ -14,7 +14,7 @@ the first window is warm-up. "samples_per_s" is the sum over processes of the me
 (the estimator bench/train_bench.sh applies to dtrain's lines); "span_samples_per_s" is the sum over
 processes of (steps after warm-up) * batch / their wall time.
 
-Needs Debian's python3-torch (bash scripts/install-deps.sh --bench); run it with /usr/bin/python3
+Needs Debian's python3-torch (bash scripts/install-deps.sh); run it with /usr/bin/python3
 so that a pyenv or venv python on PATH does not hide the system's torch.
 """
 import argparse

@@ -33,7 +33,7 @@
 # The environment reaches every process, e.g. DTRAIN_IO_THREADS=1 DTRAIN_STREAMS_PER_PEER=1.
 #
 # Needs the project built (default ./build; --build DIR for another build directory) and
-# python3-torch: bash scripts/install-deps.sh --bench
+# python3-torch (bash scripts/install-deps.sh installs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,7 +80,7 @@ for bin in "$train" "$launcher"; do
   fi
 done
 if ! "$python" -c 'import torch, numpy' 2>/dev/null; then
-  echo "train_bench: $python cannot import torch: bash scripts/install-deps.sh --bench" >&2
+  echo "train_bench: $python cannot import torch: bash scripts/install-deps.sh" >&2
   exit 2
 fi
 

@@ -19,9 +19,9 @@ packages=(
   slurmd slurmctld slurm-client munge gridengine-master gridengine-exec gridengine-client
   # allreduce mode: Gloo (OpenMPI above is the other backend)
   libgloo-dev
+  # the Python package: Debian's PyTorch (the same LibTorch as above), pybind11, and pytest
+  python3-dev python3-torch python3-numpy pybind11-dev python3-pytest
 )
-# Only for the benchmarks that compare against PyTorch DDP: bash scripts/install-deps.sh --bench
-if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-torch); fi
 
 missing=()
 for p in "${packages[@]}"; do

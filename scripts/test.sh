@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Sets up (Debian packages), builds, and runs every test with ctest. Tests that cannot run here
-# (e.g. no network namespaces in a container without root) skip, and are listed at the end with
-# their reasons.
+# Sets up (installs, scripts/install.sh), then runs every test with ctest: the C++ suites, the
+# Python package's pytest files, and the check of the installed package from outside the tree.
+# Tests that cannot run here (e.g. no network namespaces in a container without root) skip, and
+# are listed at the end with their reasons.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/install.sh
 cd build
 rc=0
 ctest --output-on-failure --timeout 600 -j "$(nproc)" || rc=$?

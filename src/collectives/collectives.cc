@@ -86,6 +86,13 @@ void Broadcast(const std::string& name, const Array& inout, int root) {
 }
 void Barrier() { TheEngine()->Barrier().Wait(); }
 
+Handle JoinAsync() { return TheEngine()->Join(); }
+int Join() {
+  Handle h = JoinAsync();
+  h.Wait();
+  return static_cast<int>(h.result().floats()[0]);
+}
+
 EngineStats Stats() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_engine ? g_engine->stats() : EngineStats{};

@@ -97,6 +97,9 @@ void Allreduce(const std::string& name, const Array& in, const Array& out, Reduc
 Array Allgather(const std::string& name, const Array& in);
 void Broadcast(const std::string& name, const Array& inout, int root);
 void Barrier();
+// Horovod's join (engine.h): returns the rank that joined last, once every rank has joined.
+Handle JoinAsync();
+int Join();
 
 // Counters of this process's engine, for tests and benchmarks (zero before Init).
 struct EngineStats {

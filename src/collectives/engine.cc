@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "collectives/elementwise.h"
 #include "collectives/error_text.h"
@@ -165,7 +166,10 @@ struct Engine::Impl {
   // --- background thread only ---
   std::vector<RoundMessage> Exchange(const RoundMessage& mine);
   void Execute(std::vector<ReadyCollective>& ready);
+  void AddToFusionGroup(std::vector<FusionGroup>& groups, Request& r) const;
   void ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group);
+  // Completes this rank's pending Join, if any: with the last rank to join, or with `error`.
+  void CompleteJoin(std::exception_ptr error, int last_rank = -1);
   void RunAllgather(Request& r, const ReadyCollective& c);
   void Monitor(Clock::time_point now);
   void Finish(Request& r, std::exception_ptr error = nullptr, Array result = {});
@@ -190,6 +194,8 @@ struct Engine::Impl {
   bool finished = false;
   std::condition_variable finished_cv;
   uint64_t barriers = 0;
+  std::shared_ptr<Handle::State> join;  // this rank's Join, until every rank has joined
+  bool announce_join = false;           // Join called; goes into the next round's message
 
   NegotiationTable table;
   std::unordered_map<std::string, Request> pending;  // announced, not yet run
@@ -233,11 +239,13 @@ void Engine::Impl::Run() {
     while (true) {
       std::vector<Request> fresh;
       bool shutting_down = false;
+      bool joined = false;
       {
         std::unique_lock<std::mutex> lock(mutex);
-        wake.wait_until(lock, next_cycle, [&] { return !queue.empty(); });
+        wake.wait_until(lock, next_cycle, [&] { return !queue.empty() || announce_join; });
         fresh.assign(std::make_move_iterator(queue.begin()), std::make_move_iterator(queue.end()));
         queue.clear();
+        joined = std::exchange(announce_join, false);
         shutting_down = shutdown_requested;
         if (shutting_down && Clock::now() >= shutdown_deadline) {
           DTRAIN_LOG(kWarning) << "collectives: gave up waiting for " << RankList(not_shutting_down)
@@ -249,6 +257,7 @@ void Engine::Impl::Run() {
       const Clock::time_point now = Clock::now();
       RoundMessage mine;
       mine.shutting_down = shutting_down;
+      mine.joined = joined;
       for (auto& r : fresh) {
         table.Announce(rank, r.name, r.desc, &mine);
         std::string name = r.name;
@@ -260,6 +269,7 @@ void Engine::Impl::Run() {
           std::all_of(round.begin(), round.end(), [](const RoundMessage& m) { return m.empty(); });
       auto ready = table.Apply(round, now);
       if (!ready.empty()) Execute(ready);
+      if (const auto last = table.TakeJoinCompleted()) CompleteJoin(nullptr, *last);
       // When to start the next round (a submission starts one sooner, see Submit):
       //  - right away while some rank announced something: the others are likely in their next
       //    round already, waiting for what this one will submit;
@@ -294,6 +304,9 @@ void Engine::Impl::Run() {
   }
   for (auto& [name, r] : pending) left.push_back(std::move(r));
   pending.clear();
+  CompleteJoin(
+      Failure{ErrorKind::kOther, "the collectives were shut down before every rank joined"}.For(
+          "join"));
   for (auto& r : left) {
     const auto missing = table.MissingRanks(r.name);
     Finish(r, Failure{ErrorKind::kOther,
@@ -362,7 +375,19 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
   // makes the same backend calls in the same order.
   std::vector<FusionGroup> groups;
   std::vector<std::pair<Request*, const ReadyCollective*>> singles;
+  std::deque<Request> stand_ins;  // allreduces this rank joins with zeros, having run out of data
   for (const auto& c : ready) {
+    if (!c.joined.empty() && c.joined[rank]) {
+      if (!c.mismatch.empty()) continue;  // the ranks that submitted it are told why it failed
+      Request& zero = stand_ins.emplace_back();
+      zero.name = c.name;
+      zero.desc = c.descriptors[rank];
+      zero.in = zero.out = Array(zero.desc.shape, zero.desc.dtype);
+      zero.state = std::make_shared<Handle::State>("allreduce '" + c.name + "' (joined)",
+                                                   config.collective_timeout);
+      AddToFusionGroup(groups, zero);
+      continue;
+    }
     auto it = pending.find(c.name);
     if (it == pending.end()) {
       throw ProtocolError("the ranks agreed to run '" + c.name + "', which rank " +
@@ -377,15 +402,7 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
       singles.emplace_back(&r, &c);
       continue;
     }
-    FusionGroup key;
-    key.compress = config.fp16_allreduce && r.desc.dtype == DType::kFloat32;
-    key.wire = key.compress ? DType::kFloat16 : r.desc.dtype;
-    key.op = r.desc.op;
-    auto group = std::find_if(groups.begin(), groups.end(), [&](const FusionGroup& g) {
-      return g.wire == key.wire && g.op == key.op && g.compress == key.compress;
-    });
-    if (group == groups.end()) group = groups.insert(groups.end(), key);
-    group->members.push_back(&r);
+    AddToFusionGroup(groups, r);
   }
 
   for (const auto& group : groups) {
@@ -418,6 +435,29 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
         Finish(*r);
     }
   }
+}
+
+void Engine::Impl::AddToFusionGroup(std::vector<FusionGroup>& groups, Request& r) const {
+  FusionGroup key;
+  key.compress = config.fp16_allreduce && r.desc.dtype == DType::kFloat32;
+  key.wire = key.compress ? DType::kFloat16 : r.desc.dtype;
+  key.op = r.desc.op;
+  auto group = std::find_if(groups.begin(), groups.end(), [&](const FusionGroup& g) {
+    return g.wire == key.wire && g.op == key.op && g.compress == key.compress;
+  });
+  if (group == groups.end()) group = groups.insert(groups.end(), key);
+  group->members.push_back(&r);
+}
+
+void Engine::Impl::CompleteJoin(std::exception_ptr error, int last_rank) {
+  std::shared_ptr<Handle::State> state;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    state = std::move(join);
+  }
+  if (!state) return;
+  const float last = static_cast<float>(last_rank);
+  state->Complete(std::move(error), error ? Array() : Array::FromFloats({&last, 1}));
 }
 
 void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group) {
@@ -536,6 +576,7 @@ void Engine::Impl::Abandon(const Failure& f) {
     if (failure) return;
     failure = f;
     for (auto& [name, state] : in_flight) states.push_back(state);
+    if (join) states.push_back(join);
   }
   DTRAIN_LOG(kError) << "collectives: " << f.message;
   for (auto& state : states) {
@@ -551,6 +592,7 @@ void Engine::Impl::FailAll(const Failure& f) {
     for (auto& r : queue) failed.push_back(std::move(r));
     queue.clear();
   }
+  CompleteJoin(f.For("join"));
   for (auto& [name, r] : pending) failed.push_back(std::move(r));
   pending.clear();
   for (auto& r : failed) Finish(r, f.For(r.state->what));
@@ -639,6 +681,23 @@ Handle Engine::Barrier() {
   Request r = MakeRequest("dtrain.barrier." + std::to_string(n), OpKind::kBarrier, Array(), Array(),
                           ReduceOp::kSum, 0, impl_->config.collective_timeout);
   return impl_->Submit(std::move(r));
+}
+
+Handle Engine::Join() {
+  auto state = std::make_shared<Handle::State>("join", impl_->config.collective_timeout);
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (impl_->failure) {
+    const Failure f = *impl_->failure;
+    lock.unlock();
+    state->Complete(f.For("join"));
+    return Handle(state);
+  }
+  if (impl_->join) throw InvalidArgument("join: this rank has already joined");
+  impl_->join = state;
+  impl_->announce_join = true;
+  lock.unlock();
+  impl_->wake.notify_one();
+  return Handle(state);
 }
 
 void Engine::Shutdown() {

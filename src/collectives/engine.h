@@ -71,6 +71,11 @@ class Engine {
   Handle Broadcast(const std::string& name, const Array& inout, int root);
   // Completes once every rank has called Barrier as often (barriers are numbered per process).
   Handle Barrier();
+  // Horovod's join: this rank has no more data. Until every rank has joined, it takes part in
+  // the others' allreduces with zeros (other collectives fail with an InvalidArgument while a
+  // rank has joined). Completes once every rank has joined; result() is then a float32 scalar
+  // holding the rank that joined last. InvalidArgument if this rank's last Join is still pending.
+  Handle Join();
 
   // Collective: stops once every rank has called Shutdown, or once DTRAIN_COLLECTIVE_TIMEOUT_MS
   // has passed (then the other ranks see this rank leave). Collectives that not every rank

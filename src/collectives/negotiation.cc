@@ -1,6 +1,8 @@
 #include "collectives/negotiation.h"
 
+#include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include "collectives/byte_codec.h"
 #include "common/error.h"
@@ -10,6 +12,7 @@ namespace {
 
 constexpr uint8_t kVersion = 1;
 constexpr uint8_t kShuttingDown = 1;
+constexpr uint8_t kJoined = 2;
 // The smallest encodings, to bound counts read off the wire before allocating for them.
 constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1;
 constexpr size_t kNumberBytes = 4;
@@ -47,7 +50,7 @@ std::string Descriptor::ToString() const {
 std::vector<char> EncodeRound(const RoundMessage& message) {
   ByteWriter out;
   out.U8(kVersion);
-  out.U8(message.shutting_down ? kShuttingDown : 0);
+  out.U8((message.shutting_down ? kShuttingDown : 0) | (message.joined ? kJoined : 0));
   out.U32(static_cast<uint32_t>(message.named.size()));
   for (const auto& [name, d] : message.named) {
     out.U16(static_cast<uint16_t>(name.size()));
@@ -72,7 +75,10 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
     in.Fail("version", std::to_string(version) + " (this build speaks " + std::to_string(kVersion) +
                            "; are all ranks the same dtrain?)");
   }
-  m.shutting_down = (in.U8("flags") & kShuttingDown) != 0;
+  const uint8_t flags = in.U8("flags");
+  if ((flags & ~(kShuttingDown | kJoined)) != 0) in.Fail("flags", std::to_string(flags));
+  m.shutting_down = (flags & kShuttingDown) != 0;
+  m.joined = (flags & kJoined) != 0;
   const uint32_t named = in.U32("named count");
   if (named > in.left() / kMinNamedBytes) in.Fail("named count", std::to_string(named));
   m.named.reserve(named);
@@ -108,7 +114,7 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
   return m;
 }
 
-NegotiationTable::NegotiationTable(int size) : size_(size) {}
+NegotiationTable::NegotiationTable(int size) : size_(size), has_joined_(size, 0) {}
 
 void NegotiationTable::Announce(int rank, const std::string& name, const Descriptor& descriptor,
                                 RoundMessage* message) const {
@@ -141,6 +147,22 @@ std::vector<ReadyCollective> NegotiationTable::Apply(const std::vector<RoundMess
       Submit(r, number, *names_[number].last[r], now);
     }
   }
+  int last_joined = -1;
+  for (int r = 0; r < size_; ++r) {
+    if (!round[r].joined) continue;
+    if (has_joined_[r]) {
+      throw ProtocolError("rank " + std::to_string(r) + " joined twice in one join");
+    }
+    has_joined_[r] = 1;
+    ++num_joined_;
+    last_joined = r;
+  }
+  if (num_joined_ > 0) FillForJoined();
+  if (num_joined_ == size_) {
+    join_completed_ = last_joined;
+    std::fill(has_joined_.begin(), has_joined_.end(), 0);
+    num_joined_ = 0;
+  }
   std::vector<ReadyCollective> ready;
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->second.count < size_) {
@@ -150,7 +172,14 @@ std::vector<ReadyCollective> NegotiationTable::Apply(const std::vector<RoundMess
     ReadyCollective c;
     c.name = names_[it->first.second].name;
     for (auto& d : it->second.submitted) c.descriptors.push_back(std::move(*d));
+    c.joined = std::move(it->second.joined);
     c.mismatch = Mismatch(c.name, c.descriptors);
+    const bool stood_in = std::find(c.joined.begin(), c.joined.end(), 1) != c.joined.end();
+    if (c.mismatch.empty() && stood_in && c.descriptors[0].kind != OpKind::kAllreduce) {
+      c.mismatch = "collective '" + c.name + "' (" + c.descriptors[0].ToString() +
+                   ") cannot run while some ranks have joined: only allreduces go on until "
+                   "every rank has joined";
+    }
     ready.push_back(std::move(c));
     pending_sequence_.erase(it->first.second);
     it = pending_.erase(it);
@@ -165,6 +194,7 @@ void NegotiationTable::Submit(int rank, uint32_t number, const Descriptor& descr
   Pending& p = pending_[{seq->second, number}];
   if (added) {
     p.submitted.resize(size_);
+    p.joined.assign(size_, 0);
     p.since = now;
   }
   if (p.submitted[rank]) {
@@ -173,6 +203,25 @@ void NegotiationTable::Submit(int rank, uint32_t number, const Descriptor& descr
   }
   p.submitted[rank] = descriptor;
   ++p.count;
+}
+
+void NegotiationTable::FillForJoined() {
+  for (auto& [key, p] : pending_) {
+    const auto first = std::find_if(p.submitted.begin(), p.submitted.end(),
+                                    [](const auto& d) { return d.has_value(); });
+    if (first == p.submitted.end()) continue;
+    const Descriptor model = **first;
+    for (int r = 0; r < size_; ++r) {
+      if (!has_joined_[r] || p.submitted[r]) continue;
+      p.submitted[r] = model;
+      p.joined[r] = 1;
+      ++p.count;
+    }
+  }
+}
+
+std::optional<int> NegotiationTable::TakeJoinCompleted() {
+  return std::exchange(join_completed_, std::nullopt);
 }
 
 std::string NegotiationTable::Mismatch(const std::string& name,

@@ -51,6 +51,7 @@ constexpr size_t kMaxDimensions = 32;
 // One rank's part of a negotiation round.
 struct RoundMessage {
   bool shutting_down = false;
+  bool joined = false;  // this rank called Join this round (it has no more data)
   std::vector<std::pair<std::string, Descriptor>> named;  // announced in full
   std::vector<uint32_t> numbered;  // announced by number: same descriptor as this rank's last time
 
@@ -61,11 +62,14 @@ std::vector<char> EncodeRound(const RoundMessage& message);
 // Throws ProtocolError naming `rank` for bytes that do not decode.
 RoundMessage DecodeRound(std::span<const char> bytes, int rank);
 
-// A collective that every rank has submitted.
+// A collective that every rank has submitted, or stands in for by having joined.
 struct ReadyCollective {
   std::string name;
   std::vector<Descriptor> descriptors;  // one per rank
   std::string mismatch;                 // non-empty: the ranks disagree, and this says how
+  // Per rank: 1 if the rank had joined and takes part with zeros instead of a tensor of its own
+  // (allreduce only; other kinds fail with `mismatch` while a rank has joined).
+  std::vector<char> joined;
 };
 
 // A collective that some ranks submitted and others have not, for the stall warning.
@@ -88,6 +92,10 @@ class NegotiationTable {
   // a rank announced twice.
   std::vector<ReadyCollective> Apply(const std::vector<RoundMessage>& round, Clock::time_point now);
 
+  // Once every rank has joined (Horovod's join: a rank out of data), the rank that joined last
+  // (the highest of the last round's), and the joins start afresh; nullopt until then.
+  std::optional<int> TakeJoinCompleted();
+
   // Collectives waiting for some ranks since before now - `older_than`, oldest first.
   std::vector<PendingCollective> Waiting(Clock::time_point now, Duration older_than) const;
   // The ranks that have not yet submitted `name`; empty when it is not pending.
@@ -101,11 +109,14 @@ class NegotiationTable {
   };
   struct Pending {
     std::vector<std::optional<Descriptor>> submitted;  // per rank
+    std::vector<char> joined;                          // per rank: stood in for by a join
     int count = 0;
     Clock::time_point since;
   };
 
   void Submit(int rank, uint32_t id, const Descriptor& descriptor, Clock::time_point now);
+  // Joined ranks stand in for every pending collective they have not submitted.
+  void FillForJoined();
   std::string Mismatch(const std::string& name, const std::vector<Descriptor>& d) const;
 
   int size_;
@@ -115,6 +126,9 @@ class NegotiationTable {
   std::map<std::pair<uint64_t, uint32_t>, Pending> pending_;
   std::unordered_map<uint32_t, uint64_t> pending_sequence_;  // number -> its key in pending_
   uint64_t next_sequence_ = 0;
+  std::vector<char> has_joined_;  // per rank, until every rank has
+  int num_joined_ = 0;
+  std::optional<int> join_completed_;
 };
 
 }  // namespace dtrain::collectives

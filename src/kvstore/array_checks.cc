@@ -1,6 +1,7 @@
 #include "kvstore/array_checks.h"
 
 #include "common/error.h"
+#include "kvstore/key_names.h"
 
 namespace dtrain {
 
@@ -10,7 +11,7 @@ std::string DescribeArray(const Array& a) {
 
 void CheckArrays(const char* call, Key key, const Array& expected, const std::vector<Array>& arrays,
                  const char* what) {
-  const std::string where = std::string(call) + " of key " + std::to_string(key) + ": ";
+  const std::string where = std::string(call) + " of key " + KeyLabel(key) + ": ";
   if (arrays.empty()) {
     throw InvalidArgument(where + "no " + what + "s given (pass one array per device)");
   }

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "kvstore/array_checks.h"
+#include "kvstore/key_names.h"
 
 namespace dtrain {
 
@@ -38,13 +39,14 @@ int CollectiveKVStore::rank() const { return collectives::Rank(); }
 int CollectiveKVStore::num_workers() const { return collectives::Size(); }
 
 void CollectiveKVStore::Init(Key key, const Array& value) {
+  CheckKey(key);
   if (!value.defined()) {
-    throw InvalidArgument("Init of key " + std::to_string(key) + ": the value is undefined");
+    throw InvalidArgument("Init of key " + KeyLabel(key) + ": the value is undefined");
   }
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     if (slots_.count(key)) {
-      throw InvalidArgument("key " + std::to_string(key) + " is already initialised");
+      throw InvalidArgument("key " + KeyLabel(key) + " is already initialised");
     }
   }
   auto slot = std::make_unique<Slot>(value.Clone());
@@ -52,7 +54,7 @@ void CollectiveKVStore::Init(Key key, const Array& value) {
   collectives::Broadcast("kv.init." + std::to_string(key), slot->value, 0);
   std::unique_lock<std::shared_mutex> lock(mutex_);
   if (!slots_.try_emplace(key, std::move(slot)).second) {
-    throw InvalidArgument("key " + std::to_string(key) + " is already initialised");
+    throw InvalidArgument("key " + KeyLabel(key) + " is already initialised");
   }
 }
 
@@ -60,7 +62,7 @@ CollectiveKVStore::Slot& CollectiveKVStore::Find(Key key, const char* call) cons
   std::shared_lock<std::shared_mutex> lock(mutex_);
   auto it = slots_.find(key);
   if (it == slots_.end()) {
-    throw InvalidArgument(std::string(call) + ": key " + std::to_string(key) +
+    throw InvalidArgument(std::string(call) + ": key " + KeyLabel(key) +
                           " was never initialised (call Init first)");
   }
   return *it->second;  // slots are never removed
@@ -76,12 +78,12 @@ Operation CollectiveKVStore::StartPush(Key key, Slot& slot, const std::vector<Ar
     optimizer = optimizer_;
   }
   if (optimizer && slot.value.dtype() != DType::kFloat32) {
-    throw InvalidArgument(std::string(call) + " of key " + std::to_string(key) +
+    throw InvalidArgument(std::string(call) + " of key " + KeyLabel(key) +
                           ": the optimizer updates float32 values only, the key holds " +
                           DescribeArray(slot.value));
   }
   auto op = std::make_shared<OperationState>(
-      std::string(call) + " of key " + std::to_string(key) + " (allreduce)", 1, timeout_);
+      std::string(call) + " of key " + KeyLabel(key) + " (allreduce)", 1, timeout_);
   std::shared_ptr<OperationState> previous;
   {
     std::lock_guard<std::mutex> lock(slot.mutex);
@@ -137,7 +139,7 @@ Operation CollectiveKVStore::PushPull(Key key, std::vector<Array> values, std::v
 Operation CollectiveKVStore::Pull(Key key, std::vector<Array> outs, int /*priority*/) {
   Slot& slot = Find(key, "Pull");
   CheckArrays("Pull", key, slot.value, outs, "out");
-  auto op = std::make_shared<OperationState>("Pull of key " + std::to_string(key), 1, timeout_);
+  auto op = std::make_shared<OperationState>("Pull of key " + KeyLabel(key), 1, timeout_);
   std::shared_ptr<OperationState> last_push;
   {
     std::lock_guard<std::mutex> lock(slot.mutex);

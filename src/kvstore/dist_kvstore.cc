@@ -1,11 +1,13 @@
 #include "kvstore/dist_kvstore.h"
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/buffer_pool.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "kvstore/key_names.h"
 
 namespace dtrain {
 
@@ -82,7 +84,7 @@ const DistKVStore::KeyInfo& DistKVStore::Lookup(Key key, const char* op) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = keys_.find(key);
   if (it == keys_.end()) {
-    throw InvalidArgument(std::string(op) + " of key " + std::to_string(key) +
+    throw InvalidArgument(std::string(op) + " of key " + KeyLabel(key) +
                           ": the key was never initialised (call Init first)");
   }
   return it->second;  // entries are never erased, so the reference stays valid
@@ -91,23 +93,23 @@ const DistKVStore::KeyInfo& DistKVStore::Lookup(Key key, const char* op) const {
 void DistKVStore::Check(Key key, const KeyInfo& info, const std::vector<Array>& arrays,
                         const char* op, const char* what) const {
   if (arrays.empty()) {
-    throw InvalidArgument(std::string(op) + " of key " + std::to_string(key) + " was given no " +
-                          what);
+    throw InvalidArgument(std::string(op) + " of key " + KeyLabel(key) + " was given no " + what);
   }
   const int64_t size = NumElements(info.shape);
   for (size_t i = 0; i < arrays.size(); ++i) {
     const Array& a = arrays[i];
     if (!a.defined() || a.size() != size || a.dtype() != info.dtype) {
-      throw InvalidArgument(std::string(op) + " of key " + std::to_string(key) + ": " + what +
-                            " " + std::to_string(i) + " is " +
-                            (a.defined() ? Describe(a) : std::string("undefined")) +
-                            ", the key holds " + ShapeToString(info.shape) + " " +
-                            std::string(DTypeName(info.dtype)));
+      throw InvalidArgument(
+          std::string(op) + " of key " + KeyLabel(key) + ": " + what + " " + std::to_string(i) +
+          " is " + (a.defined() ? Describe(a) : std::string("undefined")) + ", the key holds " +
+          ShapeToString(info.shape) + " " + std::string(DTypeName(info.dtype)));
     }
   }
 }
 
-void DistKVStore::Init(Key key, const Array& value) { Init(std::span<const Key>(&key, 1), std::span<const Array>(&value, 1)); }
+void DistKVStore::Init(Key key, const Array& value) {
+  Init(std::span<const Key>(&key, 1), std::span<const Array>(&value, 1));
+}
 
 void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values) {
   if (keys.size() != values.size()) {
@@ -119,20 +121,22 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i] < 0) throw InvalidArgument("key " + std::to_string(keys[i]) + " is negative");
-      if (!values[i].defined()) throw InvalidArgument("init of key " + std::to_string(keys[i]) + " with an undefined array");
+      CheckKey(keys[i]);
+      if (!values[i].defined())
+        throw InvalidArgument("init of key " + KeyLabel(keys[i]) + " with an undefined array");
       if (keys_.count(keys[i]) != 0) {
-        throw InvalidArgument("init of key " + std::to_string(keys[i]) +
+        throw InvalidArgument("init of key " + KeyLabel(keys[i]) +
                               ": the key is already initialised");
       }
       for (size_t j = 0; j < i; ++j) {
-        if (keys[j] == keys[i]) throw InvalidArgument("init lists key " + std::to_string(keys[i]) + " twice");
+        if (keys[j] == keys[i])
+          throw InvalidArgument("init lists key " + KeyLabel(keys[i]) + " twice");
       }
     }
     for (size_t i = 0; i < keys.size(); ++i) {
       const Array& v = values[i];
       const auto& slots = partition_.Add(static_cast<uint64_t>(keys[i]), v.size(), v.dtype());
-      keys_[keys[i]] = KeyInfo{v.shape(), v.dtype(), slots};
+      keys_[keys[i]] = KeyInfo{v.shape(), v.dtype(), slots, ServersOf(slots)};
       if (rank() != 0) continue;  // rank 0's values are the ones kept, as in MXNet
       const Body whole = WholeArray(v);
       for (const auto& slot : slots) {
@@ -149,6 +153,20 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
   }
   RequestAndWait("init", std::move(requests));
   node_.Barrier(ps::Group::kWorkers);
+}
+
+std::string DistKVStore::ServersOf(const std::vector<ps::Slot>& slots) const {
+  std::vector<int> servers;
+  for (const auto& slot : slots) {
+    if (std::find(servers.begin(), servers.end(), slot.server) == servers.end()) {
+      servers.push_back(slot.server);
+    }
+  }
+  std::string out = " on ";
+  for (size_t i = 0; i < servers.size(); ++i) {
+    out += (i ? ", " : "") + node_.NameOf(node_.layout().ServerId(servers[i]));
+  }
+  return out;
 }
 
 void DistKVStore::RequestAndWait(const std::string& what,
@@ -189,22 +207,21 @@ std::string DistKVStore::SaveOptimizerState() {
     Message msg;
     msg.header.command = Command::kCommand;
     msg.meta = nlohmann::json{{"cmd", "get_optimizer_state"}}.dump();
-    client_.Request(s, std::move(msg), Body{},
-                    [parts, state, s](const Message* reply, std::exception_ptr error) {
-                      if (reply) {
-                        auto meta = nlohmann::json::parse(reply->meta, nullptr, false);
-                        if (meta.is_object() && meta.contains("bytes") &&
-                            meta["bytes"].is_number_unsigned() &&
-                            meta["bytes"].get<uint64_t>() <= reply->body.size) {
-                          (*parts)[s].assign(reply->body.data, meta["bytes"].get<uint64_t>());
-                        } else {
-                          error = std::make_exception_ptr(
-                              PeerError("malformed optimizer state from server " +
-                                        std::to_string(s)));
-                        }
-                      }
-                      state->PartDone(error);
-                    });
+    client_.Request(
+        s, std::move(msg), Body{},
+        [parts, state, s](const Message* reply, std::exception_ptr error) {
+          if (reply) {
+            auto meta = nlohmann::json::parse(reply->meta, nullptr, false);
+            if (meta.is_object() && meta.contains("bytes") && meta["bytes"].is_number_unsigned() &&
+                meta["bytes"].get<uint64_t>() <= reply->body.size) {
+              (*parts)[s].assign(reply->body.data, meta["bytes"].get<uint64_t>());
+            } else {
+              error = std::make_exception_ptr(
+                  PeerError("malformed optimizer state from server " + std::to_string(s)));
+            }
+          }
+          state->PartDone(error);
+        });
   }
   state->Wait();
   std::string out = "DTKV";
@@ -232,8 +249,9 @@ void DistKVStore::LoadOptimizerState(const std::string& blob) {
   }
   at = 4;
   if (take(4) != static_cast<uint64_t>(servers)) {
-    throw InvalidArgument("the optimizer state was saved by a job with a different number of "
-                          "servers (DMLC_NUM_SERVER must be the same to resume)");
+    throw InvalidArgument(
+        "the optimizer state was saved by a job with a different number of "
+        "servers (DMLC_NUM_SERVER must be the same to resume)");
   }
   std::vector<std::pair<int, Message>> requests;
   for (int s = 0; s < servers; ++s) {
@@ -290,7 +308,7 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
 
   const Body source = command == Command::kPull ? Body{} : Summed(info, values);
   const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
-  auto state = Track(std::string(op) + " of key " + std::to_string(key),
+  auto state = Track(std::string(op) + " of key " + KeyLabel(key) + info.servers,
                      static_cast<int>(info.slots.size()));
   for (const auto& slot : info.slots) {
     Message msg;
@@ -300,7 +318,8 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
     msg.header.dtype = info.dtype;
     if (command != Command::kPull) msg.body = Slice(source, slot.offset, slot.length, info.dtype);
     Body reply_into;
-    if (command != Command::kPush) reply_into = Slice(destination, slot.offset, slot.length, info.dtype);
+    if (command != Command::kPush)
+      reply_into = Slice(destination, slot.offset, slot.length, info.dtype);
     // Further local devices get a copy of each slice as it arrives.
     auto done = [state, outs, slot, dtype = info.dtype](const Message*, std::exception_ptr error) {
       if (!error && outs.size() > 1) {

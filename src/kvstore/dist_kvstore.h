@@ -58,6 +58,7 @@ class DistKVStore : public KVStore {
     Shape shape;
     DType dtype;
     std::vector<ps::Slot> slots;
+    std::string servers;  // " on server 0 (host:port)": where its operations wait, for errors
   };
 
   const KeyInfo& Lookup(Key key, const char* op) const;
@@ -68,8 +69,10 @@ class DistKVStore : public KVStore {
   Operation Issue(Key key, transport::Command command, const std::vector<Array>& values,
                   const std::vector<Array>& outs);
   std::shared_ptr<OperationState> Track(std::string what, int parts);
+  std::string ServersOf(const std::vector<ps::Slot>& slots) const;
   // Sends one request per slot to the servers and waits for all replies (Init, SetOptimizer).
-  void RequestAndWait(const std::string& what, std::vector<std::pair<int, transport::Message>> requests);
+  void RequestAndWait(const std::string& what,
+                      std::vector<std::pair<int, transport::Message>> requests);
 
   const std::string type_;
   const bool sync_;

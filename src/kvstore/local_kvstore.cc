@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "kvstore/array_checks.h"
+#include "kvstore/key_names.h"
 
 namespace dtrain {
 
@@ -25,7 +26,7 @@ namespace {
 // push leaves the key as it was.
 void CheckPushable(const char* call, Key key, const Array& value, size_t num_values,
                    const Optimizer* optimizer) {
-  const std::string where = std::string(call) + " of key " + std::to_string(key) + ": ";
+  const std::string where = std::string(call) + " of key " + KeyLabel(key) + ": ";
   if (optimizer != nullptr && value.dtype() != DType::kFloat32) {
     throw InvalidArgument(where + "the optimizer updates float32 values only, the key holds " +
                           DescribeArray(value));
@@ -56,14 +57,15 @@ LocalKVStore::LocalKVStore(std::string type, const Config& config)
 LocalKVStore::~LocalKVStore() = default;
 
 void LocalKVStore::Init(Key key, const Array& value) {
+  CheckKey(key);
   if (!value.defined()) {
-    throw InvalidArgument("Init of key " + std::to_string(key) + ": the value is undefined");
+    throw InvalidArgument("Init of key " + KeyLabel(key) + ": the value is undefined");
   }
   // Copy outside the lock: a big value would hold up every other key meanwhile.
   auto slot = std::make_unique<Slot>(value.Clone());
   std::unique_lock<std::shared_mutex> lock(mutex_);
   if (!slots_.try_emplace(key, std::move(slot)).second) {
-    throw InvalidArgument("key " + std::to_string(key) + " is already initialised");
+    throw InvalidArgument("key " + KeyLabel(key) + " is already initialised");
   }
 }
 
@@ -72,7 +74,7 @@ LocalKVStore::Slot& LocalKVStore::Find(Key key, const char* call,
   std::shared_lock<std::shared_mutex> lock(mutex_);
   auto it = slots_.find(key);
   if (it == slots_.end()) {
-    throw InvalidArgument(std::string(call) + ": key " + std::to_string(key) +
+    throw InvalidArgument(std::string(call) + ": key " + KeyLabel(key) +
                           " was never initialised (call Init first)");
   }
   if (optimizer != nullptr) *optimizer = optimizer_;

@@ -49,11 +49,15 @@ int RunServer(const Config& config) {
   }
 }
 
+std::optional<int> RunRoleIfService(const Config& config) {
+  if (!config.role || *config.role == Role::kWorker) return std::nullopt;
+  return *config.role == Role::kScheduler ? RunScheduler(config) : RunServer(config);
+}
+
 void RunRoleFromEnvironmentIfService() {
-  Config config = Config::FromEnvironment();
+  const Config config = Config::FromEnvironment();
   SetLogVerbosity(config.verbose);
-  if (!config.role || *config.role == Role::kWorker) return;
-  std::exit(*config.role == Role::kScheduler ? RunScheduler(config) : RunServer(config));
+  if (const auto code = RunRoleIfService(config)) std::exit(*code);
 }
 
 }  // namespace dtrain::ps

@@ -3,20 +3,11 @@
 //   Trainer trainer(replicas, *kv, {{"sgd", {{"learning_rate", 0.1}, {"momentum", 0.9}}}, 64});
 //   for (...) { for each replica r: loss_r.backward(); trainer.Step(64); }
 //
-// Every big parameter is a KVStore key of its own; small ones are fused into buckets (keys numbered
-// in backward order, the same on every worker). At construction rank 0's initial weights become
-// everyone's (Init keeps rank 0's values, then every worker pulls).
-//
-// Communication overlaps computation: each parameter's gradient is pushed as soon as backward has
-// produced it on every local replica (autograd hooks), and the next forward waits, layer by layer,
-// only for the weights that layer uses (Network gates). Gradients are summed over replicas (by the
-// store) and workers (by the servers), then rescaled by 1/(batch_size * num_workers) in dist_sync
-// (the mean over the global batch, so N workers with batch b match one worker with batch N*b) or
-// 1/batch_size otherwise; losses are expected with sum reduction, as in Gluon.
-//
-// update_on_kvstore: the store applies the optimizer (on the servers for dist stores) and the
-// trainer pulls weights; otherwise it pulls the summed gradient and applies the same optimizer
-// code locally. Both give identical results.
+// The parameters are kept in sync by a ParameterSync (parameter_sync.h: keys, fusion, rank 0's
+// initial weights, overlap, update_on_kvstore, rescaling). The Trainer adds what LibTorch
+// networks need around it: it installs the networks' gates so that the next forward waits, layer
+// by layer, only for the weights that layer uses, replicates buffers (batch-norm statistics) from
+// replica 0, and saves and loads checkpoints.
 //
 // Threads: call everything from the training thread; backward may run on autograd's threads.
 #pragma once
@@ -24,35 +15,21 @@
 #include <torch/torch.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvstore/kvstore.h"
-#include "optim/optimizer.h"
 #include "train/models/network.h"
+#include "train/parameter_sync.h"
 
 namespace dtrain::train {
-
-struct TrainerOptions {
-  OptimizerSpec optimizer{"sgd", {{"learning_rate", 0.01}}};
-  // Per-worker batch size of every step (the sum of the replicas' parts); with overlap the
-  // gradients leave before Step() is called, so it must be known in advance.
-  int64_t batch_size = 0;
-  bool update_on_kvstore = true;
-  bool overlap = true;
-  // Tensor fusion: parameters smaller than this travel together, in buckets of up to
-  // bucket_bytes, as one key each (a LeNet step is then 2 exchanges instead of 10). Updates are
-  // element-wise, so fusing changes no result. 0 turns fusion off.
-  int64_t fuse_below_bytes = 64 * 1024;
-  int64_t bucket_bytes = 4 << 20;
-};
 
 class Trainer {
  public:
   // `replicas`: the same network once per local device; replica 0's parameters are copied into
   // the others. Throws InvalidArgument for bad options (dist_async without update_on_kvstore,
-  // batch_size < 1, replicas with different parameters).
+  // batch_size < 1: a LibTorch program knows it in advance, replicas with different parameters).
   Trainer(std::vector<std::shared_ptr<Network>> replicas, KVStore& kv, TrainerOptions options);
   ~Trainer();
 
@@ -81,31 +58,18 @@ class Trainer {
   // (call on every worker). Throws InvalidArgument for a state of another optimizer or layout.
   void LoadOptimizerState(const std::string& path);
 
-  int64_t num_parameters() const { return static_cast<int64_t>(params_.size()); }
+  int64_t num_parameters() const { return sync_->num_parameters(); }
   // Keys the parameters travel under (one per bucket).
-  int64_t num_keys() const { return static_cast<int64_t>(buckets_.size()); }
+  int64_t num_keys() const { return sync_->num_keys(); }
 
  private:
-  struct Param;
-  struct Bucket;
-
-  void PlanBuckets();
-  void OnGradient(size_t index, int replica, const torch::Tensor& grad);
-  void Issue(Bucket& b, std::unique_lock<std::mutex>& lock);
-  void Finish(Bucket& b, std::unique_lock<std::mutex>& lock);
-  void Scatter(const Bucket& b);  // a fused bucket's flat weights into every replica
   void GateModule(int replica, torch::nn::Module& module);
-  void ReplicateFromFirst();
+  void ReplicateBuffers();
 
   std::vector<std::shared_ptr<Network>> replicas_;
   KVStore& kv_;
-  TrainerOptions options_;
-  bool sync_;
-  std::unique_ptr<Optimizer> local_optimizer_;  // when !update_on_kvstore
-  std::vector<std::unique_ptr<Param>> params_;
-  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::unique_ptr<ParameterSync> sync_;
   std::vector<std::unordered_map<const void*, size_t>> index_of_;  // per replica: tensor -> param
-  mutable std::mutex mutex_;
 };
 
 }  // namespace dtrain::train

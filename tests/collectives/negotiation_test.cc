@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "common/error.h"
 
 namespace dtrain::collectives {
@@ -49,6 +51,15 @@ class Ranks {
         EXPECT_EQ(ready[i].mismatch, first[i].mismatch);
       }
     }
+    return first;
+  }
+
+  // Horovod's join: `rank` has no more data.
+  void Join(int rank) { messages_[rank].joined = true; }
+  // Every rank's table must agree on whether, and by whom, a join completed this round.
+  std::optional<int> JoinCompleted() {
+    const auto first = tables_[0].TakeJoinCompleted();
+    for (size_t r = 1; r < tables_.size(); ++r) EXPECT_EQ(tables_[r].TakeJoinCompleted(), first);
     return first;
   }
 
@@ -209,6 +220,82 @@ TEST(Negotiation, AnUnknownNumberOrADoubleSubmissionIsAProtocolError) {
   b.root = 5;
   r3[0].named = {{"b", b}};
   EXPECT_THROW(root.Apply(r3, Clock::now()), ProtocolError);
+}
+
+Descriptor Broadcast(Shape shape, int root) {
+  Descriptor d = Reduce(std::move(shape));
+  d.kind = OpKind::kBroadcast;
+  d.root = root;
+  return d;
+}
+
+TEST(NegotiationJoin, AJoinedRankStandsInForTheOthersAllreduces) {
+  Ranks ranks(3);
+  ranks.Join(0);
+  EXPECT_TRUE(ranks.Round().empty());
+  ranks.Submit(1, "g", Reduce({4}));
+  ranks.Submit(2, "g", Reduce({4}));
+  auto ready = ranks.Round();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].mismatch.empty());
+  EXPECT_EQ(ready[0].joined, (std::vector<char>{1, 0, 0}));
+  EXPECT_EQ(ready[0].descriptors[0], Reduce({4}));  // rank 0 reduces zeros of the same shape
+  EXPECT_FALSE(ranks.JoinCompleted());
+}
+
+TEST(NegotiationJoin, AnAllreduceWaitingForARankRunsOnceThatRankJoins) {
+  Ranks ranks(3);
+  ranks.Submit(1, "g", Reduce({2}));
+  EXPECT_TRUE(ranks.Round().empty());
+  ranks.Join(0);
+  ranks.Join(2);
+  auto ready = ranks.Round();
+  ASSERT_EQ(Names(ready), std::vector<std::string>{"g"});
+  EXPECT_EQ(ready[0].joined, (std::vector<char>{1, 0, 1}));
+}
+
+TEST(NegotiationJoin, TheJoinCompletesWhenEveryRankJoinedNamingTheLast) {
+  Ranks ranks(3);
+  ranks.Join(0);
+  ranks.Round();
+  EXPECT_FALSE(ranks.JoinCompleted());
+  ranks.Join(2);
+  ranks.Round();
+  EXPECT_FALSE(ranks.JoinCompleted());
+  ranks.Join(1);
+  ranks.Round();
+  EXPECT_EQ(ranks.JoinCompleted(), 1);
+  EXPECT_FALSE(ranks.JoinCompleted());  // taken once
+  // The joins start afresh: a collective of one rank waits for the others again.
+  ranks.Submit(0, "next", Reduce({1}));
+  EXPECT_TRUE(ranks.Round().empty());
+  EXPECT_EQ(ranks.table(0).MissingRanks("next"), (std::vector<int>{1, 2}));
+}
+
+TEST(NegotiationJoin, OtherCollectivesFailWhileARankHasJoined) {
+  Ranks ranks(2);
+  ranks.Join(1);
+  ranks.Submit(0, "b", Broadcast({3}, 0));
+  auto ready = ranks.Round();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_NE(ready[0].mismatch.find("joined"), std::string::npos) << ready[0].mismatch;
+}
+
+TEST(NegotiationJoin, TheJoinedFlagRoundTripsAndUnknownFlagsAreRefused) {
+  RoundMessage m;
+  m.joined = true;
+  auto back = DecodeRound(EncodeRound(m), 0);
+  EXPECT_TRUE(back.joined);
+  EXPECT_FALSE(back.shutting_down);
+  std::vector<char> bytes = EncodeRound(m);
+  bytes[1] = 0x40;
+  EXPECT_THROW(DecodeRound(bytes, 3), ProtocolError);
+  // A rank cannot join twice before the join completed.
+  NegotiationTable table(2);
+  std::vector<RoundMessage> round(2);
+  round[0].joined = true;
+  table.Apply(round, Clock::now());
+  EXPECT_THROW(table.Apply(round, Clock::now()), ProtocolError);
 }
 
 }  // namespace

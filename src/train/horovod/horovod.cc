@@ -1,38 +1,15 @@
 #include "train/horovod/horovod.h"
 
 #include "common/error.h"
+#include "train/tensor_dtype.h"
 
 namespace dtrain::train::horovod {
 namespace {
 
 DType DTypeOf(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat32:
-      return DType::kFloat32;
-    case torch::kFloat64:
-      return DType::kFloat64;
-    case torch::kFloat16:
-      return DType::kFloat16;
-    case torch::kBFloat16:
-      return DType::kBFloat16;
-    default:
-      throw InvalidArgument(std::string("collectives move float tensors only, not ") +
-                            std::string(c10::toString(t.scalar_type())));
-  }
-}
-
-torch::ScalarType ScalarTypeOf(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return torch::kFloat32;
-    case DType::kFloat64:
-      return torch::kFloat64;
-    case DType::kFloat16:
-      return torch::kFloat16;
-    case DType::kBFloat16:
-      return torch::kBFloat16;
-  }
-  return torch::kFloat32;
+  if (const auto dtype = train::DTypeOf(t.scalar_type())) return *dtype;
+  throw InvalidArgument(std::string("collectives move float tensors only, not ") +
+                        std::string(c10::toString(t.scalar_type())));
 }
 
 // What travels for `grad`: a float16 copy with compression, a contiguous float copy otherwise
@@ -81,7 +58,7 @@ torch::Tensor Allgather(const std::string& name, const torch::Tensor& tensor) {
   const Array gathered = collectives::Allgather(name, ArrayView(input));
   return torch::from_blob(gathered.data(),
                           std::vector<int64_t>(gathered.shape().begin(), gathered.shape().end()),
-                          torch::TensorOptions().dtype(ScalarTypeOf(gathered.dtype())))
+                          torch::TensorOptions().dtype(train::ScalarTypeOf(gathered.dtype())))
       .clone();
 }
 

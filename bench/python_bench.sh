@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# dtrain's Python API (import dtrain) measured against the peers a PyTorch user would pick, in
+# one run, 2 workers x 1 thread on this machine:
+#
+# 1. Training throughput, LeNet and the 784-512-512-10 MLP on Fashion-MNIST, batch 64 per
+#    worker, SGD lr 0.05 momentum 0.9, the first 20,000 samples (bench/python_train.py; the
+#    same data, batches and timing windows as bench/ddp_train.py):
+#      trainer      dtrain.torch.Trainer over dist_sync, 2 servers (dtrain launch -n 2 -s 2)
+#      hvd_gloo     dtrain.torch.DistributedOptimizer over Gloo (dtrain launch -n 2 -s 0)
+#      hvd_mpi      the same over OpenMPI (mpirun -np 2)
+#      ddp          PyTorch DistributedDataParallel, gloo (bench/ddp_train.py)
+#      dtrain_train the C++ front end, dist_sync, 2 servers (dtrain-train), for reference
+#    samples/s: per worker the median timing window after the first, summed over workers; best
+#    of --repeat runs. One JSON line per network with every figure and the ratios to DDP
+#    (target: trainer / ddp >= 1.2).
+# 2. What Python adds to a call: the median time of a 4 KB pushpull (call to end of wait) from
+#    Python (bench/python_kv_latency.py) and from C++ (kvstore_bench), 1 worker x 1 server,
+#    alternated --repeat times, best of each (target: python - cpp < 20 us).
+#
+#   bash bench/python_bench.sh                     # ~3-5 minutes on 2 idle cores
+#   bash bench/python_bench.sh --networks lenet --repeat 1
+#
+# Needs the project built (scripts/install.sh or scripts/build.sh) and Debian's python3-torch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build
+networks="lenet mlp"
+batch=64
+samples=20000
+log_interval=20
+repeat=2
+python=${PYTHON:-/usr/bin/python3}
+while (($#)); do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --networks) networks=$2; shift 2 ;;
+    --samples) samples=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "python_bench: unknown option $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+launcher=$build/src/tools/dtrain
+for bin in "$launcher" "$build/bench/kvstore_bench" "$build/src/train/dtrain-train"; do
+  [[ -x $bin ]] || { echo "python_bench: $bin is missing: bash scripts/build.sh" >&2; exit 2; }
+done
+export PYTHONPATH=$PWD/$build/python OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+logs=$(mktemp -d /tmp/python_bench.XXXXXX)
+trap 'rm -rf "$logs"' EXIT
+mpirun_args=(-np 2 --oversubscribe --bind-to none -x PYTHONPATH -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
+((EUID == 0)) && mpirun_args+=(--allow-run-as-root)
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+# Sum over ranks of "median_window" in the JSON lines of a log.
+sum_ranks() {
+  "$python" -c '
+import json, sys
+rows = [json.loads(l[l.index("{"):]) for l in open(sys.argv[1]) if "\"rank\"" in l]
+print("%.1f" % sum(r["median_window"] for r in rows) if len(rows) == 2 else "null")' "$1"
+}
+# dtrain-train's progress lines: per worker the median Speed window after the first, summed.
+cpp_speed() {
+  "$python" -c '
+import re, statistics, sys
+per = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"\[worker (\d+)\].*Speed: ([0-9.]+) samples/sec", line)
+    if m:
+        per.setdefault(m.group(1), []).append(float(m.group(2)))
+print("%.1f" % sum(statistics.median(v[1:]) for v in per.values() if len(v) > 1) if per else "null")' "$1"
+}
+best() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "null") print b; else if (b == "null") print a; else print (a + 0 > b + 0) ? a : b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "null" && b + 0 > 0) printf "%.3f\n", a / b; else print "null" }'; }
+fail() { echo "python_bench: $1 failed, see below:" >&2; tail -15 "$2" >&2; exit 1; }
+
+train_args() { echo --network "$1" --batch-size "$batch" --limit-train "$samples" --log-interval "$log_interval"; }
+
+run_case() {  # CASE NETWORK LOG -> samples/s
+  local case=$1 net=$2 log=$3
+  case $case in
+    trainer) timeout 300 "$launcher" launch -n 2 -s 2 -- "$python" bench/python_train.py trainer $(train_args "$net") ;;
+    hvd_gloo) timeout 300 "$launcher" launch -n 2 -s 0 -- "$python" bench/python_train.py hvd $(train_args "$net") ;;
+    hvd_mpi) timeout 300 mpirun "${mpirun_args[@]}" "$python" bench/python_train.py hvd $(train_args "$net") ;;
+    ddp) timeout 300 "$python" bench/ddp_train.py --workers 2 --threads 1 $(train_args "$net") ;;
+    dtrain_train) timeout 300 "$launcher" launch -n 2 -s 2 -- "$build/src/train/dtrain-train" \
+        --dataset fashion-mnist --network "$net" --epochs 1 --batch-size "$batch" \
+        --limit-train "$samples" --log-interval "$log_interval" --optimizer sgd --lr 0.05 \
+        --momentum 0.9 --threads 1 --kvstore dist_sync ;;
+  esac >"$log" 2>&1 || fail "$case $net" "$log"
+  case $case in
+    ddp) grep '^{' "$log" | tail -1 | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/' ;;
+    dtrain_train) cpp_speed "$log" ;;
+    *) sum_ranks "$log" ;;
+  esac
+}
+
+for net in $networks; do
+  declare -A fig=()
+  load_before=$(load1)
+  for ((r = 1; r <= repeat; r++)); do
+    for case in trainer hvd_gloo hvd_mpi ddp dtrain_train; do
+      fig[$case]=$(best "${fig[$case]:-null}" "$(run_case "$case" "$net" "$logs/$case-$net-$r.log")")
+    done
+  done
+  printf '{"bench":"python_train","network":"%s","workers":2,"threads_per_process":1,"batch":%d,"samples":%d,"trainer_samples_per_s":%s,"hvd_gloo_samples_per_s":%s,"hvd_mpi_samples_per_s":%s,"ddp_samples_per_s":%s,"dtrain_train_cpp_samples_per_s":%s,"ratio_trainer_vs_ddp":%s,"ratio_hvd_gloo_vs_ddp":%s,"ratio_hvd_mpi_vs_ddp":%s,"ratio_trainer_vs_cpp":%s,"repeat":%d,"load1_before":%s,"load1_after":%s}\n' \
+    "$net" "$batch" "$samples" "${fig[trainer]}" "${fig[hvd_gloo]}" "${fig[hvd_mpi]}" "${fig[ddp]}" \
+    "${fig[dtrain_train]}" "$(ratio "${fig[trainer]}" "${fig[ddp]}")" "$(ratio "${fig[hvd_gloo]}" "${fig[ddp]}")" \
+    "$(ratio "${fig[hvd_mpi]}" "${fig[ddp]}")" "$(ratio "${fig[trainer]}" "${fig[dtrain_train]}")" \
+    "$repeat" "$load_before" "$(load1)"
+  unset fig
+done
+
+py_best=null; cpp_best=null
+for ((r = 1; r <= repeat + 1; r++)); do
+  "$launcher" launch -n 1 -s 1 -- "$python" bench/python_kv_latency.py --bytes 4096 >"$logs/py.log" 2>&1 ||
+    fail "python_kv_latency" "$logs/py.log"
+  "$launcher" launch -n 1 -s 1 -- "$build/bench/kvstore_bench" --ops pushpull --bytes 4096 --seconds 1 \
+    >"$logs/cpp.log" 2>&1 || fail "kvstore_bench" "$logs/cpp.log"
+  py=$(grep -o '"median_ms":[0-9.e-]*' "$logs/py.log" | cut -d: -f2)
+  cpp=$(grep -o '"median_ms":[0-9.e-]*' "$logs/cpp.log" | cut -d: -f2)
+  py_best=$(awk -v a="$py_best" -v b="$py" 'BEGIN { print (a == "null" || b + 0 < a + 0) ? b : a }')
+  cpp_best=$(awk -v a="$cpp_best" -v b="$cpp" 'BEGIN { print (a == "null" || b + 0 < a + 0) ? b : a }')
+done
+printf '{"bench":"python_call_overhead","op":"pushpull","bytes":4096,"workers":1,"servers":1,"python_median_us":%.1f,"cpp_median_us":%.1f,"python_adds_us":%.1f,"target_us":20,"load1":%s}\n' \
+  "$(awk -v v="$py_best" 'BEGIN { print v * 1000 }')" "$(awk -v v="$cpp_best" 'BEGIN { print v * 1000 }')" \
+  "$(awk -v a="$py_best" -v b="$cpp_best" 'BEGIN { print (a - b) * 1000 }')" "$(load1)"

@@ -1,0 +1,225 @@
+"""MXNet's KVStore on torch tensors: ``dtrain.kv.create('dist_sync')``.
+
+Types: ``local`` and ``device`` (one process; ``device`` aggregates on the CPU here),
+``dist_sync``, ``dist_async``, ``dist_sync_device``, ``dist_async_device`` (parameter servers;
+``dist`` means ``dist_sync``), and ``horovod`` (allreduce among the workers, no servers).
+
+Calls return at once so that communication overlaps computation: ``push``, ``pull`` (with
+``out``), ``pushpull`` and ``broadcast`` return a :class:`Handle`; ``handle.wait()`` or
+:func:`waitall` waits. A tensor passed as ``out`` is written when the call is done, and a tensor
+passed as a value must not be changed before then. Tensors cross into the core without copies:
+they must be contiguous CPU tensors of float32, float64, float16 or bfloat16.
+
+Keys are ints in ``[0, 2**43)`` or strs; every worker must init the same keys. A value is a tensor,
+or a list of tensors from several local devices (summed before they leave the worker). A key may
+be a list of keys, with one value (tensor or list) per key.
+
+Errors: misuse raises :class:`dtrain.InvalidArgument` (a ``ValueError``) naming the key at the
+call; a failure on the way raises :class:`dtrain.PeerError` or :class:`dtrain.TimeoutError`,
+naming the node, from ``wait``.
+"""
+
+import torch
+
+from . import _dtrain, _lifetime
+from .errors import InvalidArgument
+from .optimizer import Optimizer
+
+__all__ = ["create", "KVStore", "Handle", "waitall"]
+
+
+def create(name="local"):
+    """A new KVStore of type `name`. A dist type joins the job described by the DMLC_*
+    variables (and blocks until every node has joined)."""
+    if not isinstance(name, str):
+        raise TypeError("the kvstore type is a str, e.g. 'dist_sync'")
+    return KVStore(name)
+
+
+def waitall():
+    """Waits for every call issued so far on every open KVStore."""
+    for store in list(_lifetime._live[_lifetime.STORE]):
+        store._waitall()
+
+
+class Handle:
+    """A call in flight. ``wait()`` blocks until it is done, raises its error, and returns the
+    pulled tensor(s) for a pull or pushpull (None for a push)."""
+
+    __slots__ = ("_op", "_result")
+
+    def __init__(self, op, result=None):
+        self._op = op
+        self._result = result
+
+    def wait(self):
+        self._op.wait()
+        return self._result
+
+    @property
+    def done(self):
+        return self._op.done
+
+
+def _is_tensor(x):
+    return isinstance(x, torch.Tensor)
+
+
+def _keys(key):
+    """(list of keys, whether a list was given)."""
+    if isinstance(key, (list, tuple)):
+        if not key:
+            raise InvalidArgument("an empty list of keys")
+        return list(key), True
+    return [key], False
+
+
+def _devices(value, what, key):
+    if _is_tensor(value):
+        return [value]
+    if isinstance(value, (list, tuple)) and value and all(_is_tensor(v) for v in value):
+        return list(value)
+    raise TypeError("%s of key %r must be a tensor or a non-empty list of tensors (one per device), "
+                    "not %s" % (what, key, type(value).__name__))
+
+
+def _per_key(keys, listed, value, what):
+    """One list of tensors per key."""
+    if not listed:
+        return [_devices(value, what, keys[0])]
+    if not isinstance(value, (list, tuple)) or len(value) != len(keys):
+        raise InvalidArgument("%d keys need %d %ss (a tensor or a list of tensors per key), got %s"
+                              % (len(keys), len(keys), what,
+                                 "%d" % len(value) if isinstance(value, (list, tuple))
+                                 else "a %s" % type(value).__name__))
+    return [_devices(v, what, k) for k, v in zip(keys, value)]
+
+
+class KVStore:
+    """A key-value store of tensors, shared by the workers of a job (see the module's help)."""
+
+    def __init__(self, name):
+        self._h = _dtrain.KVStore(name)
+        self._shapes = {}  # key -> (shape, dtype) of its init value, to allocate pull outputs
+        self._closed = False
+        _lifetime.register(self, _lifetime.STORE)
+
+    # --- properties ---
+    @property
+    def type(self):
+        """The store's type, e.g. ``'dist_sync'``."""
+        return self._h.type
+
+    @property
+    def rank(self):
+        """This worker's rank, 0 to num_workers - 1."""
+        return self._h.rank
+
+    @property
+    def num_workers(self):
+        """The number of workers in the job (1 for local stores)."""
+        return self._h.num_workers
+
+    # --- data ---
+    def init(self, key, value):
+        """Creates each key with an initial value. In dist stores rank 0's value is kept; the call
+        returns when the keys exist for every worker."""
+        keys, listed = _keys(key)
+        values = [v[0] for v in _per_key(keys, listed, value, "value")]
+        self._h.init(keys, values)
+        for k, v in zip(keys, values):
+            self._shapes[k] = (v.shape, v.dtype)
+
+    def push(self, key, value, priority=0):
+        """Adds the value (summed over the devices given) to this round of the key."""
+        keys, listed = _keys(key)
+        return Handle(self._h.push(keys, _per_key(keys, listed, value, "value"), priority))
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        """Copies the key's current value into `out` (a tensor, or a list of tensors: one per
+        device) and returns a Handle. Without `out`, waits and returns new tensors."""
+        keys, listed = _keys(key)
+        if out is None:
+            fresh = [self._new_like(k) for k in keys]
+            self._h.pull(keys, [[t] for t in fresh], priority).wait()
+            return fresh if listed else fresh[0]
+        return Handle(self._h.pull(keys, _per_key(keys, listed, out, "out"), priority), out)
+
+    def pushpull(self, key, value, out=None, priority=0):
+        """Push, then pull the resulting value, in one exchange. Without `out` the result is
+        written into `value`."""
+        keys, listed = _keys(key)
+        values = _per_key(keys, listed, value, "value")
+        outs = values if out is None else _per_key(keys, listed, out, "out")
+        result = value if out is None else out
+        return Handle(self._h.pushpull(keys, values, outs, priority), result)
+
+    def broadcast(self, key, value, out, priority=0):
+        """Init the key with rank 0's `value`, then pull it into `out` on every worker."""
+        self.init(key, value)
+        return self.pull(key, out=out, priority=priority)
+
+    def row_sparse_pull(self, *args, **kwargs):
+        raise NotImplementedError("dtrain has no sparse tensors; use pull")
+
+    # --- control ---
+    def barrier(self):
+        """Blocks until every worker has reached the barrier."""
+        self._h.barrier()
+
+    _barrier = barrier  # MXNet's name
+
+    def set_optimizer(self, optimizer):
+        """From now on pushes are applied with `optimizer` (a dtrain.optimizer.Optimizer) on the
+        store's side (on the servers for dist stores) and pulls return weights."""
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError("set_optimizer takes a dtrain.optimizer.Optimizer, e.g. "
+                            "dtrain.optimizer.create('sgd', learning_rate=0.1)")
+        self._h.set_optimizer(*optimizer._spec())
+
+    def set_gradient_compression(self, compression_params):
+        raise NotImplementedError(
+            "gradient compression on the parameter-server path is not built yet (dtrain issue 11: "
+            "2-bit and 1-bit with error feedback, and fp16); for allreduce mode use "
+            "dtrain.torch.DistributedOptimizer(..., compression=dtrain.torch.Compression.fp16)")
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        """Saves the state of the store's optimizer (all servers' for dist stores) to `fname`."""
+        state = self._h.save_optimizer_state()
+        with open(fname, "wb") as f:
+            f.write(state)
+
+    def load_optimizer_states(self, fname):
+        """Restores a state saved by save_optimizer_states into a store of the same layout. Call
+        it on every worker: rank 0 restores the servers and the others wait for it."""
+        with open(fname, "rb") as f:
+            state = f.read()
+        dist = self.type.startswith("dist")
+        if not dist or self.rank == 0:
+            self._h.load_optimizer_state(state)
+        if dist:
+            self.barrier()
+
+    # --- lifetime ---
+    def close(self):
+        """Waits for the calls in flight and, for dist stores, leaves the job (the scheduler ends
+        the job once every worker has left). Also done at exit."""
+        self._closed = True
+        self._h.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _waitall(self):
+        if not self._closed:
+            self._h.waitall()
+
+    def _new_like(self, key):
+        if key not in self._shapes:
+            raise InvalidArgument("pull of key %r without out: the key was never initialised here "
+                                  "(call init first, or pass out)" % (key,))
+        shape, dtype = self._shapes[key]
+        return torch.empty(shape, dtype=dtype)

@@ -1,0 +1,29 @@
+"""Horovod's PyTorch API on dtrain, plus a Gluon-style Trainer.
+
+An existing Horovod script runs after changing its import line::
+
+    import dtrain.torch as hvd
+    hvd.init()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+Start it with ``mpirun -np 4 python3 train.py`` (OpenMPI) or ``dtrain launch -n 4 -s 0 --
+python3 train.py`` (Gloo, no MPI needed). The collectives run on dtrain's C++ engine: tensors are
+matched across ranks by name, small allreduces are fused, and a rank that dies makes every other
+rank's pending collective raise dtrain.PeerError naming it.
+
+``Trainer`` (trainer.py) is Gluon's Trainer for torch modules over a dtrain KVStore (parameter
+servers or the 'horovod' allreduce store).
+"""
+
+from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: F401
+from .functions import broadcast_optimizer_state, broadcast_parameters  # noqa: F401
+from .ops import *  # noqa: F401,F403
+from .ops import __all__ as _ops_all
+from .optimizer import DistributedOptimizer  # noqa: F401
+from .trainer import Trainer  # noqa: F401
+
+__all__ = list(_ops_all) + [
+    "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
+    "Trainer",
+]

@@ -1,0 +1,37 @@
+"""Horovod's helpers for starting every rank from the same model and optimizer state."""
+
+import torch
+
+from .ops import broadcast_async_, broadcast_object, rank, synchronize
+
+__all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
+
+
+def broadcast_parameters(params, root_rank):
+    """Copies root's parameters into every rank's, in place. `params` is a ``state_dict()``, a
+    ``named_parameters()`` iterator, or a list of (name, tensor) pairs; names must be the same
+    on every rank."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+        if items and not all(isinstance(p, tuple) and len(p) == 2 for p in items):
+            raise ValueError("broadcast_parameters takes a state_dict or (name, tensor) pairs, "
+                             "e.g. model.named_parameters()")
+    handles = []
+    with torch.no_grad():
+        for name, p in items:
+            if p is None or not isinstance(p, torch.Tensor):
+                continue
+            handles.append(broadcast_async_(p, root_rank, "broadcast.param." + str(name)))
+        for h in handles:
+            synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Copies root's optimizer state (and hyper-parameters) into every rank's optimizer."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("broadcast_optimizer_state takes a torch.optim.Optimizer")
+    state = broadcast_object(optimizer.state_dict(), root_rank, "broadcast.optimizer_state")
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)

@@ -1,0 +1,431 @@
+"""Horovod's collective operations on torch tensors (``horovod.torch.mpi_ops``), run by dtrain's
+C++ collectives engine over Gloo (``dtrain launch -n N -s 0``) or OpenMPI (``mpirun -np N``).
+
+Asynchronous calls return an int handle; ``synchronize(handle)`` waits and returns the output,
+``poll(handle)`` says whether it is done. Collectives are matched across ranks by name, so ranks
+may submit them in different orders; unnamed ones are numbered in submission order, which must
+then be the same on every rank.
+
+Float tensors (float32, float64, float16, bfloat16) are reduced as they are; integer and bool
+tensors are summed exactly in float64 (up to 2^53) and averaged with floor division, as Horovod
+does; allgather and broadcast move any dtype's bytes unchanged.
+"""
+
+import collections
+import itertools
+import pickle
+
+import torch
+
+from .. import _dtrain
+from ..errors import InvalidArgument
+from .compression import Compression
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_enabled", "gloo_enabled", "mpi_built", "gloo_built",
+    "nccl_built", "cuda_built", "rocm_built", "mpi_threads_supported",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "synchronize", "poll", "join", "barrier",
+    "broadcast_object", "allgather_object",
+]
+
+# Reduction ops, as Horovod numbers them. The engine reduces by Average and Sum.
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_OP_NAMES = {Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+# --- process layout ---------------------------------------------------------------------------
+
+def init(comm=None, process_sets=None):
+    """Starts the collectives: the backend and layout come from the environment (mpirun's, or
+    dtrain launch's DMLC_* variables for Gloo). Calling it again does nothing."""
+    if comm is not None:
+        raise NotImplementedError("init(comm=...): dtrain runs on the whole job (MPI_COMM_WORLD)")
+    _dtrain.collectives_init()
+
+
+def shutdown():
+    """Stops the collectives (waits for what is in flight); also done at exit."""
+    _dtrain.collectives_shutdown()
+
+
+def is_initialized():
+    return _dtrain.collectives_is_initialized()
+
+
+def _initialized():
+    if not _dtrain.collectives_is_initialized():
+        raise ValueError("dtrain.torch has not been initialized; call init() first")
+
+
+def rank():
+    _initialized()
+    return _dtrain.collectives_rank()
+
+
+def size():
+    _initialized()
+    return _dtrain.collectives_size()
+
+
+def local_rank():
+    _initialized()
+    return _dtrain.collectives_local_rank()
+
+
+def local_size():
+    _initialized()
+    return _dtrain.collectives_local_size()
+
+
+def cross_rank():
+    """Which host this rank is on, counting hosts by their first rank (assumes the same number of
+    ranks per host, as Horovod's does)."""
+    return rank() // local_size()
+
+
+def cross_size():
+    return size() // local_size()
+
+
+def mpi_enabled():
+    return is_initialized() and _dtrain.collectives_backend() == "mpi"
+
+
+def gloo_enabled():
+    return is_initialized() and _dtrain.collectives_backend() == "gloo"
+
+
+def mpi_built():
+    return True
+
+
+def gloo_built():
+    return True
+
+
+def nccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def mpi_threads_supported():
+    return mpi_enabled()
+
+
+# --- handles ----------------------------------------------------------------------------------
+
+_Pending = collections.namedtuple("_Pending", "op finish")
+_handles = {}
+_next_handle = itertools.count()
+_unnamed = collections.defaultdict(itertools.count)
+
+
+def _name(kind, name):
+    if name is None:
+        return "%s.noname.%d" % (kind, next(_unnamed[kind]))
+    if not isinstance(name, str) or not name:
+        raise TypeError("a collective's name is a non-empty str")
+    return name
+
+
+def _handle(op, finish):
+    h = next(_next_handle)
+    _handles[h] = _Pending(op, finish)
+    return h
+
+
+def _pending(handle):
+    try:
+        return _handles[handle]
+    except KeyError:
+        raise ValueError("unknown handle %r (already synchronized?)" % (handle,)) from None
+
+
+def poll(handle):
+    """True once the collective behind `handle` is done (synchronize will not block)."""
+    return _pending(handle).op.done
+
+
+def synchronize(handle):
+    """Waits for the collective behind `handle` and returns its output; raises its error
+    (PeerError naming a rank that left, TimeoutError past DTRAIN_COLLECTIVE_TIMEOUT_MS)."""
+    pending = _pending(handle)
+    try:
+        pending.op.wait()
+    finally:
+        del _handles[handle]
+    return pending.finish()
+
+
+# --- byte views for dtypes the engine does not reduce -------------------------------------------
+
+def _as_rows(tensor):
+    """A contiguous float16 tensor holding `tensor`'s bytes, one row per entry of the first
+    dimension (rows padded to an even number of bytes), and the function that turns such rows,
+    gathered or broadcast, back into `tensor`'s dtype and trailing shape."""
+    t = tensor.detach().contiguous()
+    shape = tuple(t.shape) if t.dim() > 0 else (1,)
+    rows, tail = shape[0], shape[1:]
+    row_bytes = t.element_size() * int(torch.Size(tail).numel())
+    raw = torch.empty(rows, row_bytes + row_bytes % 2, dtype=torch.uint8)
+    if t.numel():
+        raw[:, :row_bytes] = t.reshape(rows, -1).view(torch.uint8)
+    if row_bytes % 2:
+        raw[:, row_bytes:] = 0
+
+    def back(wire):
+        b = wire.contiguous().view(torch.uint8)[:, :row_bytes].contiguous()
+        return b.view(t.dtype).reshape((wire.shape[0],) + tail)
+
+    return raw.view(torch.float16), back
+
+
+# --- allreduce --------------------------------------------------------------------------------
+
+def _reduce_op(average, op):
+    if average is not None:
+        if op is not None:
+            raise ValueError("give op or the deprecated average, not both")
+        return Average if average else Sum
+    op = Average if op is None else op
+    if op in _OP_NAMES:
+        raise NotImplementedError("op=%s: dtrain's engine reduces by Average and Sum"
+                                  % _OP_NAMES[op])
+    if op not in (Average, Sum):
+        raise ValueError("unknown reduction op %r (use dtrain.torch.Average or Sum)" % (op,))
+    return op
+
+
+def _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor):
+    """Submits tensor -> output (same shape and dtype; may be the same tensor)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("allreduce takes a tensor, not %s" % type(tensor).__name__)
+    name = _name("allreduce", name)
+    exact = tensor.dtype in _FLOATS
+    src = tensor.detach()
+    if prescale_factor != 1.0:
+        src = src * prescale_factor
+    if exact:
+        work = src if src.is_contiguous() else src.contiguous()
+        into = output if output.is_contiguous() and output.dtype == work.dtype else torch.empty_like(work)
+        op_average = op == Average
+    else:  # integers and bools: an exact sum in float64, averaged by floor division
+        work = src.to(torch.float64).contiguous()
+        into = work
+        op_average = False
+    pending = _dtrain.allreduce_async(name, work, into, op_average)
+
+    def finish():
+        result = into
+        if not exact:
+            if op == Average:
+                result = torch.div(result, size(), rounding_mode="floor")
+            result = result.to(output.dtype)
+        if postscale_factor != 1.0:
+            result = result * postscale_factor
+        if result is not output:
+            with torch.no_grad():
+                output.copy_(result)
+        return output
+
+    return _handle(pending, finish)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None):
+    """Starts reducing `tensor` over all ranks (average by default) into a new tensor."""
+    _initialized()
+    op = _reduce_op(average, op)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    """Starts reducing `tensor` over all ranks, in place."""
+    _initialized()
+    op = _reduce_op(average, op)
+    return _allreduce_start(tensor, tensor, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    """`tensor` reduced over all ranks (average by default), as a new tensor."""
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
+                                      postscale_factor))
+    return compression.decompress(out, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    """Reduces `tensor` over all ranks in place and returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, **kwargs):
+    base = _name("grouped_allreduce", name)
+    handles = [allreduce_async(t, average, "%s.%d" % (base, i), op, **kwargs)
+               for i, t in enumerate(tensors)]
+    return _handle(_AllOf([_handles[h].op for h in handles]),
+                   lambda: [_handles.pop(h).finish() for h in handles])
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, **kwargs):
+    base = _name("grouped_allreduce", name)
+    handles = [allreduce_async_(t, average, "%s.%d" % (base, i), op, **kwargs)
+               for i, t in enumerate(tensors)]
+    return _handle(_AllOf([_handles[h].op for h in handles]),
+                   lambda: [_handles.pop(h).finish() for h in handles])
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      **kwargs):
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_allreduce_async([p[0] for p in pairs], average, name, op, **kwargs))
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, **kwargs):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, **kwargs))
+
+
+class _AllOf:
+    """Several collectives waited for as one."""
+
+    def __init__(self, ops):
+        self.ops = ops
+
+    def wait(self):
+        for op in self.ops:
+            op.wait()
+
+    @property
+    def done(self):
+        return all(op.done for op in self.ops)
+
+
+# --- allgather and broadcast --------------------------------------------------------------------
+
+def allgather_async(tensor, name=None, process_set=None):
+    """Starts concatenating every rank's `tensor` along the first dimension (which may differ
+    between ranks; the others must agree), in rank order."""
+    _initialized()
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("allgather takes a tensor, not %s" % type(tensor).__name__)
+    if tensor.dim() == 0:
+        raise ValueError("allgather needs a tensor with at least one dimension")
+    name = _name("allgather", name)
+    if tensor.dtype in _FLOATS:
+        work, back = tensor.detach().contiguous(), None
+    else:
+        work, back = _as_rows(tensor)
+    pending = _dtrain.allgather_async(name, work)
+
+    def finish():
+        gathered = pending.result().clone()  # own memory, independent of the engine's buffer
+        return back(gathered) if back else gathered
+
+    return _handle(pending, finish)
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Every rank's `tensor` concatenated along the first dimension, in rank order."""
+    return synchronize(allgather_async(tensor, name))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    """Starts copying root's `tensor` into every rank's `tensor`, in place."""
+    _initialized()
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("broadcast takes a tensor, not %s" % type(tensor).__name__)
+    name = _name("broadcast", name)
+    if tensor.dtype in _FLOATS and tensor.is_contiguous():
+        work, back = tensor.detach(), None
+    elif tensor.dtype in _FLOATS:
+        work, back = tensor.detach().contiguous(), (lambda w: w)
+    else:  # its bytes as one row
+        work, to_rows = _as_rows(tensor.reshape(1, -1))
+        back = lambda w: to_rows(w).reshape(tensor.shape)  # noqa: E731
+    pending = _dtrain.broadcast_async(name, work, int(root_rank))
+
+    def finish():
+        if back is not None:
+            with torch.no_grad():
+                tensor.copy_(back(work))
+        return tensor
+
+    return _handle(pending, finish)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    """Starts copying root's `tensor` into a new tensor on every rank."""
+    return broadcast_async_(tensor.detach().clone(), root_rank, name)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+# --- objects, barrier, join ---------------------------------------------------------------------
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """Root's `obj` (anything pickle can carry) on every rank."""
+    name = _name("broadcast_object", name)
+    if rank() == root_rank:
+        payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        length = torch.tensor([payload.numel()], dtype=torch.int64)
+    else:
+        length = torch.zeros(1, dtype=torch.int64)
+    broadcast_(length, root_rank, name + ".size")
+    if rank() != root_rank:
+        payload = torch.empty(int(length[0]), dtype=torch.uint8)
+    broadcast_(payload, root_rank, name + ".data")
+    return obj if rank() == root_rank else pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """Every rank's `obj`, in rank order."""
+    name = _name("allgather_object", name)
+    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".sizes")
+    data = allgather(payload, name + ".data")
+    out, at = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(data[at:at + n].numpy().tobytes()))
+        at += n
+    return out
+
+
+def barrier(process_set=None):
+    """Blocks until every rank has reached the barrier."""
+    _initialized()
+    _dtrain.collectives_barrier()
+
+
+def join(device=-1):
+    """Says this rank has no more data. Until every rank has joined, this rank takes part in the
+    other ranks' allreduces with zeros; returns the rank that joined last."""
+    _initialized()
+    pending = _dtrain.join_async()
+    pending.wait()
+    return int(pending.result().item())

@@ -1,0 +1,150 @@
+"""Horovod's DistributedOptimizer: wraps a torch optimizer so that gradients are averaged over
+all ranks, each allreduce starting as soon as backward has accumulated that gradient."""
+
+import contextlib
+import warnings
+
+import torch
+
+from .compression import Compression
+from .ops import Average, _reduce_op, allreduce_async_, size, synchronize
+
+__all__ = ["DistributedOptimizer"]
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    # Horovod's construction: this class's methods over the wrapped optimizer's class, built from
+    # the wrapped optimizer's param_groups (see DistributedOptimizer below).
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be at least 1")
+        self.backward_passes_per_step = backward_passes_per_step
+
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if not all(isinstance(p, tuple) and len(p) == 2 for p in named):
+                raise ValueError("named_parameters must be (name, parameter) pairs, e.g. "
+                                 "model.named_parameters()")
+            names = [n for n, _ in named]
+            if len(set(names)) != len(names):
+                dups = sorted({n for n in names if names.count(n) > 1})
+                raise ValueError("named_parameters has duplicate names: %s" % ", ".join(dups))
+            self._names = {p: "allreduce." + n for n, p in named}
+            unnamed = [p for p in all_params if p not in self._names]
+            if unnamed:
+                raise ValueError("named_parameters does not name %d of the optimizer's parameters; "
+                                 "pass model.named_parameters() of the model the optimizer "
+                                 "updates" % len(unnamed))
+        else:
+            self._names = {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
+
+        self._handles = {}  # parameter -> (handle, compression context), this step
+        self._delay = {p: backward_passes_per_step for p in all_params}
+        self._requires_update = set()
+        self._grad_accs = []
+        self._synchronized = False
+        self._should_synchronize = True
+        if size() > 1:
+            self._register_hooks()
+
+    def _register_hooks(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                self._requires_update.add(p)
+                # The gradient accumulator's hook runs once backward has added into p.grad.
+                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                accumulator.register_hook(self._make_hook(p))
+                self._grad_accs.append(accumulator)
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None and self._delay[p] <= 0:
+                raise AssertionError(
+                    "gradients were computed more than backward_passes_per_step times before "
+                    "step(); raise backward_passes_per_step to accumulate them locally")
+            self._delay[p] -= 1
+            handle, ctx = None, None
+            if self._delay[p] == 0:
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        prescale = postscale = 1.0
+        if self._predivide != 1.0:
+            prescale, postscale = 1.0 / self._predivide, self._predivide
+        compressed, ctx = self._compression.compress(p.grad)
+        handle = allreduce_async_(compressed, name=self._names[p], op=self._op,
+                                  prescale_factor=prescale, postscale_factor=postscale)
+        return handle, ctx
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce and writes the results into .grad. A parameter
+        backward did not reach takes part with zeros (every rank must submit it)."""
+        for p in self._requires_update - set(self._handles):
+            self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        try:
+            for p, (handle, ctx) in self._handles.items():
+                output = synchronize(handle)
+                self._delay[p] = self.backward_passes_per_step
+                result = self._compression.decompress(output, ctx)
+                if result is not p.grad:
+                    p.grad.copy_(result)
+        finally:
+            self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """``with opt.skip_synchronize(): opt.step()`` after an explicit synchronize()."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() after optimizer.synchronize() without "
+                              "optimizer.skip_synchronize(): the gradients are reduced twice")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none=False):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(); the "
+                                 "allreduces in flight still write the gradients")
+        return super(self.__class__, self).zero_grad(set_to_none)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+    """`optimizer` (a torch.optim.Optimizer) whose step() first averages every gradient over all
+    ranks (op=Sum sums). Each allreduce starts from an autograd hook as soon as its gradient is
+    accumulated, so communication overlaps the rest of backward. With
+    `backward_passes_per_step` = k, gradients accumulate locally over k backward passes and are
+    reduced once. `compression=Compression.fp16` sends float16."""
+    op = _reduce_op(None, op)
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, gradient_predivide_factor)

@@ -1,0 +1,199 @@
+"""A Gluon-style Trainer for PyTorch modules over a dtrain KVStore.
+
+    kv = dtrain.kv.create('dist_sync')
+    trainer = dtrain.torch.Trainer(net, 'sgd', {'learning_rate': 0.1, 'momentum': 0.9}, kvstore=kv)
+    for data, label in loader:
+        loss = loss_fn(net(data), label)      # a sum over the batch, as Gluon's losses
+        loss.backward()
+        trainer.step(data.shape[0])
+
+It runs on the same C++ engine as dtrain's LibTorch Trainer (ParameterSync): each parameter's
+gradient is pushed from an autograd hook as soon as backward has produced it (small parameters
+travel fused in buckets), rank 0's initial weights become everyone's, and the optimizer runs on
+the servers (update_on_kvstore, the default for dist stores) or here, with identical results.
+Gradients are rescaled by 1/(batch_size x num_workers) in dist_sync, so N workers with batch b
+follow one worker with batch N x b.
+
+Given a module (or a list of replicas, one per local device), the Trainer makes each submodule's
+forward wait only for its own parameters' new weights, so the next forward overlaps the exchange
+of later layers. Given bare parameters it cannot see the forward: step() then waits for every
+new weight before it returns.
+"""
+
+import pickle
+import warnings
+
+import torch
+
+from .. import _dtrain, _lifetime
+from .. import kv as _kv
+from .. import optimizer as _opt
+from ..errors import InvalidArgument
+
+__all__ = ["Trainer"]
+
+
+def _replicas_of(params):
+    """(list of replicas, each a list of (name, parameter); list of modules or None)."""
+    if isinstance(params, torch.nn.Module):
+        params = [params]
+    if isinstance(params, (list, tuple)) and params and all(
+            isinstance(m, torch.nn.Module) for m in params):
+        modules = list(params)
+        return [[(n, p) for n, p in m.named_parameters() if p.requires_grad]
+                for m in modules], modules
+    if isinstance(params, dict):
+        items = list(params.items())
+    else:
+        items = list(params)
+        items = [p if isinstance(p, tuple) else (str(i), p) for i, p in enumerate(items)]
+    if not items or not all(isinstance(p, torch.Tensor) for _, p in items):
+        raise TypeError("Trainer takes a module, a list of replicas (modules), or parameters "
+                        "(an iterable of tensors, (name, tensor) pairs or a dict)")
+    return [[(n, p) for n, p in items if p.requires_grad]], None
+
+
+class Trainer:
+    """Applies an optimizer to a model's parameters, kept identical on every worker.
+
+    params: a torch.nn.Module, a list of replicas (the same module once per local device, whose
+        gradients the store sums), or an iterable of parameters.
+    optimizer: a name ('sgd', 'nag', 'adam', 'adagrad', 'rmsprop') or a dtrain.optimizer
+        Optimizer; optimizer_params: its parameters with MXNet's names.
+    kvstore: a store type (default 'dist_sync') or a dtrain.kv.KVStore.
+    update_on_kvstore: run the optimizer on the store's side (default for every store type;
+        required by dist_async) or here (False).
+    fuse_below_kb: parameters smaller than this travel together as one key (0: never).
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync",
+                 compression_params=None, update_on_kvstore=None, fuse_below_kb=64,
+                 overlap=True):
+        replicas, modules = _replicas_of(params)
+        if compression_params:
+            raise NotImplementedError("compression_params: gradient compression on the "
+                                      "parameter-server path is dtrain issue 11")
+        if isinstance(optimizer, _opt.Optimizer):
+            if optimizer_params:
+                raise ValueError("optimizer_params must be empty when optimizer is an Optimizer")
+            self._optimizer = optimizer
+        else:
+            self._optimizer = _opt.create(optimizer, **dict(optimizer_params or {}))
+        self._kv = _kv.create(kvstore) if isinstance(kvstore, str) else kvstore
+        if not isinstance(self._kv, _kv.KVStore):
+            raise TypeError("kvstore must be a type name or a dtrain.kv.KVStore")
+        self._owns_kv = isinstance(kvstore, str)
+        if update_on_kvstore is None:
+            update_on_kvstore = True
+        if len({len(r) for r in replicas}) != 1:
+            raise InvalidArgument("the replicas have different numbers of parameters")
+        self._params = [p for _, p in replicas[0]]
+        self._modules = modules
+        self._batch_size = None
+        self._warned_batch = False
+        name, spec_params, schedule = self._optimizer._spec()
+        self._sync = _dtrain.ParameterSync(
+            [[p for _, p in r] for r in replicas], self._kv._h, name, spec_params, schedule,
+            0, bool(update_on_kvstore), bool(overlap), int(fuse_below_kb * 1024))
+        if modules is not None:
+            self._install_gates(modules)
+        _lifetime.register(self, _lifetime.TRAINER)
+        if modules is not None:
+            for m in modules[1:]:
+                _copy_buffers(modules[0], m)
+
+    # --- the Gluon Trainer's API ---
+    def step(self, batch_size, ignore_stale_grad=False):
+        """Ends a step of `batch_size` samples (this worker's, over all its devices): sends the
+        gradients backward has not sent yet; the new weights arrive in the background."""
+        batch_size = int(batch_size)
+        if self._batch_size is None:
+            self._batch_size = batch_size
+        elif batch_size != self._batch_size:
+            # The gradients left during backward, normalised by the first step's size (as MXNet's
+            # Trainer with update_on_kvstore warns and does).
+            if not self._warned_batch:
+                warnings.warn("step(%d) after step(%d): this step's gradients are normalised by "
+                              "1/%d because they leave during backward; use drop_last=True in the "
+                              "DataLoader for exact normalisation"
+                              % (batch_size, self._batch_size, self._batch_size))
+                self._warned_batch = True
+            batch_size = self._batch_size
+        self._sync.step(batch_size)
+        if self._modules is None:
+            self._sync.wait_all()
+
+    def wait(self):
+        """Blocks until every parameter holds its latest weights (before evaluating or saving)."""
+        self._sync.wait_all()
+
+    @property
+    def learning_rate(self):
+        return self._sync.learning_rate
+
+    def set_learning_rate(self, lr):
+        """Changes the base learning rate (update_on_kvstore=False; with the optimizer on the
+        servers the rate follows its lr_scheduler)."""
+        self._sync.learning_rate = float(lr)
+
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    @property
+    def kvstore(self):
+        return self._kv
+
+    def save_states(self, fname):
+        """Saves the optimizer's state (the servers' with update_on_kvstore; call on rank 0)."""
+        state = self._sync.save_optimizer_state()
+        with open(fname, "wb") as f:
+            pickle.dump({"dtrain_trainer_states": 1, "state": state}, f)
+
+    def load_states(self, fname):
+        """Restores save_states' file (call on every worker; rank 0 restores the servers)."""
+        with open(fname, "rb") as f:
+            saved = pickle.load(f)
+        if not isinstance(saved, dict) or saved.get("dtrain_trainer_states") != 1:
+            raise InvalidArgument("%s was not written by Trainer.save_states" % fname)
+        self._sync.load_optimizer_state(saved["state"])
+
+    def close(self):
+        """Waits for the exchanges in flight and stops using the store (also done at exit)."""
+        for h in getattr(self, "_gates", []):
+            h.remove()
+        self._gates = []
+        self._sync.close()
+        if self._owns_kv:
+            self._kv.close()
+
+    def allreduce_grads(self):
+        raise NotImplementedError("gradients are exchanged as backward produces them; call step()")
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        raise NotImplementedError("gradients are exchanged as backward produces them; call step()")
+
+    # --- forward gates ---
+    def _install_gates(self, modules):
+        self._gates = []
+        for replica in modules:
+            index = {id(p): i for i, p in enumerate(
+                p for p in replica.parameters() if p.requires_grad)}
+            for module in replica.modules():
+                own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
+                if own:
+                    self._gates.append(module.register_forward_pre_hook(self._gate(own)))
+
+    def _gate(self, indexes):
+        sync = self._sync
+
+        def wait_for_weights(module, inputs):
+            sync.wait_for(indexes)
+
+        return wait_for_weights
+
+
+def _copy_buffers(source, target):
+    with torch.no_grad():
+        for (_, b_from), (_, b_to) in zip(source.named_buffers(), target.named_buffers()):
+            b_to.copy_(b_from)

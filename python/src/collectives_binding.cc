@@ -1,0 +1,70 @@
+// _dtrain.collectives_*: allreduce mode (Horovod's API) on the C++ collectives engine. The
+// Python side (dtrain/torch/) keeps Horovod's names, handles and argument forms.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "collectives/collectives.h"
+#include "tensor_array.h"
+
+namespace py = pybind11;
+
+namespace dtrain::python {
+namespace {
+
+namespace coll = dtrain::collectives;
+
+std::string Quoted(const std::string& name) { return "'" + name + "'"; }
+
+}  // namespace
+
+void RegisterCollectives(py::module_& m) {
+  py::class_<coll::Handle>(m, "CollectiveHandle", "A collective in flight.")
+      .def("wait", &coll::Handle::Wait, py::call_guard<py::gil_scoped_release>(),
+           "Blocks until the collective is done; raises its error (DTRAIN_COLLECTIVE_TIMEOUT_MS "
+           "bounds it).")
+      .def_property_readonly("done", &coll::Handle::done)
+      .def(
+          "result", [](const coll::Handle& h) { return TensorView(h.result()); },
+          "An allgather's gathered tensor (after wait).");
+
+  m.def("collectives_init", &coll::Init, py::call_guard<py::gil_scoped_release>());
+  m.def("collectives_shutdown", &coll::Shutdown, py::call_guard<py::gil_scoped_release>());
+  m.def("collectives_is_initialized", &coll::IsInitialized);
+  m.def("collectives_backend",
+        [] { return coll::Backend() == coll::BackendKind::kMpi ? "mpi" : "gloo"; });
+  m.def("collectives_rank", &coll::Rank);
+  m.def("collectives_size", &coll::Size);
+  m.def("collectives_local_rank", &coll::LocalRank);
+  m.def("collectives_local_size", &coll::LocalSize);
+  m.def(
+      "allreduce_async",
+      [](const std::string& name, const at::Tensor& in, const at::Tensor& out, bool average) {
+        const Array input = ArrayView(in, "the input of allreduce " + Quoted(name));
+        const Array output = ArrayView(out, "the output of allreduce " + Quoted(name));
+        py::gil_scoped_release no_gil;
+        return coll::AllreduceAsync(name, input, output,
+                                    average ? coll::ReduceOp::kAverage : coll::ReduceOp::kSum);
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("average"));
+  m.def(
+      "allgather_async",
+      [](const std::string& name, const at::Tensor& in) {
+        const Array input = ArrayView(in, "the input of allgather " + Quoted(name));
+        py::gil_scoped_release no_gil;
+        return coll::AllgatherAsync(name, input);
+      },
+      py::arg("name"), py::arg("input"));
+  m.def(
+      "broadcast_async",
+      [](const std::string& name, const at::Tensor& inout, int root) {
+        const Array array = ArrayView(inout, "the tensor of broadcast " + Quoted(name));
+        py::gil_scoped_release no_gil;
+        return coll::BroadcastAsync(name, array, root);
+      },
+      py::arg("name"), py::arg("tensor"), py::arg("root"));
+  m.def("collectives_barrier", &coll::Barrier, py::call_guard<py::gil_scoped_release>());
+  m.def("join_async", &coll::JoinAsync, py::call_guard<py::gil_scoped_release>(),
+        "Horovod's join; the handle's result() is the rank that joined last.");
+}
+
+}  // namespace dtrain::python

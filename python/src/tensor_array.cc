@@ -1,0 +1,42 @@
+#include "tensor_array.h"
+
+#include <pybind11/pybind11.h>
+#include <torch/csrc/utils/tensor_dtypes.h>
+
+#include <memory>
+
+#include "train/tensor_dtype.h"
+
+namespace dtrain::python {
+Array ArrayView(const at::Tensor& tensor, const std::string& what) {
+  if (!tensor.defined()) throw pybind11::type_error(what + " is an undefined tensor");
+  if (!tensor.device().is_cpu()) {
+    throw pybind11::value_error(what + " is on " + tensor.device().str() +
+                                "; dtrain moves CPU tensors (call .cpu())");
+  }
+  if (tensor.is_sparse()) throw pybind11::value_error(what + " is sparse; pass a dense tensor");
+  if (!tensor.is_contiguous()) {
+    throw pybind11::value_error(what + " is not contiguous; pass tensor.contiguous()");
+  }
+  const auto dtype = train::DTypeOf(tensor.scalar_type());
+  if (!dtype) {
+    throw pybind11::type_error(what + " is torch." +
+                               torch::utils::getDtypeNames(tensor.scalar_type()).first +
+                               "; dtrain moves float32, float64, float16 and bfloat16 tensors");
+  }
+  auto keep = std::make_shared<at::Tensor>(tensor);
+  return Array::Wrap(tensor.data_ptr(), Shape(tensor.sizes().begin(), tensor.sizes().end()), *dtype,
+                     std::shared_ptr<void>(keep, keep.get()));
+}
+
+at::Tensor TensorView(const Array& array) {
+  auto owner = array.owner();
+  std::vector<int64_t> shape(array.shape().begin(), array.shape().end());
+  if (!array.defined())
+    return at::empty(shape, at::TensorOptions().dtype(train::ScalarTypeOf(array.dtype())));
+  return at::from_blob(
+      array.data(), shape, [owner](void*) {},
+      at::TensorOptions().dtype(train::ScalarTypeOf(array.dtype())));
+}
+
+}  // namespace dtrain::python

@@ -1,0 +1,426 @@
+#include "train/parameter_sync.h"
+
+#include <cstring>
+#include <utility>
+
+#include "common/error.h"
+#include "common/logging.h"
+
+namespace dtrain::train {
+
+namespace {
+
+// An Array over a float32 CPU tensor's memory; the Array keeps the tensor alive.
+Array ArrayOf(const torch::Tensor& t) {
+  if (t.scalar_type() != torch::kFloat32 || !t.is_contiguous() || !t.device().is_cpu()) {
+    throw InvalidArgument("the trainer handles contiguous float32 CPU tensors only");
+  }
+  Shape shape(t.sizes().begin(), t.sizes().end());
+  return Array::Wrap(t.data_ptr(), std::move(shape), DType::kFloat32,
+                     std::make_shared<torch::Tensor>(t));
+}
+
+std::span<float> Floats(const torch::Tensor& t) {
+  return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
+}
+
+Array Flat(int64_t numel) { return Array(Shape{numel}); }
+
+bool IsSync(const std::string& type) { return type.find("async") == std::string::npos; }
+
+// The first byte of a saved optimizer state: whose state follows.
+constexpr char kLocalState = 'L';
+constexpr char kStoreState = 'S';
+
+}  // namespace
+
+struct ParameterSync::Param {
+  size_t index = 0;
+  std::vector<torch::Tensor> weights;  // one per replica
+  std::vector<torch::Tensor> grads;    // this step's, per replica (unfused buckets)
+  std::vector<char> arrived;           // per replica: this step's gradient is in
+  size_t bucket = 0;
+  int64_t offset = 0;  // in its bucket's flat buffers
+  int64_t numel = 0;
+};
+
+// What travels under one key: one parameter (its tensors are sent and received in place) or
+// several small ones (fused: copied into flat buffers on the way out and back).
+struct ParameterSync::Bucket {
+  size_t key = 0;
+  std::vector<size_t> params;
+  int64_t numel = 0;
+  bool fused = false;
+  std::vector<Array> grads;  // fused: per replica, flat
+  Array weights;             // fused: flat weights (pull target, or what the optimizer updates)
+  Array summed;              // optimizer here: the summed gradient
+  int pending = 0;           // gradients still to arrive this step
+  bool issued = false;       // this step's exchange has started
+  bool finished = true;      // every replica holds the latest weights
+  Operation op;
+};
+
+ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, KVStore& kv,
+                             TrainerOptions options)
+    : kv_(kv), options_(std::move(options)) {
+  if (replicas.empty()) throw InvalidArgument("the trainer needs at least one replica");
+  if (options_.batch_size < 0) {
+    throw InvalidArgument("batch size must be at least 1 (or 0: learnt from the first step), got " +
+                          std::to_string(options_.batch_size));
+  }
+  sync_ = IsSync(kv_.type());
+  if (!sync_ && !options_.update_on_kvstore) {
+    throw InvalidArgument(
+        "dist_async needs update_on_kvstore: the servers must apply each push as it arrives");
+  }
+  CreateOptimizer(options_.optimizer);  // validates now, whenever and wherever it will run
+  if (options_.fuse_below_bytes < 0) options_.fuse_below_bytes = 0;
+
+  num_replicas_ = replicas.size();
+  const auto& first = replicas[0];
+  for (size_t i = 0; i < first.size(); ++i) {
+    auto p = std::make_unique<Param>();
+    p->index = i;
+    p->numel = first[i].numel();
+    p->grads.resize(num_replicas_);
+    p->arrived.assign(num_replicas_, 0);
+    params_.push_back(std::move(p));
+  }
+  for (size_t r = 0; r < num_replicas_; ++r) {
+    if (replicas[r].size() != params_.size()) {
+      throw InvalidArgument("replica " + std::to_string(r) + " has " +
+                            std::to_string(replicas[r].size()) + " parameters, replica 0 has " +
+                            std::to_string(params_.size()));
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const torch::Tensor& t = replicas[r][i];
+      if (!t.defined() || !t.sizes().equals(first[i].sizes()) ||
+          t.scalar_type() != torch::kFloat32 || !t.is_contiguous() || !t.device().is_cpu()) {
+        throw InvalidArgument("parameter " + std::to_string(i) + " of replica " +
+                              std::to_string(r) +
+                              " is not a contiguous float32 CPU tensor of replica 0's shape");
+      }
+      params_[i]->weights.push_back(t);
+    }
+  }
+  ReplicateFromFirst();
+  PlanBuckets();
+
+  // Rank 0's initial weights become everyone's.
+  std::vector<Key> keys;
+  std::vector<Array> initial;
+  for (auto& b : buckets_) {
+    keys.push_back(static_cast<Key>(b->key));
+    initial.push_back(b->fused ? b->weights : ArrayOf(params_[b->params[0]]->weights[0]));
+  }
+  kv_.Init(keys, initial);
+  std::vector<Operation> pulls;
+  for (auto& b : buckets_) {
+    std::vector<Array> outs;
+    if (b->fused) {
+      outs.push_back(b->weights);
+    } else {
+      for (auto& w : params_[b->params[0]]->weights) outs.push_back(ArrayOf(w));
+    }
+    pulls.push_back(kv_.Pull(static_cast<Key>(b->key), outs));
+  }
+  Operation::Combine(pulls).Wait();
+  for (auto& b : buckets_) {
+    if (b->fused) Scatter(*b);
+  }
+  if (options_.batch_size > 0) SetUpOptimizer(options_.batch_size);
+
+  for (size_t r = 0; r < num_replicas_; ++r) {
+    for (auto& p : params_) {
+      const size_t index = p->index;
+      const int replica = static_cast<int>(r);
+      p->weights[r].register_hook(
+          [this, index, replica](torch::Tensor grad) { OnGradient(index, replica, grad); });
+    }
+  }
+}
+
+ParameterSync::~ParameterSync() {
+  try {
+    WaitAll();
+  } catch (const std::exception& e) {
+    DTRAIN_LOG(kWarning) << "trainer: " << e.what();
+  }
+}
+
+void ParameterSync::PlanBuckets() {
+  // Backward produces gradients roughly last layer first: fill buckets in that order so a bucket
+  // is complete early.
+  Bucket* open = nullptr;
+  for (size_t n = params_.size(); n-- > 0;) {
+    Param& p = *params_[n];
+    const int64_t bytes = p.numel * static_cast<int64_t>(sizeof(float));
+    const bool small = bytes < options_.fuse_below_bytes;
+    if (!small || open == nullptr ||
+        (open->numel + p.numel) * static_cast<int64_t>(sizeof(float)) > options_.bucket_bytes) {
+      buckets_.push_back(std::make_unique<Bucket>());
+      buckets_.back()->key = buckets_.size() - 1;
+      open = small ? buckets_.back().get() : nullptr;
+    }
+    Bucket& b = *buckets_.back();
+    p.bucket = b.key;
+    p.offset = b.numel;
+    b.numel += p.numel;
+    b.params.push_back(n);
+  }
+  for (auto& b : buckets_) {
+    b->fused = b->params.size() > 1;
+    b->pending = static_cast<int>(b->params.size() * num_replicas_);
+    const torch::Tensor& first = params_[b->params[0]]->weights[0];
+    if (b->fused) {
+      for (size_t r = 0; r < num_replicas_; ++r) b->grads.push_back(Flat(b->numel));
+      b->weights = Flat(b->numel);
+      for (size_t i : b->params) {
+        const Param& p = *params_[i];
+        std::memcpy(b->weights.floats().data() + p.offset, p.weights[0].data_ptr<float>(),
+                    p.numel * sizeof(float));
+      }
+    }
+    if (!options_.update_on_kvstore) {
+      b->summed =
+          b->fused ? Flat(b->numel) : Array(Shape(first.sizes().begin(), first.sizes().end()));
+    }
+  }
+}
+
+void ParameterSync::SetUpOptimizer(int64_t batch_size) {
+  // Gradients arrive as sums over the batch; the optimizer turns them into a mean.
+  OptimizerSpec spec = options_.optimizer;
+  const double workers = sync_ ? kv_.num_workers() : 1;
+  const double user_rescale = spec.params.count("rescale_grad") ? spec.params["rescale_grad"] : 1.0;
+  spec.params["rescale_grad"] = user_rescale / (static_cast<double>(batch_size) * workers);
+  if (options_.update_on_kvstore) {
+    kv_.SetOptimizer(spec);
+  } else {
+    local_optimizer_ = CreateOptimizer(spec);
+    if (pending_learning_rate_ >= 0) local_optimizer_->set_learning_rate(pending_learning_rate_);
+  }
+  options_.optimizer = spec;
+  options_.batch_size = batch_size;
+  optimizer_ready_ = true;
+  if (!pending_state_.empty()) LoadOptimizerState(std::exchange(pending_state_, std::string()));
+}
+
+void ParameterSync::Scatter(const Bucket& b) {
+  torch::NoGradGuard no_grad;
+  for (size_t i : b.params) {
+    const Param& p = *params_[i];
+    for (const auto& w : p.weights) {
+      std::memcpy(w.data_ptr<float>(), b.weights.floats().data() + p.offset,
+                  p.numel * sizeof(float));
+    }
+  }
+}
+
+void ParameterSync::ReplicateFromFirst() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    for (size_t r = 1; r < p->weights.size(); ++r) p->weights[r].copy_(p->weights[0]);
+  }
+}
+
+void ParameterSync::OnGradient(size_t index, int replica, const torch::Tensor& grad) {
+  // Runs inside autograd, which would turn an exception into a generic one far from its cause:
+  // a failure (a peer died while a bucket was still in flight) is kept for the training thread.
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (hook_error_) return;
+  try {
+    TakeGradient(index, replica, grad, lock);
+  } catch (...) {
+    if (!lock.owns_lock()) lock.lock();
+    hook_error_ = std::current_exception();
+  }
+}
+
+void ParameterSync::ThrowIfHookFailed() {
+  if (hook_error_) std::rethrow_exception(hook_error_);
+}
+
+void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor& grad,
+                                 std::unique_lock<std::mutex>& lock) {
+  Param& p = *params_[index];
+  Bucket& b = *buckets_[p.bucket];
+  if (b.issued || p.arrived[replica]) return;  // a parameter used twice: its hook fires per use
+  if (b.fused) {
+    // The flat buffer may still be read by last step's exchange if nothing waited for it.
+    Finish(b, lock);
+    auto g = grad.contiguous();
+    std::memcpy(b.grads[replica].floats().data() + p.offset, g.data_ptr<float>(),
+                p.numel * sizeof(float));
+  } else {
+    p.grads[replica] = grad.contiguous();
+  }
+  p.arrived[replica] = 1;
+  if (--b.pending == 0 && options_.overlap && optimizer_ready_) Issue(b, lock);
+}
+
+void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
+  if (b.fused) Finish(b, lock);
+  std::vector<Array> grads;
+  std::vector<Array> outs;
+  if (b.fused) {
+    for (size_t i : b.params) {  // parameters this backward did not reach contribute zeros
+      const Param& p = *params_[i];
+      for (size_t r = 0; r < num_replicas_; ++r) {
+        if (!p.arrived[r]) {
+          std::memset(b.grads[r].floats().data() + p.offset, 0, p.numel * sizeof(float));
+        }
+      }
+    }
+    grads = b.grads;
+    outs.push_back(options_.update_on_kvstore ? b.weights : b.summed);
+  } else {
+    Param& p = *params_[b.params[0]];
+    for (auto& g : p.grads) {
+      if (!g.defined()) g = torch::zeros_like(p.weights[0]);
+      grads.push_back(ArrayOf(g));
+    }
+    if (options_.update_on_kvstore) {
+      for (auto& w : p.weights) outs.push_back(ArrayOf(w));
+    } else {
+      outs.push_back(b.summed);
+    }
+    for (auto& g : p.grads) g = torch::Tensor();
+  }
+  b.issued = true;
+  b.finished = false;
+  // The exchange may complete at once (local store); no lock is needed by the store itself.
+  lock.unlock();
+  Operation op = kv_.PushPull(static_cast<Key>(b.key), std::move(grads), std::move(outs));
+  lock.lock();
+  b.op = op;
+}
+
+void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock) {
+  if (b.finished) return;
+  Operation op = b.op;
+  lock.unlock();
+  op.Wait();
+  lock.lock();
+  if (b.finished) return;
+  torch::NoGradGuard no_grad;
+  if (b.fused) {
+    if (local_optimizer_) local_optimizer_->Update(b.key, b.weights.floats(), b.summed.floats());
+    Scatter(b);
+  } else if (local_optimizer_) {
+    Param& p = *params_[b.params[0]];
+    local_optimizer_->Update(b.key, Floats(p.weights[0]), b.summed.floats());
+    for (size_t r = 1; r < p.weights.size(); ++r) p.weights[r].copy_(p.weights[0]);
+  }
+  b.finished = true;
+}
+
+void ParameterSync::WaitFor(size_t index) { WaitFor(std::span<const size_t>(&index, 1)); }
+
+void ParameterSync::WaitFor(std::span<const size_t> indexes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ThrowIfHookFailed();
+  for (size_t i : indexes) {
+    if (i >= params_.size()) {
+      throw InvalidArgument("parameter index " + std::to_string(i) + " out of range (" +
+                            std::to_string(params_.size()) + " parameters)");
+    }
+    Finish(*buckets_[params_[i]->bucket], lock);
+  }
+}
+
+void ParameterSync::Step(int64_t batch_size) {
+  if (!optimizer_ready_) {
+    if (batch_size < 1) {
+      throw InvalidArgument("step of a batch of " + std::to_string(batch_size) +
+                            " samples: the batch size must be at least 1");
+    }
+    SetUpOptimizer(batch_size);
+  } else if (batch_size != options_.batch_size) {
+    throw InvalidArgument("step of a batch of " + std::to_string(batch_size) +
+                          " samples, but the trainer was set up for " +
+                          std::to_string(options_.batch_size) +
+                          " (gradients leave during backward; drop the last partial batch)");
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  ThrowIfHookFailed();
+  for (auto& b : buckets_) {
+    if (!b->issued) Issue(*b, lock);
+  }
+  for (auto& b : buckets_) {
+    b->issued = false;
+    b->pending = static_cast<int>(b->params.size() * num_replicas_);
+  }
+  for (auto& p : params_) {
+    std::fill(p->arrived.begin(), p->arrived.end(), 0);
+    // Gradients are written fresh by each backward (Gluon's grad_req "write").
+    for (auto& w : p->weights) w.mutable_grad() = torch::Tensor();
+  }
+  if (!options_.overlap) {
+    for (auto& b : buckets_) Finish(*b, lock);
+  }
+}
+
+void ParameterSync::WaitAll() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ThrowIfHookFailed();
+  for (auto& b : buckets_) Finish(*b, lock);
+}
+
+double ParameterSync::learning_rate() const {
+  if (local_optimizer_) return local_optimizer_->learning_rate();
+  if (pending_learning_rate_ >= 0) return pending_learning_rate_;
+  auto it = options_.optimizer.params.find("learning_rate");
+  return it == options_.optimizer.params.end() ? 0.0 : it->second;
+}
+
+void ParameterSync::set_learning_rate(double lr) {
+  if (options_.update_on_kvstore) {
+    throw InvalidArgument(
+        "the learning rate of an optimizer running in the store is set by its schedule "
+        "(lr_scheduler); use update_on_kvstore=false to change it by hand");
+  }
+  if (local_optimizer_) {
+    local_optimizer_->set_learning_rate(lr);
+    return;
+  }
+  // Checked now by an optimizer of the same spec, applied when the real one is made.
+  CreateOptimizer(options_.optimizer)->set_learning_rate(lr);
+  pending_learning_rate_ = lr;
+}
+
+std::string ParameterSync::SaveOptimizerState() {
+  WaitAll();
+  if (!optimizer_ready_) {
+    throw InvalidArgument("the optimizer has no state before the first step");
+  }
+  if (local_optimizer_) return kLocalState + local_optimizer_->SaveState();
+  return kStoreState + kv_.SaveOptimizerState();  // from the servers, for dist stores
+}
+
+void ParameterSync::LoadOptimizerState(const std::string& bytes) {
+  const char want = options_.update_on_kvstore ? kStoreState : kLocalState;
+  if (bytes.empty() || (bytes[0] != kLocalState && bytes[0] != kStoreState)) {
+    throw InvalidArgument("not an optimizer state saved by a trainer");
+  }
+  if (bytes[0] != want) {
+    throw InvalidArgument(std::string("the optimizer state was saved with update_on_kvstore=") +
+                          (bytes[0] == kStoreState ? "true" : "false") +
+                          "; load it into a trainer that updates on the same side");
+  }
+  if (!optimizer_ready_) {
+    pending_state_ = bytes;  // restored as soon as the first step sets the optimizer up
+    return;
+  }
+  WaitAll();
+  const std::string state = bytes.substr(1);
+  if (local_optimizer_) {
+    local_optimizer_->LoadState(state);
+    return;
+  }
+  // The store's optimizer: rank 0 restores it, and nobody pushes before it has.
+  if (kv_.rank() == 0) kv_.LoadOptimizerState(state);
+  kv_.Barrier();
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,139 @@
+"""A rank that checks Horovod's PyTorch API on dtrain exactly. Start it N times with
+`dtrain launch -n N -s 0` (Gloo) or `mpirun -np N` (OpenMPI). Prints "hvd_worker OK rank R of N
+(BACKEND)" at the end; any difference raises and fails the job.
+"""
+
+import sys
+
+import torch
+
+import dtrain.torch as hvd
+
+
+def expect(name, got, want):
+    if got.dtype != want.dtype or not torch.equal(got, want):
+        raise AssertionError("%s: got %s %s, want %s %s" % (
+            name, got.dtype, got.flatten()[:8].tolist(), want.dtype, want.flatten()[:8].tolist()))
+
+
+def main():
+    hvd.init()
+    hvd.init()  # again: a no-op
+    n, r = hvd.size(), hvd.rank()
+    assert 0 <= hvd.local_rank() < hvd.local_size() <= n
+    total = float(sum(range(n)))  # every rank contributes its rank
+
+    # allreduce: average (the default) and sum, float types, new tensor and in place.
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        t = torch.full((3, 5), float(r), dtype=dtype)
+        expect("allreduce sum %s" % dtype, hvd.allreduce(t, op=hvd.Sum), torch.full((3, 5), total, dtype=dtype))
+        expect("input untouched", t, torch.full((3, 5), float(r), dtype=dtype))
+    expect("allreduce average", hvd.allreduce(torch.full((4,), float(r)), name="avg"),
+           torch.full((4,), total / n))
+    t = torch.full((1000,), float(r))
+    assert hvd.allreduce_(t, op=hvd.Sum) is t
+    expect("allreduce_ in place", t, torch.full((1000,), total))
+    expect("average=False", hvd.allreduce(torch.ones(2), average=False), torch.full((2,), float(n)))
+    expect("integer sum", hvd.allreduce(torch.tensor([r, 2 * r]), op=hvd.Sum),
+           torch.tensor([int(total), int(2 * total)]))
+    expect("integer average floors", hvd.allreduce(torch.tensor([r + 1]), op=hvd.Average),
+           torch.tensor([sum(range(1, n + 1)) // n]))
+    nc = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()  # not contiguous
+    expect("non-contiguous", hvd.allreduce(nc, op=hvd.Sum), nc * n)
+    expect("prescale/postscale", hvd.allreduce(torch.ones(3), op=hvd.Sum, prescale_factor=2.0,
+                                               postscale_factor=0.5), torch.full((3,), float(n)))
+    comp = hvd.allreduce(torch.full((8,), 0.5), op=hvd.Sum, compression=hvd.Compression.fp16)
+    expect("fp16 compression", comp, torch.full((8,), 0.5 * n))
+
+    # async: handles, poll, synchronize; submitted in a different order on each rank.
+    names = ["async.%d" % i for i in range(6)]
+    order = names if r % 2 == 0 else list(reversed(names))
+    handles = {nm: hvd.allreduce_async(torch.full((64,), float(i + r)), name=nm, op=hvd.Sum)
+               for i, nm in ((names.index(nm), nm) for nm in order)}
+    for i, nm in enumerate(names):
+        out = hvd.synchronize(handles[nm])
+        expect(nm, out, torch.full((64,), float(i * n) + total))
+        try:
+            hvd.poll(handles[nm])
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("poll of a synchronized handle must fail")
+    h = hvd.allreduce_async_(torch.ones(10), name="polled")
+    while not hvd.poll(h):
+        pass
+    expect("polled", hvd.synchronize(h), torch.ones(10))
+    outs = hvd.grouped_allreduce([torch.full((2,), float(r)), torch.full((3,), 1.0)], op=hvd.Sum)
+    expect("grouped 0", outs[0], torch.full((2,), total))
+    expect("grouped 1", outs[1], torch.full((3,), float(n)))
+
+    # allgather: the first dimension differs per rank; any dtype.
+    mine = torch.full((r + 1, 2), float(r))
+    want = torch.cat([torch.full((k + 1, 2), float(k)) for k in range(n)])
+    expect("allgather uneven", hvd.allgather(mine), want)
+    expect("allgather int64", hvd.allgather(torch.tensor([r, -r], dtype=torch.int64)),
+           torch.tensor([v for k in range(n) for v in (k, -k)], dtype=torch.int64))
+    expect("allgather bool", hvd.allgather(torch.tensor([r % 2 == 0])),
+           torch.tensor([k % 2 == 0 for k in range(n)]))
+    expect("allgather uint8 odd rows", hvd.allgather(torch.full((1, 3), r, dtype=torch.uint8)),
+           torch.tensor([[k] * 3 for k in range(n)], dtype=torch.uint8))
+
+    # broadcast from the last rank (non-zero when n > 1): new tensor, in place, other dtypes.
+    root = n - 1
+    expect("broadcast", hvd.broadcast(torch.full((5,), float(r)), root), torch.full((5,), float(root)))
+    t = torch.full((2, 2), float(r), dtype=torch.float64)
+    hvd.broadcast_(t, root, name="bcast.inplace")
+    expect("broadcast_", t, torch.full((2, 2), float(root), dtype=torch.float64))
+    expect("broadcast int64", hvd.broadcast(torch.tensor([r * 7, 3]), root),
+           torch.tensor([root * 7, 3]))
+    expect("broadcast scalar", hvd.broadcast(torch.tensor(float(r)), root), torch.tensor(float(root)))
+    assert hvd.broadcast_object({"rank": r, "list": [r] * 3}, root_rank=root) == \
+        {"rank": root, "list": [root] * 3}
+    assert hvd.allgather_object(("r", r)) == [("r", k) for k in range(n)]
+
+    # broadcast_parameters / broadcast_optimizer_state: every rank ends with root's.
+    torch.manual_seed(100 + r)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (r + 1), momentum=0.9)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=root)
+    hvd.broadcast_optimizer_state(opt, root_rank=root)
+    flat = torch.cat([p.detach().flatten() for p in model.state_dict().values()
+                      if p.dtype == torch.float32])
+    gathered = hvd.allgather(flat.unsqueeze(0))
+    for k in range(n):
+        expect("parameters of rank %d after broadcast" % k, gathered[k], gathered[0])
+    assert opt.param_groups[0]["lr"] == 0.1 * (root + 1)
+
+    # join: rank k runs k + 1 steps; ranks out of data take part with zeros.
+    for step in range(r + 1):
+        got = hvd.allreduce(torch.ones(3), name="join.step.%d" % step, op=hvd.Sum)
+        expect("allreduce with %d ranks joined" % step, got, torch.full((3,), float(n - step)))
+    last = hvd.join()
+    assert last == n - 1, "join returned %d, want %d" % (last, n - 1)
+    hvd.barrier()
+
+    # Errors.
+    for bad, kind in ((lambda: hvd.allreduce(torch.ones(1), op=hvd.Adasum), NotImplementedError),
+                      (lambda: hvd.synchronize(123456), ValueError),
+                      (lambda: hvd.allgather(torch.tensor(1.0)), ValueError)):
+        try:
+            bad()
+        except kind:
+            pass
+        else:
+            raise AssertionError("expected %s" % kind.__name__)
+    if n > 1:
+        try:  # ranks disagree on a shape: every rank gets an error describing each rank's
+            hvd.allreduce(torch.ones(r + 1), name="mismatch")
+        except ValueError as e:
+            assert "rank 0" in str(e) and "rank 1" in str(e), e
+        else:
+            raise AssertionError("a shape mismatch between ranks was not reported")
+
+    backend = "mpi" if hvd.mpi_enabled() else "gloo"
+    hvd.shutdown()
+    print("hvd_worker OK rank %d of %d (%s)" % (r, n, backend), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

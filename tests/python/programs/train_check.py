@@ -1,0 +1,130 @@
+"""Exactness of distributed training from Python: N workers, each on its share of every global
+batch, must end with the parameters one process reaches on the whole batch (plain PyTorch SGD
+with the same momentum and weight decay), to a relative difference of 1e-5.
+
+    train_check.py trainer --kvstore dist_sync [--update-on-worker] [--no-fuse] [--devices 2]
+                           [--params]                 # under dtrain launch -n N -s S
+    train_check.py hvd [--backward-passes 2] [--fp16]  # under dtrain launch -s 0 or mpirun
+
+Rank 0 prints "train_check max relative difference D" and exits 1 if D is over the bound.
+"""
+
+import argparse
+import copy
+import sys
+
+import torch
+
+import dtrain
+import dtrain.torch as hvd
+
+STEPS, GLOBAL_BATCH, LR, MOMENTUM, WD = 6, 48, 0.05, 0.9, 1e-3
+
+
+def make_model():
+    torch.manual_seed(1)
+    # fc1 is big (128 KiB: its own key); the rest are small (fused into one bucket).
+    return torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(),
+                               torch.nn.Linear(512, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+
+def batches():
+    g = torch.Generator().manual_seed(2)
+    for _ in range(STEPS):
+        yield torch.randn(GLOBAL_BATCH, 64, generator=g), torch.randint(0, 4, (GLOBAL_BATCH,), generator=g)
+
+
+def reference(scale=1.0):
+    """One process, the whole batch, mean loss (times `scale`), torch's SGD."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
+    for x, y in batches():
+        opt.zero_grad()
+        (scale * torch.nn.functional.cross_entropy(model(x), y)).backward()
+        opt.step()
+    return model
+
+
+def max_relative_difference(model, ref):
+    worst = 0.0
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        worst = max(worst, ((p.detach() - q.detach()).abs().max() / q.detach().abs().max()).item())
+    return worst
+
+
+def run_trainer(args):
+    kv = dtrain.kv.create(args.kvstore)
+    n, r = kv.num_workers, kv.rank
+    model = make_model()
+    if r > 0:  # rank 0's initial weights must win: start the others elsewhere
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+    replicas = [model] + [copy.deepcopy(model) for _ in range(args.devices - 1)]
+    params = model.parameters() if args.params else replicas
+    trainer = dtrain.torch.Trainer(
+        params, "sgd", {"learning_rate": LR, "momentum": MOMENTUM, "wd": WD}, kvstore=kv,
+        update_on_kvstore=not args.update_on_worker, fuse_below_kb=0 if args.no_fuse else 64)
+    local = GLOBAL_BATCH // n
+    for x, y in batches():
+        xs, ys = x[r * local:(r + 1) * local], y[r * local:(r + 1) * local]
+        parts = dtrain.data.split_and_load(xs, args.devices), dtrain.data.split_and_load(ys, args.devices)
+        for net, xp, yp in zip(replicas, *parts):
+            torch.nn.functional.cross_entropy(net(xp), yp, reduction="sum").backward()
+        trainer.step(local)
+    trainer.wait()
+    for rep in replicas[1:]:
+        for p, q in zip(rep.parameters(), model.parameters()):
+            assert torch.equal(p, q), "local replicas differ"
+    return r, model, 1.0
+
+
+def run_hvd(args):
+    hvd.init()
+    n, r = hvd.size(), hvd.rank()
+    model = make_model()
+    if r > 0:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(3.0)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
+    opt = hvd.DistributedOptimizer(
+        opt, named_parameters=model.named_parameters(),
+        compression=hvd.Compression.fp16 if args.fp16 else hvd.Compression.none,
+        backward_passes_per_step=args.backward_passes)
+    local = GLOBAL_BATCH // n
+    k = args.backward_passes
+    for x, y in batches():
+        xs, ys = x[r * local:(r + 1) * local], y[r * local:(r + 1) * local]
+        opt.zero_grad()
+        for part in range(k):
+            s = slice(part * local // k, (part + 1) * local // k)
+            torch.nn.functional.cross_entropy(model(xs[s]), ys[s]).backward()
+        opt.step()
+    return r, model, float(k)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["trainer", "hvd"])
+    ap.add_argument("--kvstore", default="dist_sync")
+    ap.add_argument("--update-on-worker", action="store_true")
+    ap.add_argument("--no-fuse", action="store_true")
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--params", action="store_true", help="give the Trainer parameters, not modules")
+    ap.add_argument("--backward-passes", type=int, default=1)
+    ap.add_argument("--fp16", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    rank, model, scale = run_trainer(args) if args.mode == "trainer" else run_hvd(args)
+    if rank != 0:
+        return 0
+    diff = max_relative_difference(model, reference(scale))
+    bound = 2e-3 if args.fp16 else 1e-5
+    print("train_check max relative difference %.3g (bound %g)" % (diff, bound), flush=True)
+    return 0 if diff < bound else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""dtrain.torch (Horovod's API) on both backends, checked exactly by programs/hvd_worker.py and
+programs/train_check.py."""
+
+import pytest
+
+from conftest import job_env, launch_argv, mpirun_argv, program, run_ok
+
+
+def check(out, n, backend):
+    for r in range(n):
+        assert "hvd_worker OK rank %d of %d (%s)" % (r, n, backend) in out, out
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_api_on_gloo(spawn, n):
+    check(run_ok(spawn, launch_argv(n, 0, program("hvd_worker.py"))), n, "gloo")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_api_on_mpi(spawn, n):
+    check(run_ok(spawn, mpirun_argv(n, program("hvd_worker.py"))), n, "mpi")
+
+
+def relative_difference(out):
+    line = [l for l in out.splitlines() if "train_check max relative difference" in l]
+    assert line, out
+    return float(line[0].split("difference")[1].split()[0])
+
+
+@pytest.mark.parametrize("flags", [[], ["--backward-passes", "2"]])
+def test_distributed_optimizer_matches_one_process_on_gloo(spawn, flags):
+    out = run_ok(spawn, launch_argv(2, 0, program("train_check.py", "hvd", *flags)))
+    assert relative_difference(out) < 1e-5
+
+
+def test_distributed_optimizer_matches_one_process_on_mpi(spawn):
+    out = run_ok(spawn, mpirun_argv(2, program("train_check.py", "hvd")))
+    assert relative_difference(out) < 1e-5
+
+
+def test_distributed_optimizer_with_fp16_compression_stays_close(spawn):
+    out = run_ok(spawn, launch_argv(2, 0, program("train_check.py", "hvd", "--fp16")))
+    assert relative_difference(out) < 2e-3

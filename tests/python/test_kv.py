@@ -1,0 +1,155 @@
+"""dtrain.kv: every store type through real jobs (dtrain launch, 1 to 4 workers), checked
+exactly by programs/kv_worker.py, and the API's errors in one process."""
+
+import pytest
+import torch
+
+from conftest import launch_argv, program, run_ok
+
+import dtrain
+
+BIG = {"MXNET_KVSTORE_BIGARRAY_BOUND": "1000"}  # the 5000-element key is split over the servers
+
+
+def check(out, workers, kind):
+    for r in range(workers):
+        assert "kv_worker OK rank %d of %d (%s)" % (r, workers, kind) in out, out
+
+
+@pytest.mark.parametrize("kind,workers,servers,devices", [
+    ("dist_sync", 1, 1, 1),
+    ("dist_sync", 2, 2, 1),
+    ("dist_sync", 4, 2, 1),
+    ("dist_sync_device", 2, 1, 2),
+    ("dist_async", 2, 1, 1),
+    ("dist_async", 3, 2, 1),
+    ("dist_async_device", 2, 2, 2),
+    ("horovod", 1, 0, 1),
+    ("horovod", 3, 0, 2),
+])
+def test_store_type_through_dtrain_launch(spawn, kind, workers, servers, devices):
+    from conftest import job_env
+    out = run_ok(spawn, launch_argv(workers, servers,
+                                    program("kv_worker.py", kind, "--devices", devices)),
+                 env=job_env(BIG))
+    check(out, workers, kind)
+
+
+@pytest.mark.parametrize("kind,devices", [("local", 1), ("local", 3), ("device", 2)])
+def test_local_store_types(spawn, kind, devices):
+    out = run_ok(spawn, program("kv_worker.py", kind, "--devices", devices))
+    check(out, 1, kind)
+
+
+def test_dist_alias_is_dist_sync(spawn):
+    out = run_ok(spawn, launch_argv(2, 1, program("kv_worker.py", "dist")))
+    check(out, 2, "dist")
+
+
+# --- the API in one process -------------------------------------------------------------------
+
+@pytest.fixture
+def kv():
+    store = dtrain.kv.create("local")
+    yield store
+    store.close()
+
+
+def test_properties(kv):
+    assert (kv.type, kv.rank, kv.num_workers) == ("local", 0, 1)
+
+
+def test_tensors_cross_without_copies(kv):
+    value = torch.zeros(1000)
+    kv.init("w", torch.ones(1000))
+    kv.pull("w", out=value).wait()
+    assert value.sum().item() == 1000  # written in place, into the caller's memory
+    grad = torch.full((1000,), 2.0)
+    handle = kv.pushpull("w", grad)  # no out: the result is written into the value
+    assert handle.wait() is grad and grad[0].item() == 2.0
+
+
+def test_misuse_names_the_key(kv):
+    kv.init(7, torch.zeros(3))
+    with pytest.raises(ValueError, match="key 7.*already"):
+        kv.init(7, torch.zeros(3))
+    with pytest.raises(ValueError, match="key 'nope'"):
+        kv.push("nope", torch.zeros(3))
+    with pytest.raises(ValueError, match=r"key 7.*\(4,\)"):
+        kv.push(7, torch.zeros(4))
+    with pytest.raises(ValueError, match="out of range"):
+        kv.init(-1, torch.zeros(3))
+    with pytest.raises(TypeError, match="int or a str"):
+        kv.init(1.5, torch.zeros(3))
+    assert isinstance(dtrain.InvalidArgument("x"), ValueError)
+
+
+def test_tensor_requirements_are_clear_errors(kv):
+    kv.init(1, torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="not contiguous"):
+        kv.push(1, torch.zeros(3, 2).t())
+    with pytest.raises(TypeError, match="int64"):
+        kv.init(2, torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(TypeError, match="tensor or a non-empty list"):
+        kv.push(1, [1.0, 2.0])
+    with pytest.raises(ValueError, match="2 keys need 2 values"):
+        kv.push([1, 2], torch.zeros(2, 3))
+
+
+def test_a_refused_push_changes_nothing(kv):
+    kv.init(4, torch.ones(3))
+    with pytest.raises(ValueError):
+        kv.push(4, [torch.ones(3), torch.ones(2)])
+    assert kv.pull(4).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_optimizer_errors_name_the_parameter():
+    with pytest.raises(ValueError, match="momentum"):
+        dtrain.optimizer.create("sgd", learning_rate=0.1, momentum=1.5)
+    with pytest.raises(ValueError, match="no parameter 'betta1'"):
+        dtrain.optimizer.create("adam", betta1=0.9)
+    with pytest.raises(ValueError, match="unknown"):
+        dtrain.optimizer.create("lamb")
+    opt = dtrain.optimizer.create("sgd", learning_rate=0.1, multi_precision=True,
+                                  clip_gradient=None,
+                                  lr_scheduler=dtrain.lr_scheduler.FactorScheduler(step=10))
+    assert opt.learning_rate == 0.1
+
+
+def test_optimizer_state_round_trip(kv, tmp_path):
+    kv.init(0, torch.ones(4))
+    kv.set_optimizer(dtrain.optimizer.create("adam", learning_rate=0.1))
+    kv.push(0, torch.ones(4))
+    path = str(tmp_path / "opt")
+    kv.save_optimizer_states(path)
+    after_one = kv.pull(0)
+    kv.push(0, torch.ones(4))
+    after_two = kv.pull(0)
+    other = dtrain.kv.create("local")
+    other.init(0, after_one)
+    other.set_optimizer(dtrain.optimizer.create("adam", learning_rate=0.1))
+    other.load_optimizer_states(path)
+    other.push(0, torch.ones(4))
+    assert torch.equal(other.pull(0), after_two)  # Adam's moments and count came back
+    other.close()
+
+
+def test_set_gradient_compression_is_not_there_yet(kv):
+    with pytest.raises(NotImplementedError, match="issue 11"):
+        kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})
+
+
+def test_unknown_type():
+    with pytest.raises(ValueError, match="unknown kvstore type 'dist_fast'"):
+        dtrain.kv.create("dist_fast")
+
+
+def test_dist_type_outside_a_job_says_what_is_missing():
+    with pytest.raises(dtrain.ConfigError, match="DMLC_"):
+        dtrain.kv.create("dist_sync")
+
+
+def test_closed_store_refuses_calls(kv):
+    kv.close()
+    with pytest.raises(ValueError, match="closed"):
+        kv.push(0, torch.zeros(1))

@@ -1,0 +1,34 @@
+"""dtrain.torch.Trainer: N workers end with the parameters of one process given the whole batch
+(programs/train_check.py), with the optimizer on the servers or the workers, fused or not, over
+several local devices, and over the horovod store."""
+
+import pytest
+
+from conftest import launch_argv, program, run_ok
+from test_horovod import relative_difference
+
+
+@pytest.mark.parametrize("workers,servers,flags", [
+    (2, 2, []),
+    (2, 1, ["--update-on-worker"]),
+    (2, 2, ["--no-fuse"]),
+    (3, 2, ["--update-on-worker", "--no-fuse"]),
+    (2, 1, ["--devices", "2"]),
+    (2, 1, ["--params"]),
+    (1, 1, []),
+])
+def test_trainer_matches_one_process(spawn, workers, servers, flags):
+    out = run_ok(spawn, launch_argv(workers, servers, program("train_check.py", "trainer", *flags)))
+    assert relative_difference(out) < 1e-5
+
+
+@pytest.mark.parametrize("flags", [[], ["--update-on-worker"]])
+def test_trainer_over_the_horovod_store(spawn, flags):
+    out = run_ok(spawn, launch_argv(2, 0, program("train_check.py", "trainer", "--kvstore",
+                                                  "horovod", *flags)))
+    assert relative_difference(out) < 1e-5
+
+
+def test_trainer_over_a_local_store(spawn):
+    out = run_ok(spawn, program("train_check.py", "trainer", "--kvstore", "local", "--devices", "2"))
+    assert relative_difference(out) < 1e-5
