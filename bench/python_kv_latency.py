@@ -39,7 +39,7 @@ def main():
         print(json.dumps({"op": "pushpull", "bytes": args.bytes, "workers": kv.num_workers,
                           "median_ms": times[len(times) // 2] * 1e3,
                           "p90_ms": times[int(len(times) * 0.9)] * 1e3,
-                          "iterations": len(times)}), flush=True)
+                          "iterations": len(times)}, separators=(",", ":")), flush=True)
     kv.close()
 
 
