@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "common/error.h"
+#include "common/gradient_compression.h"
 #include "kvstore/init.h"
 #include "kvstore/kvstore.h"
 
@@ -28,8 +30,10 @@ struct Reference {
   size_t bytes;
   double ms;
 };
-constexpr Reference kPsLite[] = {{1, 1, 4096, 0.16},          {1, 1, 1 << 20, 0.46},
-                                 {1, 1, 16 << 20, 11.3},      {1, 1, 64 << 20, 99.0},
+constexpr Reference kPsLite[] = {{1, 1, 4096, 0.16},
+                                 {1, 1, 1 << 20, 0.46},
+                                 {1, 1, 16 << 20, 11.3},
+                                 {1, 1, 64 << 20, 99.0},
                                  {2, 2, 16 << 20, 17.7}};
 
 double Percentile(std::vector<double> v, double p) {
@@ -59,10 +63,18 @@ int main(int argc, char** argv) {
   app.add_option("--ops", ops)->delimiter(',');
   app.add_option("--seconds", budget, "rough time budget per case");
   app.add_option("--warmup", warmup);
+  std::string gc_type = "none";
+  std::string gc_threshold;
+  app.add_option("--gc-type", gc_type, "gradient compression of pushes: none, 2bit, 1bit, fp16");
+  app.add_option("--gc-threshold", gc_threshold, "its threshold (default: the type's)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     auto kv = dtrain::KVStore::Create(kvstore);
+    std::map<std::string, std::string> gc{{"type", gc_type}};
+    if (!gc_threshold.empty()) gc["threshold"] = gc_threshold;
+    kv->SetGradientCompression(gc);
+    const dtrain::CompressionSpec spec = dtrain::CompressionSpec::FromParams(gc);
     const char* servers = std::getenv("DMLC_NUM_SERVER");
     dtrain::Key key = 0;
     for (size_t bytes : sizes) {
@@ -102,7 +114,10 @@ int main(int argc, char** argv) {
                                  {"median_ms", median},
                                  {"p90_ms", Percentile(ms, 0.9)},
                                  {"min_ms", Percentile(ms, 0.0)},
-                                 {"gbytes_per_s", moved / (median * 1e-3) / 1e9}};
+                                 {"gbytes_per_s", moved / (median * 1e-3) / 1e9},
+                                 {"gc_type", gc_type},
+                                 // What one push puts on the wire (bodies only).
+                                 {"push_wire_bytes", dtrain::CompressedBytes(spec.type, n)}};
           for (const auto& ref : kPsLite) {
             if (op == "pushpull" && ref.bytes == bytes && ref.workers == kv->num_workers() &&
                 servers && ref.servers == std::atoi(servers)) {

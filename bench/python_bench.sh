@@ -56,9 +56,10 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 # Sum over ranks of "median_window" in the JSON lines of a log.
 sum_ranks() {
   "$python" -c '
-import json, sys
-rows = [json.loads(l[l.index("{"):]) for l in open(sys.argv[1]) if "\"rank\"" in l]
-print("%.1f" % sum(r["median_window"] for r in rows) if len(rows) == 2 else "null")' "$1"
+import re, sys
+# Two ranks print to one stream (mpirun): their lines may run together, so match the fields.
+rows = re.findall(r"\"rank\": (\d+), \"median_window\": ([0-9.e+-]+)", open(sys.argv[1]).read())
+print("%.1f" % sum(float(v) for _, v in rows) if len(rows) == 2 else "null")' "$1"
 }
 # dtrain-train's progress lines: per worker the median Speed window after the first, summed.
 cpp_speed() {

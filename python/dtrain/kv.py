@@ -178,10 +178,15 @@ class KVStore:
         self._h.set_optimizer(*optimizer._spec())
 
     def set_gradient_compression(self, compression_params):
-        raise NotImplementedError(
-            "gradient compression on the parameter-server path is not built yet (dtrain issue 11: "
-            "2-bit and 1-bit with error feedback, and fp16); for allreduce mode use "
-            "dtrain.torch.DistributedOptimizer(..., compression=dtrain.torch.Compression.fp16)")
+        """Compresses what this worker pushes, as MXNet does: ``{'type': '2bit', 'threshold':
+        0.5}``, ``{'type': '1bit', 'threshold': 0}`` (both with error feedback: what is not sent
+        is kept and added to the next push), ``{'type': 'fp16'}`` or ``{'type': 'none'}``. Dist
+        stores compress pushes to the servers (after summing local devices); local and device
+        stores compress each device's value when a push sums several. Pulls and init values
+        travel uncompressed. Call it before the first push; float32 keys only."""
+        if not isinstance(compression_params, dict):
+            raise TypeError("compression_params is a dict, e.g. {'type': '2bit', 'threshold': 0.5}")
+        self._h.set_gradient_compression({str(k): str(v) for k, v in compression_params.items()})
 
     def save_optimizer_states(self, fname, dump_optimizer=False):
         """Saves the state of the store's optimizer (all servers' for dist stores) to `fname`."""

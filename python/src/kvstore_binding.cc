@@ -159,6 +159,10 @@ void RegisterKVStore(py::module_& m) {
              py::gil_scoped_release no_gil;
              store->SetOptimizer(spec);
            })
+      .def("set_gradient_compression",
+           [](const KVStoreHandle& h, const std::map<std::string, std::string>& params) {
+             h.store()->SetGradientCompression(params);
+           })
       .def("save_optimizer_state",
            [](const KVStoreHandle& h) {
              auto store = h.store();

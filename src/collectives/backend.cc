@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "collectives/elementwise.h"
+#include "common/elementwise.h"
 #include "common/error.h"
 
 namespace dtrain::collectives {

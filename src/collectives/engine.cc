@@ -10,9 +10,9 @@
 #include <unordered_map>
 #include <utility>
 
-#include "collectives/elementwise.h"
 #include "collectives/error_text.h"
 #include "collectives/negotiation.h"
+#include "common/elementwise.h"
 #include "common/error.h"
 #include "common/logging.h"
 

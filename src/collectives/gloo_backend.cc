@@ -43,10 +43,10 @@
 #include <tuple>
 
 #include "collectives/backend.h"
-#include "collectives/elementwise.h"
 #include "collectives/error_text.h"
 #include "collectives/gloo_watchdog.h"
 #include "collectives/rendezvous_store.h"
+#include "common/elementwise.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/net_address.h"

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "collectives/backend.h"
-#include "collectives/elementwise.h"
+#include "common/elementwise.h"
 #include "common/error.h"
 #include "common/logging.h"
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/buffer_pool.h"
+#include "common/elementwise.h"
 #include "common/error.h"
 
 namespace dtrain {
@@ -101,10 +102,12 @@ void AddInto(void* dst, const void* src, int64_t n, DType dtype) {
       for (int64_t i = 0; i < n; ++i) d[i] += s[i];
       return;
     }
-    default:
-      throw InvalidArgument("summing " + std::string(DTypeName(dtype)) +
-                            " values is not supported yet (float32 and float64 are)");
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      // Through float32, one rounding per element (elementwise.h).
+      return Sum(dst, dst, src, static_cast<size_t>(n), dtype);
   }
+  throw InvalidArgument("cannot sum values of dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
 }  // namespace dtrain

@@ -60,7 +60,7 @@ class Array {
   DType dtype_ = DType::kFloat32;
 };
 
-// dst[i] += src[i] for n elements of `dtype`. Throws InvalidArgument for types without arithmetic.
+// dst[i] += src[i] for n elements of `dtype` (float16 and bfloat16 through float32, rounded once).
 void AddInto(void* dst, const void* src, int64_t n, DType dtype);
 
 }  // namespace dtrain

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/gradient_compression.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
 
@@ -211,6 +212,15 @@ void CollectiveKVStore::LoadOptimizerState(const std::string& state) {
   if (!optimizer_) throw InvalidArgument("set the optimizer before loading its state");
   optimizer_->LoadState(state);
   if (rank() == 0) loaded_state_ = state;
+}
+
+void CollectiveKVStore::SetGradientCompression(const std::map<std::string, std::string>& params) {
+  const CompressionSpec spec = CompressionSpec::FromParams(params);  // bad parameters first
+  if (!spec.enabled()) return;
+  throw InvalidArgument(
+      "the horovod kvstore does not take set_gradient_compression (" + spec.ToString() +
+      "); allreduce mode sends float16 with DTRAIN_FP16_ALLREDUCE=1 (dtrain-train "
+      "--fp16-allreduce, or DistributedOptimizer(..., compression=Compression.fp16))");
 }
 
 }  // namespace dtrain

@@ -60,6 +60,8 @@ class CollectiveKVStore final : public KVStore {
   void Barrier() override;
 
   void SetOptimizer(const OptimizerSpec& spec) override;
+  // Refused: allreduce mode compresses with DTRAIN_FP16_ALLREDUCE instead.
+  void SetGradientCompression(const std::map<std::string, std::string>& params) override;
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
 

@@ -136,7 +136,8 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
     for (size_t i = 0; i < keys.size(); ++i) {
       const Array& v = values[i];
       const auto& slots = partition_.Add(static_cast<uint64_t>(keys[i]), v.size(), v.dtype());
-      keys_[keys[i]] = KeyInfo{v.shape(), v.dtype(), slots, ServersOf(slots)};
+      keys_[keys[i]] =
+          KeyInfo{v.shape(), v.dtype(), slots, ServersOf(slots), std::make_shared<Residual>()};
       if (rank() != 0) continue;  // rank 0's values are the ones kept, as in MXNet
       const Body whole = WholeArray(v);
       for (const auto& slot : slots) {
@@ -288,6 +289,30 @@ Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) 
   return b;
 }
 
+Body DistKVStore::Compressed(const KeyInfo& info, const Body& source,
+                             const CompressionSpec& spec) const {
+  const int64_t n = NumElements(info.shape);
+  Body out;
+  auto buffer = BufferPool::Default().Get(std::max<size_t>(CompressedBytes(spec.type, n), 1));
+  out.data = buffer.get();
+  out.size = CompressedBytes(spec.type, n);
+  out.owner = std::move(buffer);
+  Residual& residual = *info.residual;
+  std::lock_guard<std::mutex> lock(residual.mutex);
+  if (residual.values.empty()) residual.values.assign(static_cast<size_t>(n), 0.0f);
+  Compress(spec, reinterpret_cast<const float*>(source.data), residual.values.data(), n, out.data);
+  return out;
+}
+
+void DistKVStore::SetGradientCompression(const std::map<std::string, std::string>& params) {
+  const CompressionSpec spec = CompressionSpec::FromParams(params);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (pushed_) {
+    throw InvalidArgument("set_gradient_compression after a push: set it before the first push");
+  }
+  compression_ = spec;
+}
+
 std::shared_ptr<OperationState> DistKVStore::Track(std::string what, int parts) {
   auto state = std::make_shared<OperationState>(std::move(what), parts, config_.request_timeout);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -306,7 +331,19 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   if (command != Command::kPush) Check(key, info, outs, op, "output");
   node_.ThrowIfFailed();
 
-  const Body source = command == Command::kPull ? Body{} : Summed(info, values);
+  CompressionSpec compression;
+  if (command != Command::kPull) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pushed_ = true;
+    compression = compression_;
+  }
+  if (compression.enabled() && info.dtype != DType::kFloat32) {
+    throw InvalidArgument(std::string(op) + " of key " + KeyLabel(key) +
+                          ": gradient compression works on float32 values, the key holds " +
+                          std::string(DTypeName(info.dtype)));
+  }
+  Body source = command == Command::kPull ? Body{} : Summed(info, values);
+  if (compression.enabled()) source = Compressed(info, source, compression);
   const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
   auto state = Track(std::string(op) + " of key " + KeyLabel(key) + info.servers,
                      static_cast<int>(info.slots.size()));
@@ -316,7 +353,17 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
     msg.header.key = static_cast<uint64_t>(key);
     msg.header.part = slot.part;
     msg.header.dtype = info.dtype;
-    if (command != Command::kPull) msg.body = Slice(source, slot.offset, slot.length, info.dtype);
+    if (compression.enabled()) {
+      // Slots start at whole words (key_partition.h): the key's words, sliced.
+      msg.header.compression = compression.type;
+      msg.header.threshold = compression.threshold;
+      msg.header.elements = static_cast<uint32_t>(slot.length);
+      msg.body = source;
+      msg.body.data += CompressedBytes(compression.type, slot.offset);
+      msg.body.size = CompressedBytes(compression.type, slot.length);
+    } else if (command != Command::kPull) {
+      msg.body = Slice(source, slot.offset, slot.length, info.dtype);
+    }
     Body reply_into;
     if (command != Command::kPush)
       reply_into = Slice(destination, slot.offset, slot.length, info.dtype);

@@ -9,6 +9,7 @@
 // Threads: every method may be called from any thread; operations on one key keep their order.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/gradient_compression.h"
 #include "kvstore/kvstore.h"
 #include "ps/key_partition.h"
 #include "ps/node.h"
@@ -50,15 +52,23 @@ class DistKVStore : public KVStore {
   void WaitAll() override;
   void Barrier() override;
   void SetOptimizer(const OptimizerSpec& spec) override;
+  void SetGradientCompression(const std::map<std::string, std::string>& params) override;
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
 
  private:
+  struct Residual {
+    std::mutex mutex;
+    std::vector<float> values;
+  };
   struct KeyInfo {
     Shape shape;
     DType dtype;
     std::vector<ps::Slot> slots;
     std::string servers;  // " on server 0 (host:port)": where its operations wait, for errors
+    // Gradient compression's error feedback: what this worker has not sent yet, per element
+    // (allocated by the first compressed push); its mutex orders compressions of the key.
+    std::shared_ptr<Residual> residual;
   };
 
   const KeyInfo& Lookup(Key key, const char* op) const;
@@ -66,6 +76,9 @@ class DistKVStore : public KVStore {
              const char* what) const;
   // The sum of the device values, as a message body source (no copy for a single value).
   transport::Body Summed(const KeyInfo& info, const std::vector<Array>& values) const;
+  // `source` (the key's float32 values) compressed as a whole, residual updated.
+  transport::Body Compressed(const KeyInfo& info, const transport::Body& source,
+                             const CompressionSpec& spec) const;
   Operation Issue(Key key, transport::Command command, const std::vector<Array>& values,
                   const std::vector<Array>& outs);
   std::shared_ptr<OperationState> Track(std::string what, int parts);
@@ -84,6 +97,8 @@ class DistKVStore : public KVStore {
   ps::KeyPartition partition_;
   std::unordered_map<Key, KeyInfo> keys_;
   std::vector<std::shared_ptr<OperationState>> outstanding_;
+  CompressionSpec compression_;  // guarded by mutex_
+  bool pushed_ = false;          // guarded by mutex_: compression is fixed from the first push
 };
 
 }  // namespace dtrain

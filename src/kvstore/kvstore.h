@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,6 +75,15 @@ class KVStore {
   // From now on pushes are applied with this optimizer on the store's side (on the servers for dist
   // stores) and pulls return weights; without one, pulls return the merged sum of the pushes.
   virtual void SetOptimizer(const OptimizerSpec& spec) = 0;
+
+  // MXNet's set_gradient_compression: {"type": "none|2bit|1bit|fp16", "threshold": "T"}
+  // (gradient_compression.h). Dist stores compress what this worker pushes to the servers, after
+  // summing its local devices (init values and pulls are not compressed); local and device stores
+  // compress each device's value where several devices' values are summed. Call it before the
+  // first push. Throws InvalidArgument for a bad type or threshold, a call after a push, a type of
+  // store that does not compress (horovod: use DTRAIN_FP16_ALLREDUCE), and, at the push, a key
+  // that is not float32.
+  virtual void SetGradientCompression(const std::map<std::string, std::string>& params) = 0;
 
   // The state of the optimizer the store runs (all servers' for dist stores), as opaque bytes to
   // save with a model, and back. Load it into a job of the same layout (same keys, servers).

@@ -18,27 +18,24 @@ struct LocalKVStore::Slot {
   std::mutex mutex;   // one push or pull of this key at a time
   const Array value;  // the handle never changes, so its shape and dtype may be read unlocked
   Array merged;       // the summed gradient, when an optimizer needs it apart from the weight
+  std::vector<std::vector<float>> residuals;  // per device, with gradient compression
 };
 
 namespace {
 
 // What a push needs beyond matching arrays, checked before anything is written so that a refused
-// push leaves the key as it was.
-void CheckPushable(const char* call, Key key, const Array& value, size_t num_values,
-                   const Optimizer* optimizer) {
-  const std::string where = std::string(call) + " of key " + KeyLabel(key) + ": ";
+// push leaves the key as it was. (Every dtype can be summed; only float32 can be optimised.)
+void CheckPushable(const char* call, Key key, const Array& value, const Optimizer* optimizer,
+                   bool compressed) {
   if (optimizer != nullptr && value.dtype() != DType::kFloat32) {
-    throw InvalidArgument(where + "the optimizer updates float32 values only, the key holds " +
+    throw InvalidArgument(std::string(call) + " of key " + KeyLabel(key) +
+                          ": the optimizer updates float32 values only, the key holds " +
                           DescribeArray(value));
   }
-  if (num_values > 1) {
-    // AddInto refuses element types it cannot add; asking it with no elements finds out before
-    // the stored value is overwritten, and keeps exceptions out of the reduction threads.
-    try {
-      AddInto(value.data(), value.data(), 0, value.dtype());
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(where + e.what());
-    }
+  if (compressed && value.dtype() != DType::kFloat32) {
+    throw InvalidArgument(std::string(call) + " of key " + KeyLabel(key) +
+                          ": gradient compression works on float32 values, the key holds " +
+                          DescribeArray(value));
   }
 }
 
@@ -70,8 +67,10 @@ void LocalKVStore::Init(Key key, const Array& value) {
 }
 
 LocalKVStore::Slot& LocalKVStore::Find(Key key, const char* call,
-                                       std::shared_ptr<Optimizer>* optimizer) const {
+                                       std::shared_ptr<Optimizer>* optimizer,
+                                       CompressionSpec* compression) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (compression != nullptr) *compression = compression_;
   auto it = slots_.find(key);
   if (it == slots_.end()) {
     throw InvalidArgument(std::string(call) + ": key " + KeyLabel(key) +
@@ -83,11 +82,14 @@ LocalKVStore::Slot& LocalKVStore::Find(Key key, const char* call,
 
 Operation LocalKVStore::Push(Key key, std::vector<Array> values, int /*priority*/) {
   std::shared_ptr<Optimizer> optimizer;
-  Slot& slot = Find(key, "Push", &optimizer);
+  CompressionSpec compression;
+  Slot& slot = Find(key, "Push", &optimizer, &compression);
+  pushed_.store(true, std::memory_order_relaxed);
   CheckArrays("Push", key, slot.value, values, "value");
-  CheckPushable("Push", key, slot.value, values.size(), optimizer.get());
+  const bool compress = compression.enabled() && values.size() > 1;
+  CheckPushable("Push", key, slot.value, optimizer.get(), compress);
   std::lock_guard<std::mutex> lock(slot.mutex);
-  Apply(key, slot, values, optimizer.get());
+  Apply(key, slot, values, optimizer.get(), compress ? &compression : nullptr);
   return Operation();
 }
 
@@ -102,15 +104,18 @@ Operation LocalKVStore::Pull(Key key, std::vector<Array> outs, int /*priority*/)
 Operation LocalKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
                                  int /*priority*/) {
   std::shared_ptr<Optimizer> optimizer;
-  Slot& slot = Find(key, "PushPull", &optimizer);
+  CompressionSpec compression;
+  Slot& slot = Find(key, "PushPull", &optimizer, &compression);
+  pushed_.store(true, std::memory_order_relaxed);
   CheckArrays("PushPull", key, slot.value, values, "value");
   CheckArrays("PushPull", key, slot.value, outs, "out");
-  CheckPushable("PushPull", key, slot.value, values.size(), optimizer.get());
+  const bool compress = compression.enabled() && values.size() > 1;
+  CheckPushable("PushPull", key, slot.value, optimizer.get(), compress);
   // One lock for both halves: no other push of this key comes between them. `outs` may be the
   // very arrays of `values` (an in-place pushpull): the push has read them all before the pull
   // writes.
   std::lock_guard<std::mutex> lock(slot.mutex);
-  Apply(key, slot, values, optimizer.get());
+  Apply(key, slot, values, optimizer.get(), compress ? &compression : nullptr);
   for (const Array& out : outs) out.CopyFrom(slot.value);
   return Operation();
 }
@@ -134,21 +139,29 @@ void LocalKVStore::SetOptimizer(const OptimizerSpec& spec) {
 }
 
 void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
-                         Optimizer* optimizer) const {
+                         Optimizer* optimizer, const CompressionSpec* compression) const {
+  std::vector<std::vector<float>>* residuals = nullptr;
+  if (compression != nullptr) {
+    residuals = &slot.residuals;
+    if (residuals->size() < values.size()) residuals->resize(values.size());
+    for (auto& r : *residuals) r.resize(static_cast<size_t>(slot.value.size()), 0.0f);
+  }
   if (optimizer == nullptr) {
-    Sum(slot.value, values);
+    Sum(slot.value, values, residuals, compression);
     return;
   }
   Array grad = values[0];  // one device: update straight from the caller's array, no copy
   if (values.size() > 1) {
     if (!slot.merged.defined()) slot.merged = Array(slot.value.shape(), slot.value.dtype());
-    Sum(slot.merged, values);
+    Sum(slot.merged, values, residuals, compression);
     grad = slot.merged;
   }
   optimizer->Update(static_cast<uint64_t>(key), slot.value.floats(), grad.floats());
 }
 
-void LocalKVStore::Sum(const Array& dst, const std::vector<Array>& values) const {
+void LocalKVStore::Sum(const Array& dst, const std::vector<Array>& values,
+                       std::vector<std::vector<float>>* residuals,
+                       const CompressionSpec* compression) const {
   const DType dtype = dst.dtype();
   const size_t elem = DTypeSize(dtype);
   // Each thread copies then adds its own range, so the range stays in that core's cache.
@@ -156,6 +169,16 @@ void LocalKVStore::Sum(const Array& dst, const std::vector<Array>& values) const
     const size_t offset = static_cast<size_t>(begin) * elem;
     const int64_t n = end - begin;
     if (n <= 0) return;
+    if (residuals != nullptr) {
+      // Element-wise, so ranges compress alone: each device's values, as they would cross.
+      std::vector<char> packed(CompressedBytes(compression->type, n));
+      for (size_t d = 0; d < values.size(); ++d) {
+        Compress(*compression, values[d].floats().data() + begin, (*residuals)[d].data() + begin, n,
+                 packed.data());
+        Decompress(*compression, packed.data(), n, dst.floats().data() + begin, d > 0);
+      }
+      return;
+    }
     std::memcpy(dst.bytes() + offset, values[0].bytes() + offset, static_cast<size_t>(n) * elem);
     for (size_t i = 1; i < values.size(); ++i) {
       AddInto(dst.bytes() + offset, values[i].bytes() + offset, n, dtype);
@@ -182,6 +205,15 @@ void LocalKVStore::Sum(const Array& dst, const std::vector<Array>& values) const
     }
   }
   sum_range(0, std::min(size, per_thread));
+}
+
+void LocalKVStore::SetGradientCompression(const std::map<std::string, std::string>& params) {
+  const CompressionSpec spec = CompressionSpec::FromParams(params);
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (pushed_.load(std::memory_order_relaxed)) {
+    throw InvalidArgument("set_gradient_compression after a push: set it before the first push");
+  }
+  compression_ = spec;
 }
 
 }  // namespace dtrain

@@ -20,6 +20,8 @@
 // during the call, and the store never keeps them.
 #pragma once
 
+#include <atomic>
+#include <map>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/gradient_compression.h"
 #include "kvstore/kvstore.h"
 
 namespace dtrain {
@@ -59,6 +62,9 @@ class LocalKVStore final : public KVStore {
   // Replaces the optimizer (its state starts afresh). Throws InvalidArgument for a bad spec, in
   // which case the optimizer in place stays.
   void SetOptimizer(const OptimizerSpec& spec) override;
+  // Compresses each device's value when a push sums several (as MXNet's device store does
+  // between GPUs), with a residual per key and device; a push of one value is not compressed.
+  void SetGradientCompression(const std::map<std::string, std::string>& params) override;
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
 
@@ -66,11 +72,15 @@ class LocalKVStore final : public KVStore {
   struct Slot;
 
   // The key's slot and the optimizer in place. Throws InvalidArgument for a key never initialised.
-  Slot& Find(Key key, const char* call, std::shared_ptr<Optimizer>* optimizer) const;
+  Slot& Find(Key key, const char* call, std::shared_ptr<Optimizer>* optimizer,
+             CompressionSpec* compression = nullptr) const;
   // Adds `values` to the slot: sum, then update or assign. The slot's mutex is held.
-  void Apply(Key key, Slot& slot, const std::vector<Array>& values, Optimizer* optimizer) const;
-  // dst = the sum of `values`, on several threads for big arrays.
-  void Sum(const Array& dst, const std::vector<Array>& values) const;
+  void Apply(Key key, Slot& slot, const std::vector<Array>& values, Optimizer* optimizer,
+             const CompressionSpec* compression) const;
+  // dst = the sum of `values`, on several threads for big arrays. With compression (and several
+  // values) each value goes through its compressed form, with its residual in `residuals`.
+  void Sum(const Array& dst, const std::vector<Array>& values,
+           std::vector<std::vector<float>>* residuals, const CompressionSpec* compression) const;
 
   const std::string type_;
   const int reduction_threads_;
@@ -79,6 +89,8 @@ class LocalKVStore final : public KVStore {
   mutable std::shared_mutex mutex_;  // guards the table and the optimizer pointer, not the slots
   std::unordered_map<Key, std::unique_ptr<Slot>> slots_;
   std::shared_ptr<Optimizer> optimizer_;
+  CompressionSpec compression_;      // guarded by mutex_
+  std::atomic<bool> pushed_{false};  // set by the first push: compression is fixed from then on
 };
 
 }  // namespace dtrain

@@ -88,10 +88,8 @@ uint16_t ParsePort(int64_t port) {
 }  // namespace
 
 std::string EncodeRegistration(const Registration& r) {
-  return json{{"role", RoleName(r.role)},
-              {"host", r.host},
-              {"port", r.port},
-              {"rank", r.requested_rank}}
+  return json{
+      {"role", RoleName(r.role)}, {"host", r.host}, {"port", r.port}, {"rank", r.requested_rank}}
       .dump();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/gradient_compression.h"
 
 namespace dtrain::ps {
 
@@ -12,16 +13,34 @@ KeyPartition::KeyPartition(int num_servers, int64_t bigarray_bound, size_t chunk
       chunk_bytes_(chunk_bytes),
       bytes_per_server_(std::max(num_servers, 0), 0) {  // the check below runs after this
   if (num_servers < 1) throw InvalidArgument("a job needs at least one server");
+  if (chunk_bytes < kCompressionAlignment * sizeof(double)) {
+    throw InvalidArgument("slots must hold at least " + std::to_string(kCompressionAlignment) +
+                          " elements; " + std::to_string(chunk_bytes) + " bytes is too small");
+  }
 }
+
+namespace {
+
+// The start of piece `part` of `parts` of `elements`: the elements are counted in words of
+// kCompressionAlignment (the last word may be partial) and the words shared out evenly, so every
+// boundary falls on a whole word and no piece has more than ceil(words / parts) words.
+int64_t AlignedBoundary(int64_t elements, int64_t part, int64_t parts) {
+  const int64_t words = (elements + kCompressionAlignment - 1) / kCompressionAlignment;
+  return std::min(elements, words * part / parts * kCompressionAlignment);
+}
+
+}  // namespace
 
 void KeyPartition::Cut(int server, int64_t offset, int64_t length, size_t elem_size,
                        std::vector<Slot>* out) {
-  // Pieces of equal size (to within one element), each at most chunk_bytes_.
-  const int64_t max_elems = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes_ / elem_size));
-  const int64_t pieces = std::max<int64_t>(1, (length + max_elems - 1) / max_elems);
+  // Pieces of equal size (to within one word of compressed values), each at most chunk_bytes_.
+  const int64_t max_words =
+      std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes_ / elem_size) / kCompressionAlignment);
+  const int64_t words = (length + kCompressionAlignment - 1) / kCompressionAlignment;
+  const int64_t pieces = std::max<int64_t>(1, (words + max_words - 1) / max_words);
   for (int64_t i = 0; i < pieces; ++i) {
-    const int64_t begin = length * i / pieces;
-    const int64_t end = length * (i + 1) / pieces;
+    const int64_t begin = AlignedBoundary(length, i, pieces);
+    const int64_t end = AlignedBoundary(length, i + 1, pieces);
     out->push_back(Slot{server, static_cast<uint32_t>(out->size()), offset + begin, end - begin});
   }
   bytes_per_server_[server] += static_cast<uint64_t>(length) * elem_size;
@@ -34,15 +53,15 @@ const std::vector<Slot>& KeyPartition::Add(uint64_t key, int64_t elements, DType
   const size_t elem_size = DTypeSize(dtype);
   std::vector<Slot> slots;
   if (elements < bigarray_bound_ || num_servers_ == 1) {
-    const int server = static_cast<int>(
-        std::min_element(bytes_per_server_.begin(), bytes_per_server_.end()) -
-        bytes_per_server_.begin());
+    const int server =
+        static_cast<int>(std::min_element(bytes_per_server_.begin(), bytes_per_server_.end()) -
+                         bytes_per_server_.begin());
     Cut(server, 0, elements, elem_size, &slots);
   } else {
     for (int s = 0; s < num_servers_; ++s) {
-      const int64_t begin = elements * s / num_servers_;
-      const int64_t end = elements * (s + 1) / num_servers_;
-      Cut(s, begin, end - begin, elem_size, &slots);
+      const int64_t begin = AlignedBoundary(elements, s, num_servers_);
+      const int64_t end = AlignedBoundary(elements, s + 1, num_servers_);
+      if (end > begin) Cut(s, begin, end - begin, elem_size, &slots);
     }
   }
   return slots_[key] = std::move(slots);

@@ -3,9 +3,14 @@
 // A key smaller than MXNET_KVSTORE_BIGARRAY_BOUND elements goes whole to one server, the one with
 // the fewest bytes so far, so servers get an even share of bytes (MXNet picks at random). A bigger
 // key is split into num_servers nearly equal ranges, one per server. Then every range is cut into
-// pieces of at most DTRAIN_CHUNK_BYTES: each piece is a "slot" the server treats on its own, so a
-// server can answer the first pieces of a big value while the last ones are still arriving, and
-// pieces travel over different TCP streams in parallel.
+// pieces of at most DTRAIN_CHUNK_BYTES (rounded down to whole words of compressed values): each
+// piece is a "slot" the server treats on its own, so a server can answer the first pieces of a big
+// value while the last ones are still arriving, and pieces travel over different TCP streams in
+// parallel.
+//
+// Boundaries between ranges and pieces are multiples of kCompressionAlignment (32) elements, so
+// that a compressed push of a whole key slices into whole words, one slice per slot. A key of
+// fewer than 32 * num_servers elements over the bound may leave some servers without a range.
 //
 // Every worker computes the same placement because every worker adds the same keys with the same
 // sizes in the same order (MXNet requires the same; a worker that differs gets "never initialised"
@@ -31,6 +36,7 @@ struct Slot {
 
 class KeyPartition {
  public:
+  // Throws InvalidArgument for no servers, or chunk_bytes under 256 (32 float64 elements).
   KeyPartition(int num_servers, int64_t bigarray_bound, size_t chunk_bytes);
 
   // Places a new key; returns its slots (in order of offset).

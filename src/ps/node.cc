@@ -14,7 +14,9 @@ using transport::Message;
 
 namespace {
 
-bool IsControl(Command c) { return static_cast<uint16_t>(c) < static_cast<uint16_t>(Command::kInit); }
+bool IsControl(Command c) {
+  return static_cast<uint16_t>(c) < static_cast<uint16_t>(Command::kInit);
+}
 
 }  // namespace
 
@@ -86,9 +88,8 @@ void Node::Start() {
             "the scheduler did not send the node table (the other nodes did not all register; "
             "DTRAIN_START_TIMEOUT_MS)");
   SetLogIdentity(std::string(RoleName(role_)) + " " + std::to_string(self_.rank));
-  DTRAIN_LOG(kConnections) << "joined as " << self_.Name() << " in a job of "
-                           << layout_.num_servers << " server(s) and " << layout_.num_workers
-                           << " worker(s)";
+  DTRAIN_LOG(kConnections) << "joined as " << self_.Name() << " in a job of " << layout_.num_servers
+                           << " server(s) and " << layout_.num_workers << " worker(s)";
 
   // Workers send requests to every server and servers answer every worker.
   for (const NodeInfo& peer : table_) {

@@ -240,7 +240,8 @@ struct Scheduler::State {
       return;
     }
     DTRAIN_LOG(kConnections) << "every worker finished; ending the job";
-    for (size_t id2 = 1; id2 < table.size(); ++id2) SendTo(static_cast<NodeId>(id2), Command::kTerminate);
+    for (size_t id2 = 1; id2 < table.size(); ++id2)
+      SendTo(static_cast<NodeId>(id2), Command::kTerminate);
     phase = Phase::kDone;
     exit_code = 0;
   }
@@ -324,7 +325,8 @@ struct Scheduler::State {
     if (phase == Phase::kRegistering) {
       for (const auto& r : registrations) Refuse(r, why);
     } else {
-      for (size_t id = 1; id < table.size(); ++id) SendTo(static_cast<NodeId>(id), Command::kAbort, why);
+      for (size_t id = 1; id < table.size(); ++id)
+        SendTo(static_cast<NodeId>(id), Command::kAbort, why);
     }
     phase = Phase::kDone;
     exit_code = 1;
@@ -335,7 +337,9 @@ Scheduler::Scheduler(const Config& config, std::unique_ptr<transport::Transport>
     : state_(std::make_unique<State>(config, std::move(transport))) {
   State* s = state_.get();
   s->transport->SetHandlers(
-      [s](Message&& msg) { s->events.Push(Event{false, std::move(msg)}); },
+      [s](Message&& msg) {
+        s->events.Push(Event{false, std::move(msg)});
+      },
       [s](NodeId peer, const std::string& remote, const std::string& reason) {
         s->events.Push(Event{true, Message{}, peer, remote, reason});
       });
@@ -348,8 +352,8 @@ uint16_t Scheduler::Listen() {
   state_->config.scheduler_port = port;
   DTRAIN_LOG(kConnections) << "scheduler listening on port " << port << " for "
                            << state_->layout.num_servers << " server(s) and "
-                           << state_->layout.num_workers << " worker(s); configuration: "
-                           << state_->config.Describe();
+                           << state_->layout.num_workers
+                           << " worker(s); configuration: " << state_->config.Describe();
   return port;
 }
 
@@ -375,7 +379,8 @@ int Scheduler::Run() {
       }
       if (s.exit_code || Clock::now() < until) continue;
     }
-    if ((s.phase == Phase::kRegistering || s.phase == Phase::kStarting) && start_deadline.passed()) {
+    if ((s.phase == Phase::kRegistering || s.phase == Phase::kStarting) &&
+        start_deadline.passed()) {
       s.FailStart();
     } else if (Clock::now() >= next_check) {
       s.CheckHeartbeats();

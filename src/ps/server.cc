@@ -1,5 +1,6 @@
 #include "ps/server.h"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 #include "common/array.h"
 #include "common/buffer_pool.h"
 #include "common/error.h"
+#include "common/gradient_compression.h"
 #include "common/logging.h"
 
 namespace dtrain::ps {
@@ -35,6 +37,16 @@ Body NewBuffer(size_t bytes) {
   return b;
 }
 
+// A reply's header: the request's, answering it; replies are never compressed.
+Header ReplyTo(const Header& request, uint32_t flags) {
+  Header h = request;
+  h.flags = flags;
+  h.compression = Compression::kNone;
+  h.threshold = 0;
+  h.elements = 0;
+  return h;
+}
+
 }  // namespace
 
 struct Server::SlotState {
@@ -49,9 +61,9 @@ struct Server::SlotState {
   // dist_sync round state.
   Body merged;
   int pushed_count = 0;
-  std::vector<char> pushed;                    // per worker rank
-  std::vector<Header> waiting;                 // requests answered when the round completes
-  std::vector<std::deque<Message>> deferred;   // per worker: messages held for later rounds
+  std::vector<char> pushed;                   // per worker rank
+  std::vector<Header> waiting;                // requests answered when the round completes
+  std::vector<std::deque<Message>> deferred;  // per worker: messages held for later rounds
 
   size_t bytes() const { return static_cast<size_t>(length) * DTypeSize(dtype); }
   uint64_t optimizer_index() const { return (key << 20) | part; }
@@ -64,8 +76,7 @@ Server::~Server() = default;
 
 void Server::Reply(const Header& request, Body body) {
   Message msg;
-  msg.header = request;
-  msg.header.flags = transport::kFlagResponse;
+  msg.header = ReplyTo(request, transport::kFlagResponse);
   msg.body = std::move(body);
   try {
     node_.Send(request.sender, std::move(msg));
@@ -76,8 +87,7 @@ void Server::Reply(const Header& request, Body body) {
 
 void Server::ReplyError(const Header& request, const std::string& error) {
   Message msg;
-  msg.header = request;
-  msg.header.flags = transport::kFlagResponse | transport::kFlagError;
+  msg.header = ReplyTo(request, transport::kFlagResponse | transport::kFlagError);
   msg.meta = error;
   DTRAIN_LOG(kConnections) << "refusing " << transport::CommandName(request.command) << " from "
                            << node_.NameOf(request.sender) << ": " << error;
@@ -189,7 +199,7 @@ void Server::HandleCommand(const Message& msg) {
     std::memset(body.data, 0, body.size);
     std::memcpy(body.data, state.data(), state.size());
     Message reply;
-    reply.header = h;
+    reply.header = ReplyTo(h, transport::kFlagResponse);
     reply.header.flags = transport::kFlagResponse;
     reply.header.dtype = DType::kFloat32;
     reply.meta = nlohmann::json{{"bytes", state.size()}}.dump();
@@ -222,12 +232,25 @@ void Server::HandleData(Message&& msg) {
     std::shared_lock<std::shared_mutex> lock(slots_mutex_);
     auto it = slots_.find({h.key, h.part});
     if (it == slots_.end()) {
-      return ReplyError(h, SlotName(h.key, h.part) + " was never initialised (call init first, "
-                                                     "with the same keys on every worker)");
+      return ReplyError(h, SlotName(h.key, h.part) +
+                               " was never initialised (call init first, "
+                               "with the same keys on every worker)");
     }
     slot = it->second.get();
   }
-  if (h.command != Command::kPull) {
+  if (h.compression != Compression::kNone) {
+    // The header fits itself (wire.cc); now it must fit the slot, and the words their format.
+    if (slot->dtype != DType::kFloat32 || h.elements != static_cast<uint64_t>(slot->length)) {
+      return ReplyError(h, "compressed " + std::string(CommandName(h.command)) + " to " +
+                               SlotName(h.key, h.part) + " carries " + std::to_string(h.elements) +
+                               " float32 values; it holds " + std::to_string(slot->length) + " " +
+                               std::string(DTypeName(slot->dtype)));
+    }
+    if (!WellFormed(h.compression, msg.body.data, slot->length)) {
+      return ReplyError(h, "compressed push to " + SlotName(h.key, h.part) +
+                               " holds codes its format does not have");
+    }
+  } else if (h.command != Command::kPull) {
     if (h.dtype != slot->dtype || msg.body.size != slot->bytes()) {
       return ReplyError(h, std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) +
                                " carries " + std::to_string(msg.body.size / DTypeSize(h.dtype)) +
@@ -309,7 +332,11 @@ void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
     }
     return;
   }
-  if (!slot.merged.owner) {
+  if (h.compression != Compression::kNone) {
+    const bool first = !slot.merged.owner;
+    if (first) slot.merged = NewBuffer(slot.bytes());
+    Decompress(h, msg.body, slot.merged.data, slot.length, /*accumulate=*/!first);
+  } else if (!slot.merged.owner) {
     slot.merged = std::move(msg.body);  // the first push of a round becomes the sum: no copy
   } else {
     Add(slot.merged.data, msg.body.data, slot.length, slot.dtype);
@@ -354,7 +381,13 @@ void Server::DrainDeferred(SlotState& slot) {
 
 void Server::AsyncMessage(SlotState& slot, Message&& msg) {
   const Header h = msg.header;
-  if (h.command != Command::kPull) ApplyGradient(slot, msg.body, CurrentOptimizer().get());
+  if (h.compression != Compression::kNone) {
+    Body grad = NewBuffer(slot.bytes());
+    Decompress(h, msg.body, grad.data, slot.length, /*accumulate=*/false);
+    ApplyGradient(slot, grad, CurrentOptimizer().get());
+  } else if (h.command != Command::kPull) {
+    ApplyGradient(slot, msg.body, CurrentOptimizer().get());
+  }
   if (h.command == Command::kPush) {
     Reply(h);
   } else {
@@ -376,12 +409,31 @@ void Server::ApplyGradient(SlotState& slot, const Body& grad, Optimizer* optimiz
                             std::string(DTypeName(slot.dtype)));
     }
     std::shared_lock<std::shared_mutex> state_lock(optimizer_state_mutex_);
-    optimizer->Update(slot.optimizer_index(),
-                      {reinterpret_cast<float*>(slot.value.data), static_cast<size_t>(slot.length)},
-                      {reinterpret_cast<const float*>(grad.data), static_cast<size_t>(slot.length)});
+    optimizer->Update(
+        slot.optimizer_index(),
+        {reinterpret_cast<float*>(slot.value.data), static_cast<size_t>(slot.length)},
+        {reinterpret_cast<const float*>(grad.data), static_cast<size_t>(slot.length)});
   } else {
     Add(slot.value.data, grad.data, slot.length, slot.dtype);
   }
+}
+
+void Server::Decompress(const Header& h, const Body& packed, char* dst, int64_t n,
+                        bool accumulate) {
+  const CompressionSpec spec{h.compression, h.threshold};
+  float* out = reinterpret_cast<float*>(dst);
+  if (n < kParallelSumElements || reduction_pool_.size() < 2) {
+    return dtrain::Decompress(spec, packed.data, n, out, accumulate);
+  }
+  // Split at whole words: each thread decodes its own words into its own range.
+  const int64_t blocks = (n + kCompressionAlignment - 1) / kCompressionAlignment;
+  reduction_pool_.ParallelFor(blocks, [&](int64_t first, int64_t last) {
+    const int64_t begin = first * kCompressionAlignment;
+    const int64_t end = std::min(n, last * kCompressionAlignment);
+    if (end <= begin) return;
+    dtrain::Decompress(spec, packed.data + CompressedBytes(spec.type, begin), end - begin,
+                       out + begin, accumulate);
+  });
 }
 
 void Server::Add(char* dst, const char* src, int64_t n, DType dtype) {

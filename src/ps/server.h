@@ -4,6 +4,8 @@
 // then applied (handed to the optimizer if one is set, else stored as the new value) and only then
 // are the round's pushes acknowledged and its pulls answered. A worker that pushes again before the
 // round completes has that push (and whatever it sends after, in order) held for the next round.
+// Compressed pushes (gradient_compression.h) are checked against the slot (length, float32, well
+// formed words) and decoded into float32 as they are summed; replies are never compressed.
 // dist_async: each push is applied on arrival under the slot's lock (with the optimizer, or added
 // to the value when there is none, so the value is the total of all pushes).
 //
@@ -62,6 +64,9 @@ class Server {
   void ReplyError(const transport::Header& request, const std::string& error);
   void ReplyValue(SlotState& slot, const transport::Header& request);
   void Add(char* dst, const char* src, int64_t n, DType dtype);
+  // A compressed push's values into dst (or added to it), on several threads for big slots.
+  void Decompress(const transport::Header& h, const transport::Body& packed, char* dst, int64_t n,
+                  bool accumulate);
 
   Node& node_;
   const Config config_;

@@ -10,8 +10,9 @@ using transport::Body;
 using transport::Message;
 
 WorkerClient::WorkerClient(Node& node) : node_(node) {
-  node_.SetDataHandler([this](Message&& msg) { OnReply(std::move(msg)); },
-                       [this](const transport::Header& h, size_t bytes) { return SinkFor(h, bytes); });
+  node_.SetDataHandler(
+      [this](Message&& msg) { OnReply(std::move(msg)); },
+      [this](const transport::Header& h, size_t bytes) { return SinkFor(h, bytes); });
   node_.AddFailureListener([this](const std::string& why) { FailAll(why); });
 }
 
@@ -60,19 +61,19 @@ void WorkerClient::OnReply(Message&& msg) {
     pending_.erase(it);
   }
   const std::string what = std::string(transport::CommandName(h.command)) + " of key " +
-                           std::to_string(h.key) + (h.part ? " part " + std::to_string(h.part) : "");
+                           std::to_string(h.key) +
+                           (h.part ? " part " + std::to_string(h.part) : "");
   if (h.is_error()) {
-    p.done(nullptr, std::make_exception_ptr(PeerError(node_.NameOf(h.sender) + " refused " +
-                                                      what + ": " + msg.meta)));
+    p.done(nullptr, std::make_exception_ptr(
+                        PeerError(node_.NameOf(h.sender) + " refused " + what + ": " + msg.meta)));
     return;
   }
   if (p.reply_into.data != nullptr && msg.body.data != p.reply_into.data) {
     if (msg.body.size != p.reply_into.size) {
-      p.done(nullptr,
-             std::make_exception_ptr(PeerError(
-                 node_.NameOf(h.sender) + " answered " + what + " with " +
-                 std::to_string(msg.body.size) + " bytes, expected " +
-                 std::to_string(p.reply_into.size))));
+      p.done(nullptr, std::make_exception_ptr(
+                          PeerError(node_.NameOf(h.sender) + " answered " + what + " with " +
+                                    std::to_string(msg.body.size) + " bytes, expected " +
+                                    std::to_string(p.reply_into.size))));
       return;
     }
     std::memcpy(p.reply_into.data, msg.body.data, msg.body.size);

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "common/dtype.h"
+#include "common/gradient_compression.h"
 
 namespace dtrain::transport {
 
@@ -51,8 +52,8 @@ std::string_view CommandName(Command c);
 // Header flags.
 constexpr uint32_t kFlagResponse = 1u << 0;  // this answers request `request_id`
 constexpr uint32_t kFlagError = 1u << 1;     // the request failed; meta holds the reason
-// The body is not on the wire: a 16-byte descriptor (sender address, token) follows the meta and the
-// receiver copies the body straight out of the sender's memory (same-host fast path of the TCP
+// The body is not on the wire: a 16-byte descriptor (sender address, token) follows the meta and
+// the receiver copies the body straight out of the sender's memory (same-host fast path of the TCP
 // transport, see same_host.h). Only the TCP transport sets or accepts it.
 constexpr uint32_t kFlagRemoteBody = 1u << 2;
 constexpr uint32_t kKnownFlags = kFlagResponse | kFlagError | kFlagRemoteBody;
@@ -66,6 +67,11 @@ struct Header {
   uint64_t key = 0;
   uint32_t part = 0;
   DType dtype = DType::kFloat32;
+  // A compressed push (gradient_compression.h): the body holds `elements` float32 values packed
+  // with `compression` at `threshold`. kNone for every other message.
+  Compression compression = Compression::kNone;
+  float threshold = 0;
+  uint32_t elements = 0;
 
   bool is_response() const { return (flags & kFlagResponse) != 0; }
   bool is_error() const { return (flags & kFlagError) != 0; }

@@ -6,6 +6,7 @@
 
 #include "common/buffer_pool.h"
 #include "common/error.h"
+#include "common/gradient_compression.h"
 
 namespace dtrain::transport {
 
@@ -61,25 +62,44 @@ bool IsKnownCommand(uint16_t raw) {
 
 std::string_view CommandName(Command c) {
   switch (c) {
-    case Command::kHello: return "hello";
-    case Command::kBye: return "bye";
-    case Command::kRegister: return "register";
-    case Command::kNodeTable: return "node-table";
-    case Command::kReady: return "ready";
-    case Command::kStart: return "start";
-    case Command::kBarrier: return "barrier";
-    case Command::kBarrierDone: return "barrier-done";
-    case Command::kHeartbeat: return "heartbeat";
-    case Command::kNodeFailed: return "node-failed";
-    case Command::kFinish: return "finish";
-    case Command::kTerminate: return "terminate";
-    case Command::kAbort: return "abort";
-    case Command::kInit: return "init";
-    case Command::kPush: return "push";
-    case Command::kPull: return "pull";
-    case Command::kPushPull: return "pushpull";
-    case Command::kSetOptimizer: return "set-optimizer";
-    case Command::kCommand: return "command";
+    case Command::kHello:
+      return "hello";
+    case Command::kBye:
+      return "bye";
+    case Command::kRegister:
+      return "register";
+    case Command::kNodeTable:
+      return "node-table";
+    case Command::kReady:
+      return "ready";
+    case Command::kStart:
+      return "start";
+    case Command::kBarrier:
+      return "barrier";
+    case Command::kBarrierDone:
+      return "barrier-done";
+    case Command::kHeartbeat:
+      return "heartbeat";
+    case Command::kNodeFailed:
+      return "node-failed";
+    case Command::kFinish:
+      return "finish";
+    case Command::kTerminate:
+      return "terminate";
+    case Command::kAbort:
+      return "abort";
+    case Command::kInit:
+      return "init";
+    case Command::kPush:
+      return "push";
+    case Command::kPull:
+      return "pull";
+    case Command::kPushPull:
+      return "pushpull";
+    case Command::kSetOptimizer:
+      return "set-optimizer";
+    case Command::kCommand:
+      return "command";
   }
   return "unknown";
 }
@@ -92,7 +112,43 @@ std::string Describe(const Message& msg) {
        " from=" + std::to_string(h.sender) + " to=" + std::to_string(h.recipient) +
        " req=" + std::to_string(h.request_id) + " meta=" + std::to_string(msg.meta.size()) +
        "B body=" + std::to_string(msg.body.size) + "B";
+  if (h.compression != Compression::kNone) {
+    s += " compressed=" + std::string(CompressionName(h.compression)) + "x" +
+         std::to_string(h.elements);
+  }
   return s;
+}
+
+// Bytes 45 and 56-63: zero, or a compressed push whose every field fits the others.
+static void DecodeCompression(const char* bytes, Frame* f) {
+  Header& h = f->header;
+  const uint8_t compression = Get<uint8_t>(bytes, 45);
+  if (!IsValidCompression(compression)) {
+    throw ProtocolError("unknown compression " + std::to_string(compression));
+  }
+  h.compression = static_cast<Compression>(compression);
+  h.threshold = Get<float>(bytes, 56);
+  h.elements = Get<uint32_t>(bytes, 60);
+  if (h.compression == Compression::kNone) {
+    if (Get<uint64_t>(bytes, 56) != 0) throw ProtocolError("reserved header bytes are not zero");
+    return;
+  }
+  const bool push = h.command == Command::kPush || h.command == Command::kPushPull;
+  if (!push || h.is_response() || h.dtype != DType::kFloat32) {
+    throw ProtocolError("only float32 pushes are compressed, not this " +
+                        std::string(CommandName(h.command)));
+  }
+  try {
+    CompressionSpec{h.compression, h.threshold}.Validate();
+  } catch (const InvalidArgument& e) {
+    throw ProtocolError(std::string("compressed push: ") + e.what());
+  }
+  if (h.elements == 0 || f->body_len != CompressedBytes(h.compression, h.elements)) {
+    throw ProtocolError("compressed push of " + std::to_string(h.elements) + " values (" +
+                        std::string(CompressionName(h.compression)) + ") carries " +
+                        std::to_string(f->body_len) + " bytes, not " +
+                        std::to_string(CompressedBytes(h.compression, h.elements)));
+  }
 }
 
 WireHeader EncodeHeader(const Header& h, size_t meta_len, size_t body_len) {
@@ -113,7 +169,10 @@ WireHeader EncodeHeader(const Header& h, size_t meta_len, size_t body_len) {
   Put<uint64_t>(out, 32, h.key);
   Put<uint32_t>(out, 40, h.part);
   Put<uint8_t>(out, 44, static_cast<uint8_t>(h.dtype));
+  Put<uint8_t>(out, 45, static_cast<uint8_t>(h.compression));
   Put<uint64_t>(out, 48, static_cast<uint64_t>(body_len));
+  Put<float>(out, 56, h.threshold);
+  Put<uint32_t>(out, 60, h.elements);
   return out;
 }
 
@@ -153,9 +212,7 @@ Frame DecodeHeader(const char* bytes, size_t size, const Limits& limits) {
   const uint8_t dtype = Get<uint8_t>(bytes, 44);
   if (!IsValidDType(dtype)) throw ProtocolError("unknown dtype " + std::to_string(dtype));
   f.header.dtype = static_cast<DType>(dtype);
-  if (bytes[45] != 0 || bytes[46] != 0 || bytes[47] != 0 || Get<uint64_t>(bytes, 56) != 0) {
-    throw ProtocolError("reserved header bytes are not zero");
-  }
+  if (bytes[46] != 0 || bytes[47] != 0) throw ProtocolError("reserved header bytes are not zero");
   f.body_len = Get<uint64_t>(bytes, 48);
   if (f.body_len > limits.max_body_bytes) {
     throw ProtocolError("body of " + std::to_string(f.body_len) + " bytes exceeds the limit of " +
@@ -164,8 +221,11 @@ Frame DecodeHeader(const char* bytes, size_t size, const Limits& limits) {
   if (f.body_len != 0 && !CarriesValues(f.header.command)) {
     throw ProtocolError(std::string(CommandName(f.header.command)) + " message carries a body");
   }
+  DecodeCompression(bytes, &f);
+  if (f.header.compression != Compression::kNone) return f;  // its length is checked there
   if (f.body_len % DTypeSize(f.header.dtype) != 0) {
-    throw ProtocolError("body of " + std::to_string(f.body_len) + " bytes is not a whole number of " +
+    throw ProtocolError("body of " + std::to_string(f.body_len) +
+                        " bytes is not a whole number of " +
                         std::string(DTypeName(f.header.dtype)) + " elements");
   }
   return f;

@@ -10,12 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include "common/elementwise.h"
 #include "common/error.h"
 #include "kv_test_support.h"
 
 namespace dtrain {
 namespace {
 
+using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -239,20 +241,52 @@ TEST(LocalKVStoreTest, EmptyOrUndefinedArrays) {
   EXPECT_THAT(PullVector(kv, 2, {1}), ElementsAre(1));
 }
 
-TEST(LocalKVStoreTest, TypesThatCannotBeSummedOrOptimisedAreRefusedUpFront) {
+TEST(LocalKVStoreTest, HalfPrecisionSumsAndOptimiserTypesAreCheckedUpFront) {
   LocalKVStore kv("local");
   kv.Init(1, Array({2}, DType::kFloat16));
-  // One value needs no arithmetic; two do, and float16 sums are not supported yet.
-  kv.Push(1, {Array({2}, DType::kFloat16)});
-  EXPECT_THAT(InvalidArgumentFrom([&] {
-                kv.Push(1, {Array({2}, DType::kFloat16), Array({2}, DType::kFloat16)});
-              }),
-              HasSubstr("key 1"));
+  // float16 sums go through float32 and round once: 1.5 + 2.25 = 3.75 exactly.
+  Array a({2}, DType::kFloat16), b({2}, DType::kFloat16);
+  for (int i = 0; i < 2; ++i) {
+    static_cast<uint16_t*>(a.data())[i] = FloatToHalf(1.5f);
+    static_cast<uint16_t*>(b.data())[i] = FloatToHalf(2.25f);
+  }
+  kv.Push(1, {a, b});
+  Array out({2}, DType::kFloat16);
+  kv.Pull(1, {out}).Wait();
+  EXPECT_EQ(HalfToFloat(static_cast<uint16_t*>(out.data())[1]), 3.75f);
   kv.Init(2, Array({2}, DType::kFloat64));
   kv.Push(2, {Array({2}, DType::kFloat64), Array({2}, DType::kFloat64)});  // float64 sums fine
   kv.SetOptimizer({"sgd", {}});
   EXPECT_THAT(InvalidArgumentFrom([&] { kv.Push(2, {Array({2}, DType::kFloat64)}); }),
               HasSubstr("key 2: the optimizer updates float32 values only"));
+}
+
+TEST(LocalKVStoreTest, GradientCompressionQuantizesEachDeviceWithItsOwnResidual) {
+  Config config;
+  config.bigarray_bound = 100;  // the big key below is summed on several threads
+  config.reduction_threads = 3;
+  LocalKVStore kv("device", config);
+  kv.SetGradientCompression({{"type", "2bit"}, {"threshold", "0.5"}});
+  for (Key key : {Key{1}, Key{2}}) {
+    const int64_t n = key == 1 ? 5 : 1003;
+    kv.Init(key, Array({n}));
+    Array a({n}), b({n});
+    a.Fill(0.4f);
+    b.Fill(0.3f);
+    // Each device keeps what it could not send: nothing crosses in the first step; in the
+    // second, device 0 has 0.8 and sends 0.5, device 1 has 0.6 and sends 0.5.
+    kv.Push(key, {a, b});
+    EXPECT_THAT(PullVector(kv, key, {n}), Each(0.0f));
+    kv.Push(key, {a, b});
+    EXPECT_THAT(PullVector(kv, key, {n}), Each(1.0f));
+  }
+  kv.Init(3, Array({4}));
+  kv.Push(3, {Floats({0.1f, 0.2f, 0.3f, 0.4f})});  // one device: nothing crosses, nothing lost
+  EXPECT_THAT(PullVector(kv, 3, {4}), ElementsAre(0.1f, 0.2f, 0.3f, 0.4f));
+  EXPECT_THAT(InvalidArgumentFrom([&] {
+                kv.SetGradientCompression({{"type", "1bit"}});
+              }),
+              HasSubstr("before the first push"));
 }
 
 // ---- Big arrays and threads ----

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/gradient_compression.h"
 
 namespace dtrain::ps {
 namespace {
@@ -76,7 +77,8 @@ TEST(KeyPartition, BigKeysAreSplitEvenlyOverEveryServer) {
       const auto& slots = p.Add(1, size, DType::kFloat32);
       auto per_server = CheckSlots(slots, size, DType::kFloat32, servers, 4096);
       const auto [lo, hi] = std::minmax_element(per_server.begin(), per_server.end());
-      EXPECT_LE(*hi - *lo, 1) << size << " elements over " << servers << " servers";
+      // Ranges are cut at multiples of 32 elements (whole words of compressed values).
+      EXPECT_LE(*hi - *lo, kCompressionAlignment) << size << " elements over " << servers;
       EXPECT_GT(*lo, 0) << "every server gets a share";
       // Each server's range is contiguous and ranges come in server order.
       for (size_t i = 1; i < slots.size(); ++i) {
@@ -91,13 +93,13 @@ TEST(KeyPartition, BigKeysAreSplitEvenlyOverEveryServer) {
 
 TEST(KeyPartition, ChunksNeverExceedChunkBytesAndAreEven) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
-    for (size_t chunk : {size_t{8}, size_t{1000}, size_t{1024}, size_t{4096}}) {
+    for (size_t chunk : {size_t{256}, size_t{1000}, size_t{1024}, size_t{4096}}) {
       for (int64_t size : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257},
                            int64_t{999}, int64_t{10007}}) {
         KeyPartition p(2, /*bigarray_bound=*/1000, chunk);
         const auto& slots = p.Add(5, size, dtype);
         CheckSlots(slots, size, dtype, 2, chunk);
-        // The pieces of one server's range differ by at most one element.
+        // The pieces of one server's range differ by at most one word of compressed values.
         for (int s = 0; s < 2; ++s) {
           int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
           for (const Slot& slot : slots) {
@@ -105,7 +107,7 @@ TEST(KeyPartition, ChunksNeverExceedChunkBytesAndAreEven) {
             lo = std::min(lo, slot.length);
             hi = std::max(hi, slot.length);
           }
-          if (hi > 0) EXPECT_LE(hi - lo, 1) << size << " elements, chunks of " << chunk;
+          if (hi > 0) EXPECT_LE(hi - lo, kCompressionAlignment) << size << " elements, " << chunk;
         }
       }
     }
@@ -173,6 +175,18 @@ TEST(KeyPartition, AddingAKeyTwiceThrowsAndChangesNothing) {
 TEST(KeyPartition, AJobWithoutServersIsRefused) {
   EXPECT_THROW(KeyPartition(0, 1000, 1024), InvalidArgument);
   EXPECT_THROW(KeyPartition(-1, 1000, 1024), InvalidArgument);
+  EXPECT_THROW(KeyPartition(2, 1000, 128), InvalidArgument);  // not 32 float64 elements
+}
+
+TEST(KeyPartition, BoundariesFallOnWholeWordsOfCompressedValues) {
+  for (int servers : {1, 2, 3}) {
+    for (int64_t size : {int64_t{1000}, int64_t{4099}, int64_t{100003}}) {
+      KeyPartition p(servers, /*bigarray_bound=*/1000, /*chunk_bytes=*/4000);
+      const auto& slots = p.Add(1, size, DType::kFloat32);
+      CheckSlots(slots, size, DType::kFloat32, servers, 4000);
+      for (const Slot& slot : slots) EXPECT_EQ(slot.offset % kCompressionAlignment, 0);
+    }
+  }
 }
 
 }  // namespace

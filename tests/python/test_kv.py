@@ -134,9 +134,17 @@ def test_optimizer_state_round_trip(kv, tmp_path):
     other.close()
 
 
-def test_set_gradient_compression_is_not_there_yet(kv):
-    with pytest.raises(NotImplementedError, match="issue 11"):
-        kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})
+def test_set_gradient_compression_is_checked_and_fixed_at_the_first_push(kv):
+    with pytest.raises(ValueError, match="unknown gradient compression type '3bit'"):
+        kv.set_gradient_compression({"type": "3bit"})
+    with pytest.raises(TypeError, match="dict"):
+        kv.set_gradient_compression("2bit")
+    kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})
+    kv.init(9, torch.zeros(3))
+    kv.push(9, [torch.full((3,), 0.6), torch.full((3,), 0.2)])  # two devices: compressed
+    assert kv.pull(9).tolist() == [0.5, 0.5, 0.5]
+    with pytest.raises(ValueError, match="before the first push"):
+        kv.set_gradient_compression({"type": "none"})
 
 
 def test_unknown_type():

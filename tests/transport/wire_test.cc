@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -156,7 +157,7 @@ TEST(WireTest, RejectsBadMagic) {
 }
 
 TEST(WireTest, RejectsOtherVersionsNamingTheVersion) {
-  for (uint16_t version : {0, 2, 0xffff}) {
+  for (uint16_t version : {0, 1, 3, 0xffff}) {  // 1: before compressed pushes
     std::string bytes = EncodeMessage(MakeMessage(Command::kHello));
     Poke<uint16_t>(bytes, 4, version);
     ExpectRejected(bytes, "version " + std::to_string(version));
@@ -257,12 +258,70 @@ TEST(WireTest, RejectsUnknownDType) {
 }
 
 TEST(WireTest, RejectsNonZeroReservedBytes) {
-  for (size_t offset : {45, 46, 47, 56, 57, 60, 63}) {
+  for (size_t offset : {46, 47, 56, 57, 60, 63}) {
     SCOPED_TRACE(offset);
     std::string bytes = EncodeMessage(MakeMessage(Command::kPush));
     bytes[offset] = 1;
     ExpectRejected(bytes, "reserved header bytes");
   }
+}
+
+// A compressed push: 20 float32 values as 2-bit codes (two 32-bit words).
+Message CompressedPush(Compression type = Compression::kTwoBit, uint32_t elements = 20) {
+  Message msg = MakeMessage(Command::kPush);
+  msg.header.flags = 0;
+  msg.header.compression = type;
+  msg.header.threshold = type == Compression::kTwoBit ? 0.5f : 0.0f;
+  msg.header.elements = elements;
+  const size_t bytes = CompressedBytes(type, elements);
+  auto buffer = std::shared_ptr<char[]>(new char[bytes]());
+  msg.body.data = buffer.get();
+  msg.body.size = bytes;
+  msg.body.owner = std::shared_ptr<void>(buffer, buffer.get());
+  return msg;
+}
+
+TEST(WireTest, CompressedPushesRoundTrip) {
+  for (Compression type : {Compression::kTwoBit, Compression::kOneBit, Compression::kFp16}) {
+    SCOPED_TRACE(std::string(CompressionName(type)));
+    const Message back = DecodeExact(EncodeMessage(CompressedPush(type, 21)));
+    EXPECT_EQ(back.header.compression, type);
+    EXPECT_EQ(back.header.elements, 21u);
+    EXPECT_EQ(back.body.size, CompressedBytes(type, 21));  // fp16: 42 bytes, not whole floats
+  }
+  EXPECT_EQ(DecodeExact(EncodeMessage(CompressedPush())).header.threshold, 0.5f);
+  EXPECT_NE(Describe(CompressedPush()).find("compressed=2bitx20"), std::string::npos);
+}
+
+TEST(WireTest, RejectsCompressionThatDoesNotFit) {
+  std::string bytes = EncodeMessage(CompressedPush());
+  Poke<uint8_t>(bytes, 45, 9);
+  ExpectRejected(bytes, "unknown compression 9");
+  bytes = EncodeMessage(CompressedPush());
+  Poke<uint32_t>(bytes, 60, 100);  // 100 values need 28 bytes, the body has 8
+  ExpectRejected(bytes, "carries 8 bytes, not 28");
+  bytes = EncodeMessage(CompressedPush());
+  Poke<uint32_t>(bytes, 60, 0);
+  ExpectRejected(bytes, "compressed push of 0 values");
+  for (float threshold : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity()}) {
+    bytes = EncodeMessage(CompressedPush());
+    Poke<float>(bytes, 56, threshold);
+    ExpectRejected(bytes, "compressed push");
+  }
+  Message pull = CompressedPush();
+  pull.header.command = Command::kPull;
+  pull.body = {};
+  pull.header.elements = 0;
+  bytes = EncodeMessage(pull);
+  Poke<uint32_t>(bytes, 60, 20);
+  ExpectRejected(bytes, "only float32 pushes are compressed");
+  Message reply = CompressedPush();
+  reply.header.flags = kFlagResponse;
+  ExpectRejected(EncodeMessage(reply), "only float32 pushes are compressed");
+  Message doubles = CompressedPush();
+  doubles.header.dtype = DType::kFloat64;
+  ExpectRejected(EncodeMessage(doubles), "only float32 pushes are compressed");
 }
 
 TEST(WireTest, EveryTruncationIsRejected) {

@@ -61,6 +61,8 @@ class Trainer:
     optimizer: a name ('sgd', 'nag', 'adam', 'adagrad', 'rmsprop') or a dtrain.optimizer
         Optimizer; optimizer_params: its parameters with MXNet's names.
     kvstore: a store type (default 'dist_sync') or a dtrain.kv.KVStore.
+    compression_params: gradient compression of the pushes, e.g. {'type': '2bit',
+        'threshold': 0.5} (see dtrain.kv.KVStore.set_gradient_compression).
     update_on_kvstore: run the optimizer on the store's side (default for every store type;
         required by dist_async) or here (False).
     fuse_below_kb: parameters smaller than this travel together as one key (0: never).
@@ -70,9 +72,6 @@ class Trainer:
                  compression_params=None, update_on_kvstore=None, fuse_below_kb=64,
                  overlap=True):
         replicas, modules = _replicas_of(params)
-        if compression_params:
-            raise NotImplementedError("compression_params: gradient compression on the "
-                                      "parameter-server path is dtrain issue 11")
         if isinstance(optimizer, _opt.Optimizer):
             if optimizer_params:
                 raise ValueError("optimizer_params must be empty when optimizer is an Optimizer")
@@ -83,6 +82,8 @@ class Trainer:
         if not isinstance(self._kv, _kv.KVStore):
             raise TypeError("kvstore must be a type name or a dtrain.kv.KVStore")
         self._owns_kv = isinstance(kvstore, str)
+        if compression_params:
+            self._kv.set_gradient_compression(compression_params)
         if update_on_kvstore is None:
             update_on_kvstore = True
         if len({len(r) for r in replicas}) != 1:

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
-#include "collectives/elementwise.h"
+#include "common/elementwise.h"
 #include "common/error.h"
 
 namespace {
@@ -65,7 +65,7 @@ double At(const Array& a, int64_t i) {
     case DType::kFloat64:
       return static_cast<const double*>(a.data())[i];
     default:
-      return coll::HalfToFloat(static_cast<const uint16_t*>(a.data())[i]);
+      return dtrain::HalfToFloat(static_cast<const uint16_t*>(a.data())[i]);
   }
 }
 
@@ -78,7 +78,7 @@ void Set(const Array& a, int64_t i, double v) {
       static_cast<double*>(a.data())[i] = v;
       break;
     default:
-      static_cast<uint16_t*>(a.data())[i] = coll::FloatToHalf(static_cast<float>(v));
+      static_cast<uint16_t*>(a.data())[i] = dtrain::FloatToHalf(static_cast<float>(v));
   }
 }
 

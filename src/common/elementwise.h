@@ -1,6 +1,7 @@
-// Element-wise arithmetic the collectives need on raw buffers: sums for every dtype the backends
-// reduce (MPI and Gloo know float32/float64 but not float16/bfloat16), the scaling that turns a sum
-// into an average, and the float32 <-> float16 conversions of DTRAIN_FP16_ALLREDUCE.
+// Element-wise arithmetic on raw buffers of every dtype dtrain moves: sums (MPI and Gloo know
+// float32/float64 but not float16/bfloat16; servers sum pushes of every dtype), the scaling that
+// turns a sum into an average, and the float32 <-> float16 conversions (DTRAIN_FP16_ALLREDUCE,
+// fp16 gradient compression).
 //
 // Plain functions on (pointer, count); the caller owns the memory. Thread-safe. float16 uses the
 // CPU's F16C instructions where it has them and a bit-exact software path otherwise.
@@ -11,7 +12,7 @@
 
 #include "common/dtype.h"
 
-namespace dtrain::collectives {
+namespace dtrain {
 
 // out[i] = a[i] + b[i]; `out` may alias `a` or `b`. Rounds once per element, to nearest even.
 void Sum(void* out, const void* a, const void* b, size_t n, DType dtype);
@@ -27,4 +28,4 @@ void HalfToFloat(const uint16_t* in, float* out, size_t n);
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);
 
-}  // namespace dtrain::collectives
+}  // namespace dtrain

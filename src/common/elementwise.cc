@@ -1,4 +1,4 @@
-#include "collectives/elementwise.h"
+#include "common/elementwise.h"
 
 #include <bit>
 #include <cstring>
@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 
-namespace dtrain::collectives {
+namespace dtrain {
 namespace {
 
 // Software conversions, exact for every input (subnormals, infinities, NaN kept quiet).
@@ -174,4 +174,4 @@ void Scale(void* data, size_t n, DType dtype, double factor) {
   throw InvalidArgument("cannot scale values of dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
-}  // namespace dtrain::collectives
+}  // namespace dtrain

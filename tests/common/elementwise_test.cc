@@ -1,4 +1,4 @@
-#include "collectives/elementwise.h"
+#include "common/elementwise.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-namespace dtrain::collectives {
+namespace dtrain {
 namespace {
 
 TEST(Elementwise, EveryHalfSurvivesARoundTripThroughFloat) {
@@ -91,4 +91,4 @@ TEST(Elementwise, ScaleTurnsASumIntoAnAverage) {
 }
 
 }  // namespace
-}  // namespace dtrain::collectives
+}  // namespace dtrain
