@@ -3,7 +3,9 @@
 
 #include "bindings.h"
 #include "common/config.h"
+#include "common/error.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "ps/roles.h"
 
 namespace py = pybind11;
@@ -21,6 +23,24 @@ void RegisterRoles(py::module_& m) {
       },
       "With DMLC_ROLE=server or scheduler: runs that role until the job ends and returns the "
       "exit code. Otherwise returns None at once.");
+  m.def("timeline_enabled", &timeline::Enabled);
+  m.def(
+      "timeline_span",
+      [](const std::string& name, double begin_s, double end_s, int64_t step) {
+        using std::chrono::duration_cast;
+        const auto at = [](double s) {
+          return timeline::TimePoint(
+              duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(s)));
+        };
+        // The recorder keeps the name's pointer: only the Trainer's own names, as literals.
+        const char* literal = name == "forward"    ? "forward"
+                              : name == "backward" ? "backward"
+                                                   : nullptr;
+        if (literal == nullptr) throw InvalidArgument("timeline_span: unknown span '" + name + "'");
+        timeline::Complete(literal, "train", at(begin_s), at(end_s),
+                           timeline::Args().Int("step", step));
+      },
+      "A training span of the Python Trainer (times from time.time()).");
 }
 
 }  // namespace dtrain::python

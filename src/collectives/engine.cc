@@ -15,6 +15,7 @@
 #include "common/elementwise.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 
 namespace dtrain::collectives {
 namespace {
@@ -263,7 +264,11 @@ void Engine::Impl::Run() {
         std::string name = r.name;
         pending.emplace(std::move(name), std::move(r));
       }
-      const std::vector<RoundMessage> round = Exchange(mine);
+      std::vector<RoundMessage> round;
+      {
+        timeline::Span span("negotiate", "collectives");
+        round = Exchange(mine);
+      }
       rounds.fetch_add(1, std::memory_order_relaxed);
       const bool quiet =
           std::all_of(round.begin(), round.end(), [](const RoundMessage& m) { return m.empty(); });
@@ -426,11 +431,17 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
       case OpKind::kAllgather:
         RunAllgather(*r, *c);
         break;
-      case OpKind::kBroadcast:
+      case OpKind::kBroadcast: {
+        timeline::Span span(
+            "broadcast", "collectives",
+            timeline::Enabled()
+                ? timeline::Args().Str("name", r->name).Int("bytes", r->out.nbytes())
+                : timeline::Args());
         backend->Broadcast(r->out.data(), r->out.nbytes(), r->desc.root);
         data_calls.fetch_add(1, std::memory_order_relaxed);
         Finish(*r);
         break;
+      }
       default:  // a barrier: that every rank submitted it is all it needs
         Finish(*r);
     }
@@ -465,6 +476,10 @@ void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionG
   if (batch.size() == 1 && !group.compress) {
     // Alone: reduce in the caller's memory, no copy (in place when in and out are one array).
     Request& r = *batch[0];
+    timeline::Span span("allreduce", "collectives",
+                        timeline::Enabled()
+                            ? timeline::Args().Str("name", r.name).Int("bytes", r.in.nbytes())
+                            : timeline::Args());
     backend->Allreduce(r.in.data(), r.out.data(), static_cast<size_t>(r.in.size()), r.desc.dtype,
                        r.desc.op);
     Finish(r);
@@ -475,6 +490,10 @@ void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionG
   for (const Request* r : batch) total += static_cast<size_t>(r->in.size());
   if (fusion.size() < total * wire_size) fusion.resize(total * wire_size);
   size_t offset = 0;
+  std::optional<timeline::Span> copy_in;
+  copy_in.emplace("fusion_copy", "collectives",
+                  timeline::Enabled() ? timeline::Args().Int("tensors", batch.size()).Int("into", 1)
+                                      : timeline::Args());
   for (const Request* r : batch) {
     const size_t n = static_cast<size_t>(r->in.size());
     char* slot = fusion.data() + offset * wire_size;
@@ -485,9 +504,21 @@ void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionG
     }
     offset += n;
   }
-  // Compressed sums are averaged after widening back to float32: float16 has no room to spare.
-  backend->Allreduce(fusion.data(), fusion.data(), total, group.wire,
-                     group.compress ? ReduceOp::kSum : group.op);
+  copy_in.reset();
+  {
+    // Compressed sums are averaged after widening back to float32: float16 has no room to spare.
+    timeline::Span span(
+        "allreduce", "collectives",
+        timeline::Enabled()
+            ? timeline::Args().Int("tensors", batch.size()).Int("bytes", total * wire_size)
+            : timeline::Args());
+    backend->Allreduce(fusion.data(), fusion.data(), total, group.wire,
+                       group.compress ? ReduceOp::kSum : group.op);
+  }
+  timeline::Span copy_out("fusion_copy", "collectives",
+                          timeline::Enabled()
+                              ? timeline::Args().Int("tensors", batch.size()).Int("into", 0)
+                              : timeline::Args());
   offset = 0;
   for (Request* r : batch) {
     const size_t n = static_cast<size_t>(r->in.size());
@@ -519,7 +550,13 @@ void Engine::Impl::RunAllgather(Request& r, const ReadyCollective& c) {
   const size_t total = static_cast<size_t>(NumElements(shape)) * DTypeSize(r.desc.dtype);
   std::shared_ptr<char[]> memory(new char[std::max<size_t>(total, 1)]);
   Array result = Array::Wrap(memory.get(), shape, r.desc.dtype, memory);
-  backend->Allgatherv(r.in.data(), result.data(), bytes);
+  {
+    timeline::Span span("allgather", "collectives",
+                        timeline::Enabled()
+                            ? timeline::Args().Str("name", r.name).Int("bytes", total)
+                            : timeline::Args());
+    backend->Allgatherv(r.in.data(), result.data(), bytes);
+  }
   data_calls.fetch_add(1, std::memory_order_relaxed);
   Finish(r, nullptr, std::move(result));
 }

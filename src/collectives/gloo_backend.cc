@@ -48,6 +48,7 @@
 #include "collectives/rendezvous_store.h"
 #include "common/elementwise.h"
 #include "common/error.h"
+#include "common/job_report.h"
 #include "common/logging.h"
 #include "common/net_address.h"
 
@@ -401,6 +402,13 @@ class GlooBackend final : public Communicator {
             const char* separator = i == 0 ? "" : i == 1 ? ", then " : ", ";
             text += separator + peers_[lost[i]];
           }
+          // The launcher names the rank the job failed for from this record.
+          static std::once_flag reported;
+          std::call_once(reported, [&] {
+            report::Send({{"kind", "failure"},
+                          {"node", {{"role", "worker"}, {"rank", lost[0]}}},
+                          {"cause", "left the job (its connections closed)"}});
+          });
           return text + " left the job";
         }
         if (deadline.passed()) return {};

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/gradient_compression.h"
+#include "common/timeline.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
 
@@ -85,6 +86,13 @@ Operation CollectiveKVStore::StartPush(Key key, Slot& slot, const std::vector<Ar
   }
   auto op = std::make_shared<OperationState>(
       std::string(call) + " of key " + KeyLabel(key) + " (allreduce)", 1, timeout_);
+  if (timeline::Enabled()) {
+    op->SetOnDone([name = outs.empty() ? "push" : "pushpull", key, bytes = slot.value.nbytes(),
+                   begin = timeline::Now()] {
+      timeline::Complete(name, "kvstore", begin, timeline::Now(),
+                         timeline::Args().Str("key", KeyLabel(key)).Int("bytes", bytes));
+    });
+  }
   std::shared_ptr<OperationState> previous;
   {
     std::lock_guard<std::mutex> lock(slot.mutex);

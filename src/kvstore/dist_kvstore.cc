@@ -7,6 +7,7 @@
 #include "common/buffer_pool.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "kvstore/key_names.h"
 
 namespace dtrain {
@@ -347,6 +348,13 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
   auto state = Track(std::string(op) + " of key " + KeyLabel(key) + info.servers,
                      static_cast<int>(info.slots.size()));
+  if (timeline::Enabled()) {
+    const size_t bytes = command == Command::kPull ? 0 : source.size;
+    state->SetOnDone([op, key, bytes, begin = timeline::Now()] {
+      timeline::Complete(op, "kvstore", begin, timeline::Now(),
+                         timeline::Args().Str("key", KeyLabel(key)).Int("bytes", bytes));
+    });
+  }
   for (const auto& slot : info.slots) {
     Message msg;
     msg.header.command = command;

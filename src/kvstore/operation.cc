@@ -5,9 +5,15 @@
 namespace dtrain {
 
 void OperationState::PartDone(std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (error && !error_) error_ = error;
-  if (--remaining_ <= 0) cv_.notify_all();
+  std::function<void()> done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error && !error_) error_ = error;
+    if (--remaining_ > 0) return;
+    cv_.notify_all();
+    done = std::move(on_done_);
+  }
+  if (done) done();
 }
 
 void OperationState::AddParts(int n) {

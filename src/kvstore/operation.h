@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +27,9 @@ class OperationState {
   void PartDone(std::exception_ptr error = nullptr);
   // Adds parts still to come (before the last part is done).
   void AddParts(int n);
+  // Runs `fn` once, on the thread of the last part, when the operation is done (set it before
+  // any part can finish). For the timeline's spans.
+  void SetOnDone(std::function<void()> fn) { on_done_ = std::move(fn); }
 
   bool done() const;
   // Waits for the operation; rethrows its error; throws TimeoutError at the deadline.
@@ -40,6 +44,7 @@ class OperationState {
   int remaining_;
   std::exception_ptr error_;
   const Duration timeout_;
+  std::function<void()> on_done_;
 };
 
 class Operation {

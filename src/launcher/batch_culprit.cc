@@ -1,22 +1,9 @@
 #include "launcher/batch_culprit.h"
 
-#include <regex>
-
 namespace dtrain::launcher {
 
-std::optional<SchedulerBlame> ParseSchedulerBlame(std::string_view line) {
-  // src/ps/scheduler.cc: "<name> failed: <reason>; stopping the job", name "worker 2 (host:port)".
-  static const std::regex failed(
-      R"(dtrain scheduler: (worker|server) (\d{1,9}) \([^)]*\) failed: (.*); stopping the job)");
-  const std::string text(line);
-  std::smatch m;
-  if (!std::regex_search(text, m, failed)) return std::nullopt;
-  return SchedulerBlame{m[1] == "worker" ? Role::kWorker : Role::kServer, std::stoi(m[2]), m[3]};
-}
-
-void CulpritFinder::SchedulerLine(std::string_view line) {
-  if (blame_) return;  // the first one is the cause
-  blame_ = ParseSchedulerBlame(line);
+void CulpritFinder::Blame(const FailureRecord& failure) {
+  if (!blame_) blame_ = failure;  // the first one is the cause
 }
 
 void CulpritFinder::FrontEndFailing(int front_end) {
@@ -55,7 +42,7 @@ const CulpritFinder::Report* CulpritFinder::FirstReportOf(int front_end) const {
 
 std::optional<CulpritFinder::Verdict> CulpritFinder::Certain() const {
   if (blame_) {
-    if (const Report* r = ReportOn(blame_->role, blame_->rank)) {
+    if (const Report* r = ReportOn(blame_->node.role, blame_->node.rank)) {
       return Verdict{r->message, r->failure.exit_code};
     }
     return std::nullopt;  // its exit code may still come
@@ -70,9 +57,6 @@ std::optional<CulpritFinder::Verdict> CulpritFinder::Certain() const {
 std::optional<CulpritFinder::Verdict> CulpritFinder::Best() const {
   if (std::optional<Verdict> v = Certain()) return v;
   if (blame_) {
-    ProcessSpec node;
-    node.role = blame_->role;
-    node.rank = blame_->rank;
     // Its own exit code is unknown: the job's first reported one stands in.
     int code = 1;
     if (!reports_.empty()) {
@@ -80,8 +64,7 @@ std::optional<CulpritFinder::Verdict> CulpritFinder::Best() const {
     } else if (process_failure_) {
       code = process_failure_->exit_code;
     }
-    return Verdict{node.Name() + " failed: " + blame_->reason + " (reported by the scheduler)",
-                   code};
+    return Verdict{blame_->Text(), code};
   }
   if (first_failing_) {
     if (const Report* r = FirstReportOf(*first_failing_)) {

@@ -6,10 +6,9 @@
 // failed task only after it stopped the others, and the reports of two tools arrive in any order
 // (mpirun's own "first process" is not always the first either). So the launcher collects what
 // it sees for a few seconds and decides with this, in order of trust:
-//   1. in a job with a scheduler, the node the scheduler says it stops the job for ("dtrain
-//      scheduler: worker 2 (...) failed: ...; stopping the job"): it saw every connection drop
-//      in order. The tools' report on that task gives the exit code; without one, the
-//      scheduler's words are the message;
+//   1. the node a failure record names (job_status.h): the scheduler's, which saw every
+//      connection drop in order, or an allreduce rank's. The tools' report on that task gives the
+//      exit code; without one, the record's cause is the message;
 //   2. without a scheduler (-s 0), the task reported by the first tool that reported a failure or
 //      said it was aborting;
 //   3. then any task a tool reported, then a process here that failed (a tool exiting non-zero
@@ -24,17 +23,9 @@
 
 #include "common/config.h"
 #include "launcher/batch_job.h"
+#include "launcher/job_status.h"
 
 namespace dtrain::launcher {
-
-// The node a scheduler's output line says it stops the job for (src/ps/scheduler.cc: "dtrain
-// scheduler: worker 2 (host:port) failed: <reason>; stopping the job"); nullopt for other lines.
-struct SchedulerBlame {
-  Role role = Role::kWorker;
-  int rank = 0;
-  std::string reason;
-};
-std::optional<SchedulerBlame> ParseSchedulerBlame(std::string_view line);
 
 class CulpritFinder {
  public:
@@ -45,8 +36,8 @@ class CulpritFinder {
 
   explicit CulpritFinder(bool has_scheduler) : has_scheduler_(has_scheduler) {}
 
-  // A line of the scheduler's output; remembers the node it stops the job for, if it names one.
-  void SchedulerLine(std::string_view line);
+  // A failure record names the node the job fails for; the first one counts.
+  void Blame(const FailureRecord& failure);
   // Front end `front_end` (any id the caller picks) reported a failure or said it was aborting.
   void FrontEndFailing(int front_end);
   // Front end `front_end`, which runs `tool` for `role`, reported a task's failure.
@@ -67,13 +58,11 @@ class CulpritFinder {
     TaskFailure failure;
     std::string message;
   };
-  using Blame = SchedulerBlame;
-
   const Report* ReportOn(Role role, int rank) const;
   const Report* FirstReportOf(int front_end) const;
 
   bool has_scheduler_;
-  std::optional<Blame> blame_;
+  std::optional<FailureRecord> blame_;
   std::optional<int> first_failing_;
   std::vector<Report> reports_;
   std::optional<Verdict> process_failure_;

@@ -80,6 +80,11 @@ struct Child : WatchedProcess {
   };
   std::vector<Tail> tails;
 
+  std::optional<NodeKey> Node() const override {
+    if (front_end != nullptr) return std::nullopt;
+    return NodeKey{Role::kScheduler, 0};
+  }
+
   // "scheduler (pid 42)", "mpirun (workers, pid 43)"
   std::string Who() const override {
     const std::string pid_text = "pid " + std::to_string(pid);
@@ -185,15 +190,7 @@ class FrontEndSupervisor : public JobWatch {
     PipeReader::DataFn on_data;
     if (c->front_end == nullptr) {
       const OutputMerger::StreamId id = c->own_streams[from_stderr];
-      on_data = [this, id, from_stderr](std::string_view data) {
-        merger_.Write(id, data);
-        // The scheduler names the node it stops the job for.
-        scheduler_lines_[from_stderr].Append(data, [this](std::string_view line) {
-          if (phase() >= Phase::kStopping) return;
-          finder_.SchedulerLine(line);
-          Decide();
-        });
-      };
+      on_data = [this, id](std::string_view data) { merger_.Write(id, data); };
     } else {
       on_data = [this, c, from_stderr](std::string_view data) {
         c->front_end->parser->Feed(data, from_stderr, SinkFor(c));
@@ -240,6 +237,12 @@ class FrontEndSupervisor : public JobWatch {
   }
 
   // --- naming the failure (batch_culprit.h) ---
+
+  // The node a failure record names (the scheduler's, or an allreduce rank's).
+  void OnFailureRecord(const FailureRecord& f) override {
+    finder_.Blame(f);
+    Decide();
+  }
 
   void OnTaskFailure(Child* c, const TaskFailure& f) {
     finder_.TaskFailed(c->index, c->front_end->tool, c->front_end->role, f);
@@ -365,7 +368,6 @@ class FrontEndSupervisor : public JobWatch {
   FrontEndJob job_;
   asio::steady_timer tail_timer_;
   asio::steady_timer blame_timer_;
-  LineSplitter scheduler_lines_[2];
   std::vector<std::unique_ptr<Child>> children_;
   CulpritFinder finder_;
   bool blame_timer_armed_ = false;

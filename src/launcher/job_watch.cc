@@ -24,7 +24,8 @@ JobWatch::JobWatch(const SupervisorOptions& options)
       service_timer_(io_),
       kill_timer_(io_),
       poll_timer_(io_),
-      drain_timer_(io_) {}
+      drain_timer_(io_),
+      linger_timer_(io_) {}
 
 JobWatch::~JobWatch() = default;
 
@@ -45,6 +46,19 @@ int JobWatch::Run() {
   ::pthread_sigmask(SIG_UNBLOCK, &watched, nullptr);
   WaitForSignal();
 
+  if (options_.reports) {
+    try {
+      reports_ =
+          std::make_unique<JobReports>(io_, std::move(*options_.reports), options_.report_options,
+                                       [this](const std::string& line) { Say(line); });
+    } catch (const std::exception& e) {
+      Say(e.what());
+      return 1;
+    }
+    reports_->set_on_failure([this](const FailureRecord& f) {
+      if (phase_ < Phase::kStopping) OnFailureRecord(f);
+    });
+  }
   if (!CreateProcesses()) return 1;
   StartAll();
   OnAllStarted();
@@ -89,6 +103,9 @@ void JobWatch::StartAll() {
       break;
     }
     p->pid = started.pid;
+    if (auto node = p->Node(); node && reports_) {
+      reports_->status().ProcessStarted(*node, p->spec.host, p->pid, 0);
+    }
     OnStarted(p, std::move(started));
   }
   // Processes never started count as gone, so that the teardown does not wait for them.
@@ -134,6 +151,9 @@ void JobWatch::OnReaped(const ExitStatus& st) {
   if (p == nullptr) return;  // a grandchild we inherited as subreaper
   p->reaped = true;
   p->status = st;
+  if (auto node = p->Node(); node && reports_) {
+    reports_->status().ProcessExited(*node, st.succeeded(), st.Describe(), 0);
+  }
   if (phase_ >= Phase::kStopping) return;
   if (p->open_streams == 0) {
     Report(p);
@@ -283,7 +303,21 @@ void JobWatch::Finish() {
   OnFinish();
   asio::error_code ignored;
   signals_.cancel(ignored);
-  io_.stop();
+  const Duration linger = reports_ ? reports_->Finish() : Duration(0);
+  if (linger.count() <= 0) {
+    io_.stop();
+    return;
+  }
+  // Only the status page is left: serve it a while; a signal ends that at once.
+  linger_timer_.expires_after(linger);
+  linger_timer_.async_wait([this](const asio::error_code&) {
+    reports_->Close();
+    io_.stop();
+  });
+  signals_.async_wait([this](const asio::error_code& ec, int) {
+    if (ec) return;
+    linger_timer_.cancel();
+  });
 }
 
 // --- queries ---

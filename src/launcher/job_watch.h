@@ -25,10 +25,12 @@
 #include <asio/steady_timer.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/job_plan.h"
+#include "launcher/job_reports.h"
 #include "launcher/output_merger.h"
 #include "launcher/pipe_reader.h"
 #include "launcher/process_group.h"
@@ -43,6 +45,8 @@ struct WatchedProcess {
 
   // How the process is named in messages: "worker 1 (pid 42)", "mpirun (workers, pid 43)".
   virtual std::string Who() const = 0;
+  // The node it is, when it is one (not a cluster tool's front end).
+  virtual std::optional<NodeKey> Node() const { return std::nullopt; }
 
   ProcessSpec spec;         // what to start
   std::string name;         // "worker 1", "mpirun (workers)": in "cannot start NAME"
@@ -100,6 +104,8 @@ class JobWatch {
   virtual void BeforeKill() {}
   // The job is over and the event loop about to stop: last output.
   virtual void OnFinish() {}
+  // A process reported the node the job fails for (job_status.h); the first one is the cause.
+  virtual void OnFailureRecord(const FailureRecord& failure) {}
 
   // --- for the subclasses ---
 
@@ -131,6 +137,8 @@ class JobWatch {
   void Say(const std::string& text) { merger_.LauncherLine("dtrain launch: " + text); }
 
   Phase phase() const { return phase_; }
+  // The job's reports; null when the processes do not report.
+  JobReports* reports() { return reports_.get(); }
   void set_exit_code(int code) { exit_code_ = code; }
   const SupervisorOptions& options() const { return options_; }
   const std::vector<WatchedProcess*>& processes() const { return processes_; }
@@ -160,6 +168,8 @@ class JobWatch {
   asio::steady_timer poll_timer_;
   asio::steady_timer drain_timer_;
   LocalProcessGroup group_;  // after merger_: its destructor's SIGKILL is the last word
+  std::unique_ptr<JobReports> reports_;
+  asio::steady_timer linger_timer_;  // the status page after the job (--status-linger-s)
   std::vector<WatchedProcess*> processes_;
   Phase phase_ = Phase::kRunning;
   bool sigkill_sent_ = false;

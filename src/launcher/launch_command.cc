@@ -8,6 +8,7 @@
 #include "launcher/launch_options.h"
 #include "launcher/local_address.h"
 #include "launcher/process_group.h"
+#include "launcher/report_setup.h"
 #include "launcher/supervisor.h"
 
 namespace dtrain::launcher {
@@ -32,8 +33,8 @@ int RunLocalJob(const LaunchOptions& options) {
   if (options.sync_dst_dir) throw UsageError("--sync-dst-dir needs --launcher ssh");
   if (!options.ssh_options.empty()) throw UsageError("--ssh-opts needs --launcher ssh");
   const uint16_t port = PickFreeLoopbackPort();
-  const JobPlan plan = BuildJobPlan(options, PlaceLocally(options.num_servers, options.num_workers),
-                                    SelfExecutablePath(), port);
+  JobPlan plan = BuildJobPlan(options, PlaceLocally(options.num_servers, options.num_workers),
+                              SelfExecutablePath(), port);
   if (plan.num_servers == 0) {
     std::fprintf(stderr,
                  "dtrain launch: starting %s on this machine (allreduce job: no scheduler or "
@@ -51,6 +52,7 @@ int RunLocalJob(const LaunchOptions& options) {
   supervision.kill_grace = options.kill_grace;
   supervision.service_grace = options.service_grace;
   supervision.output_dir = options.output_dir;
+  SetUpReports(options, &plan, &supervision);
   return SuperviseLocalJob(plan, supervision);
 }
 

@@ -125,6 +125,10 @@ struct RawFlags {
   std::optional<std::string> output_dir;
   int64_t kill_grace_ms = 3000;
   int64_t service_grace_ms = 30000;
+  std::optional<int> status_port;
+  std::string status_host = "127.0.0.1";
+  int64_t status_linger_s = 0;
+  bool no_summary = false;
 };
 
 // Builds the CLI11 description of our flags. prefix_command(): parsing stops at the first argument
@@ -181,6 +185,14 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
   app->add_option("--service-grace-ms", f->service_grace_ms,
                   "time the scheduler and servers get to exit by themselves after the workers "
                   "succeeded (default 30000)");
+  app->add_option("--status-port", f->status_port,
+                  "serve a live status page of the job at http://HOST:PORT/ (JSON at "
+                  "/api/status); 0 picks a free port");
+  app->add_option("--status-host", f->status_host,
+                  "the address the status page listens on (default 127.0.0.1: this machine only)");
+  app->add_option("--status-linger-s", f->status_linger_s,
+                  "keep serving the status page this long after the job ended (default 0)");
+  app->add_flag("--no-summary", f->no_summary, "no end-of-job summary");
   return app;
 }
 
@@ -246,6 +258,15 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   CheckRange("--service-grace-ms", f.service_grace_ms, 0, kMaxGraceMs);
   o.kill_grace = Duration(f.kill_grace_ms);
   o.service_grace = Duration(f.service_grace_ms);
+  if (f.status_port) {
+    CheckRange("--status-port", *f.status_port, 0, 65535);
+    o.status_port = static_cast<uint16_t>(*f.status_port);
+  }
+  if (f.status_host.empty()) throw UsageError("--status-host must not be empty");
+  o.status_host = f.status_host;
+  CheckRange("--status-linger-s", f.status_linger_s, 0, kMaxGraceMs / 1000);
+  o.status_linger = Duration(f.status_linger_s * 1000);
+  o.summary = !f.no_summary;
   o.worker_command = ExtractCommand(app->remaining());
   return o;
 }

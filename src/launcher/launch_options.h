@@ -7,6 +7,7 @@
 // any thread.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,6 +55,13 @@ struct LaunchOptions {
   std::optional<std::string> output_dir;  // --output-dir: also write DIR/<role>-<rank>.log
   Duration kill_grace{3000};              // --kill-grace-ms: SIGTERM -> SIGKILL
   Duration service_grace{30000};  // --service-grace-ms: services' time to exit by themselves
+
+  // The job's reports (job_reports.h): --status-port (and --status-host, --status-linger-s) serve
+  // the live status page; --no-summary drops the end-of-job summary.
+  std::optional<uint16_t> status_port;
+  std::string status_host = "127.0.0.1";
+  Duration status_linger{0};
+  bool summary = true;
 
   // The workers' argv, ready for exec. A single argument containing whitespace (the seeds' quoted
   // spelling) has become {"/bin/sh", "-c", that string}.

@@ -23,6 +23,7 @@
 #include "launcher/mpi_launcher_args.h"
 #include "launcher/mpi_output.h"
 #include "launcher/process_group.h"
+#include "launcher/report_setup.h"
 #include "launcher/setup_command.h"
 
 namespace dtrain::launcher {
@@ -61,7 +62,9 @@ int RunMpiJob(const LaunchOptions& options) {
   } else {
     placement = PlaceLocally(options.num_servers, options.num_workers);
   }
-  const JobPlan plan = BuildJobPlan(options, placement, SelfExecutablePath(), PickFreePort());
+  JobPlan plan = BuildJobPlan(options, placement, SelfExecutablePath(), PickFreePort());
+  SupervisorOptions supervision = SupervisionFor(options);
+  SetUpReports(options, &plan, &supervision);
   TaskPlan tasks = ToTaskPlan(plan, options);
 
   FrontEndJob job;
@@ -84,7 +87,7 @@ int RunMpiJob(const LaunchOptions& options) {
     job.front_ends.push_back(std::move(fe));
   }
   std::fprintf(stderr, "%s\n", StartLine(plan, where).c_str());
-  return SuperviseFrontEndJob(std::move(job), SupervisionFor(options));
+  return SuperviseFrontEndJob(std::move(job), supervision);
 }
 
 }  // namespace dtrain::launcher

@@ -22,6 +22,7 @@
 #include "launcher/batch_plan.h"
 #include "launcher/local_address.h"
 #include "launcher/process_group.h"
+#include "launcher/report_setup.h"
 #include "launcher/setup_command.h"
 #include "launcher/sge_launcher_args.h"
 #include "launcher/sge_output.h"
@@ -102,7 +103,9 @@ int RunSgeJob(const LaunchOptions& options) {
     for (const std::string& h : exec_hosts) hosts.push_back({h, 1});
     placement = PlaceOnClusterHosts(hosts, options, SchedulerAddressFor(exec_hosts, options));
   }
-  const JobPlan plan = BuildJobPlan(options, placement, SelfExecutablePath(), PickFreePort());
+  JobPlan plan = BuildJobPlan(options, placement, SelfExecutablePath(), PickFreePort());
+  SupervisorOptions supervision = SupervisionFor(options);
+  SetUpReports(options, &plan, &supervision);
   TaskPlan tasks = ToTaskPlan(plan, options);
 
   SharedScratchDir dir;
@@ -129,7 +132,7 @@ int RunSgeJob(const LaunchOptions& options) {
       stderr, "%s\n",
       StartLine(plan, "as Grid Engine array jobs (qsub -sync y; output in " + dir.path() + ")")
           .c_str());
-  return SuperviseFrontEndJob(std::move(job), SupervisionFor(options));
+  return SuperviseFrontEndJob(std::move(job), supervision);
 }
 
 }  // namespace dtrain::launcher

@@ -16,6 +16,7 @@
 #include "launcher/batch_plan.h"
 #include "launcher/local_address.h"
 #include "launcher/process_group.h"
+#include "launcher/report_setup.h"
 #include "launcher/setup_command.h"
 #include "launcher/slurm_launcher_args.h"
 #include "launcher/slurm_output.h"
@@ -68,7 +69,9 @@ int RunSlurmJob(const LaunchOptions& options) {
   for (const std::string& n : nodes) hosts.push_back({n, 1});
   const Placement placement =
       PlaceOnClusterHosts(hosts, options, SchedulerAddressFor(nodes, options));
-  const JobPlan plan = BuildJobPlan(options, placement, SelfExecutablePath(), PickFreePort());
+  JobPlan plan = BuildJobPlan(options, placement, SelfExecutablePath(), PickFreePort());
+  SupervisorOptions supervision = SupervisionFor(options);
+  SetUpReports(options, &plan, &supervision);
   TaskPlan tasks = ToTaskPlan(plan, options);
 
   FrontEndJob job;
@@ -94,7 +97,7 @@ int RunSlurmJob(const LaunchOptions& options) {
       StartLine(plan, "through srun in Slurm job " + job_id + " (" + std::to_string(nodes.size()) +
                           (nodes.size() == 1 ? " node)" : " nodes)"))
           .c_str());
-  return SuperviseFrontEndJob(std::move(job), SupervisionFor(options));
+  return SuperviseFrontEndJob(std::move(job), supervision);
 }
 
 }  // namespace dtrain::launcher

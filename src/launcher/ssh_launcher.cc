@@ -19,6 +19,7 @@
 #include "launcher/job_plan.h"
 #include "launcher/local_address.h"
 #include "launcher/remote_command.h"
+#include "launcher/report_setup.h"
 #include "launcher/setup_command.h"
 #include "launcher/supervisor.h"
 
@@ -137,6 +138,8 @@ int RunSshJob(const LaunchOptions& options) {
   }
   const std::string remote_dir = options.sync_dst_dir.value_or(cwd);
 
+  SupervisorOptions supervision;
+  SetUpReports(options, &plan, &supervision);  // before WrapInSsh puts the env into ssh commands
   WrapInSsh(options, remote_dir, &plan);
   if (plan.num_servers == 0) {
     std::fprintf(stderr,
@@ -154,7 +157,6 @@ int RunSshJob(const LaunchOptions& options) {
                  Count(plan.num_workers, "worker").c_str(), Count(used.size(), "host").c_str(),
                  remote_dir.c_str());
   }
-  SupervisorOptions supervision;
   // A remote process's exit code reaches us through sshd and the ssh client, after its peers
   // here have already reported its death; give it time to be named as the cause.
   supervision.failure_settle = Duration(1000);

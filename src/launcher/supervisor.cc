@@ -7,7 +7,6 @@
 #include <memory>
 #include <vector>
 
-#include "launcher/batch_culprit.h"
 #include "launcher/job_watch.h"
 #include "launcher/output_merger.h"
 
@@ -19,6 +18,8 @@ struct Child : WatchedProcess {
 
   UniqueFd stdin_write;  // spec.stdin_held_open: closed when the job stops
   UniqueFd log;
+
+  std::optional<NodeKey> Node() const override { return NodeKey{spec.role, spec.rank}; }
 
   std::string Who() const override {
     if (spec.remote_via.empty()) return spec.Name() + " (pid " + std::to_string(pid) + ")";
@@ -62,22 +63,18 @@ class Supervisor : public JobWatch {
   std::unique_ptr<PipeReader> MakeReader(Child* c, UniqueFd fd, const std::string& prefix,
                                          bool to_stderr) {
     const OutputMerger::StreamId id = merger_.AddStream(prefix, to_stderr, c->log.get());
-    const bool scheduler = c->spec.role == Role::kScheduler;
     return ReadPipe(
-        c, std::move(fd),
-        [this, id, scheduler, to_stderr](std::string_view data) {
-          merger_.Write(id, data);
-          if (!scheduler) return;
-          // The scheduler names the node it stops the job for: the best witness of which
-          // process failed first (see StopForFailure).
-          scheduler_lines_[to_stderr].Append(data, [this](std::string_view line) {
-            if (!scheduler_blame_) scheduler_blame_ = ParseSchedulerBlame(line);
-          });
-        },
+        c, std::move(fd), [this, id](std::string_view data) { merger_.Write(id, data); },
         [this, id] { merger_.Close(id); });
   }
 
   // --- events ---
+
+  // The node the job fails for, as the process that saw it reports it (the scheduler, or a rank
+  // of an allreduce job): the best witness of which process failed first (see StopForFailure).
+  void OnFailureRecord(const FailureRecord& f) override {
+    if (!blame_) blame_ = f.node;
+  }
 
   void OnExit(WatchedProcess* p) override {
     Child* c = static_cast<Child*>(p);
@@ -104,9 +101,9 @@ class Supervisor : public JobWatch {
   // The first failure while the job runs. Its peers notice a dead process within milliseconds
   // and exit too, sometimes before the dead one's own exit reaches us (a remote process's exit
   // code travels back through ssh, and under load exits are reaped in any order), so exits are
-  // collected for failure_settle before the job stops. The cause is, in order: the node the
-  // scheduler said it stopped the job for, if it has failed; the first that died by a signal;
-  // the first.
+  // collected for failure_settle before the job stops. The cause is, in order: the node a failure
+  // record names (the scheduler's, or an allreduce rank's), if it has failed; the first that died
+  // by a signal; the first.
   void OnFailure(Child* c) {
     failures_.push_back(c);
     if (failures_.size() > 1) return;
@@ -128,9 +125,9 @@ class Supervisor : public JobWatch {
         break;
       }
     }
-    if (scheduler_blame_) {
+    if (blame_) {
       for (Child* f : failures_) {
-        if (f->spec.role == scheduler_blame_->role && f->spec.rank == scheduler_blame_->rank) {
+        if (f->spec.role == blame_->role && f->spec.rank == blame_->rank) {
           cause = f;
           break;
         }
@@ -180,8 +177,7 @@ class Supervisor : public JobWatch {
 
   const JobPlan& plan_;
   asio::steady_timer settle_timer_;  // first failure -> stop (OnFailure)
-  LineSplitter scheduler_lines_[2];  // the scheduler's stdout, stderr
-  std::optional<SchedulerBlame> scheduler_blame_;
+  std::optional<NodeKey> blame_;     // from the first failure record
   std::vector<std::unique_ptr<Child>> children_;
   std::vector<Child*> failures_;  // while running, in the order they were reported
 };

@@ -26,15 +26,22 @@
 // does, not a library call in a larger program.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "common/deadline.h"
 #include "launcher/job_plan.h"
+#include "launcher/job_reports.h"
+#include "launcher/report_server.h"
 
 namespace dtrain::launcher {
 
 struct SupervisorOptions {
+  // Where the processes report (job_reports.h): the listening channel, already in their
+  // environment (TellProcesses), and what to do with the reports. None: no reports.
+  std::shared_ptr<ReportChannel> reports;
+  ReportOptions report_options;
   Duration kill_grace{3000};              // SIGTERM -> SIGKILL
   Duration service_grace{30000};          // workers all done -> stop the services
   Duration failure_settle{500};           // first failure -> stop; 0: at once

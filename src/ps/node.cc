@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/job_report.h"
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "ps/control.h"
@@ -88,6 +89,8 @@ void Node::Start() {
             "the scheduler did not send the node table (the other nodes did not all register; "
             "DTRAIN_START_TIMEOUT_MS)");
   SetLogIdentity(std::string(RoleName(role_)) + " " + std::to_string(self_.rank));
+  report::SetIdentity(RoleName(role_), self_.rank, self_.host);
+  report::Send({{"kind", "state"}, {"state", "running"}, {"address", self_.Address()}});
   DTRAIN_LOG(kConnections) << "joined as " << self_.Name() << " in a job of " << layout_.num_servers
                            << " server(s) and " << layout_.num_workers << " worker(s)";
 
@@ -226,11 +229,13 @@ void Node::Fail(const std::string& why) {
   }
   cv_.notify_all();
   DTRAIN_LOG(kError) << why;
+  report::Send({{"kind", "error"}, {"message", why}});
   for (auto& l : listeners) l(why);
   if (options_.exit_on_failure) {
     const Duration grace = config_.failure_exit_grace;
     std::thread([grace, why] {
       std::this_thread::sleep_for(grace);
+      report::Flush(std::chrono::milliseconds(500));
       LogLine(LogLevel::kError, "exiting: the job failed (" + why + ")");
       std::_Exit(1);
     }).detach();

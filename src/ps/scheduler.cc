@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/job_report.h"
 #include "common/logging.h"
 #include "ps/control.h"
 #include "ps/node_info.h"
@@ -249,6 +250,15 @@ struct Scheduler::State {
   void FailJob(NodeId id, const std::string& reason) {
     const std::string name = Name(id);
     DTRAIN_LOG(kError) << name << " failed: " << reason << "; stopping the job";
+    // The launcher names the failed node from this record, not from the line above.
+    if (id >= 0 && static_cast<size_t>(id) < table.size()) {
+      report::Send({{"kind", "failure"},
+                    {"node",
+                     {{"role", RoleName(layout.RoleOf(id))},
+                      {"rank", layout.RankOf(id)},
+                      {"host", table[id].host}}},
+                    {"cause", reason}});
+    }
     control::Failure f{id, name, reason};
     const std::string encoded = control::EncodeFailure(f);
     for (size_t other = 1; other < table.size(); ++other) {
@@ -360,6 +370,8 @@ uint16_t Scheduler::Listen() {
 int Scheduler::Run() {
   State& s = *state_;
   SetLogIdentity("scheduler");
+  report::SetIdentity("scheduler", 0, s.config.scheduler_host);
+  report::Send({{"kind", "state"}, {"state", "running"}});
   const Deadline start_deadline(s.config.start_timeout);
   // The deadlines are checked on time even while events keep coming (every node's heartbeats):
   // a busy scheduler must still notice a node gone silent, or a start that never completes.

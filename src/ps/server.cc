@@ -9,7 +9,9 @@
 #include "common/buffer_pool.h"
 #include "common/error.h"
 #include "common/gradient_compression.h"
+#include "common/job_report.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 
 namespace dtrain::ps {
 
@@ -70,11 +72,16 @@ struct Server::SlotState {
 };
 
 Server::Server(Node& node, const Config& config)
-    : node_(node), config_(config), reduction_pool_(config.reduction_threads) {}
+    : node_(node), config_(config), reduction_pool_(config.reduction_threads) {
+  report_id_ = report::AddPeriodic([this]() -> nlohmann::json {
+    return {{"kind", "traffic"}, {"bytes_in", bytes_in_.load()}, {"bytes_out", bytes_out_.load()}};
+  });
+}
 
-Server::~Server() = default;
+Server::~Server() { report::RemovePeriodic(report_id_); }
 
 void Server::Reply(const Header& request, Body body) {
+  bytes_out_.fetch_add(static_cast<int64_t>(body.size), std::memory_order_relaxed);
   Message msg;
   msg.header = ReplyTo(request, transport::kFlagResponse);
   msg.body = std::move(body);
@@ -224,6 +231,7 @@ void Server::HandleCommand(const Message& msg) {
 
 void Server::HandleData(Message&& msg) {
   const Header& h = msg.header;
+  bytes_in_.fetch_add(static_cast<int64_t>(msg.body.size), std::memory_order_relaxed);
   if (!node_.layout().IsWorker(h.sender)) {
     return ReplyError(h, "only workers push and pull; " + node_.NameOf(h.sender) + " is not one");
   }
@@ -323,6 +331,13 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
 
 void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
   const Header h = msg.header;
+  timeline::Span span(h.command == Command::kPull ? "pull" : "merge", "server",
+                      timeline::Enabled() ? timeline::Args()
+                                                .Int("key", static_cast<int64_t>(h.key))
+                                                .Int("part", h.part)
+                                                .Int("worker", worker)
+                                                .Int("bytes", msg.body.size)
+                                          : timeline::Args());
   if (h.command == Command::kPull) {
     // A pull waits for the round its worker has pushed into; otherwise the value is current.
     if (slot.pushed[worker]) {
@@ -347,6 +362,12 @@ void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
 }
 
 void Server::CompleteRound(SlotState& slot) {
+  timeline::Span span("apply", "server",
+                      timeline::Enabled() ? timeline::Args()
+                                                .Int("key", static_cast<int64_t>(slot.key))
+                                                .Int("part", slot.part)
+                                                .Int("bytes", slot.bytes())
+                                          : timeline::Args());
   if (std::shared_ptr<Optimizer> optimizer = CurrentOptimizer()) {
     ApplyGradient(slot, slot.merged, optimizer.get());
     slot.merged = Body{};

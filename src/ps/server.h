@@ -80,6 +80,10 @@ class Server {
   std::mutex finished_mutex_;
   std::vector<int> finished_workers_;
   std::atomic<bool> any_worker_finished_{false};  // lets sync pushes skip the mutex
+  // Traffic of the values (bodies), for the launcher's status page (job_report.h).
+  std::atomic<int64_t> bytes_in_{0};
+  std::atomic<int64_t> bytes_out_{0};
+  int report_id_ = 0;
 };
 
 }  // namespace dtrain::ps

@@ -1,12 +1,21 @@
-// The dtrain command: `dtrain launch ...`, `dtrain scheduler`, `dtrain server`.
+// The dtrain command: `dtrain launch ...`, `dtrain scheduler`, `dtrain server`, `dtrain plot ...`.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "launcher/launch_command.h"
+#include "launcher/process_group.h"
 #include "ps/roles.h"
 
 namespace {
@@ -25,6 +34,27 @@ int RunService(dtrain::Role role) {
                                           : dtrain::ps::RunServer(config);
 }
 
+// `dtrain plot ...`: the plots are drawn by the Python package (dtrain/plot.py, matplotlib). In a
+// build tree the package sits beside this program's folder; installed, the interpreter finds it.
+[[noreturn]] void RunPlot(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {DTRAIN_PYTHON, "-m", "dtrain.plot"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::filesystem::path self = dtrain::launcher::SelfExecutablePath();
+  const std::filesystem::path build_tree =
+      self.parent_path().parent_path().parent_path() / "python";
+  if (std::filesystem::exists(build_tree / "dtrain" / "plot.py")) {
+    const char* old = std::getenv("PYTHONPATH");
+    const std::string path = build_tree.string() + (old ? ":" + std::string(old) : "");
+    ::setenv("PYTHONPATH", path.c_str(), 1);
+  }
+  std::vector<char*> raw;
+  for (auto& a : argv) raw.push_back(a.data());
+  raw.push_back(nullptr);
+  ::execv(raw[0], raw.data());
+  std::fprintf(stderr, "dtrain plot: cannot run %s: %s\n", DTRAIN_PYTHON, std::strerror(errno));
+  std::exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -36,6 +66,11 @@ int main(int argc, char** argv) {
       ->callback([&] { exit_code = RunService(dtrain::Role::kScheduler); });
   app.add_subcommand("server", "run one parameter server (configured by DMLC_* variables)")
       ->callback([&] { exit_code = RunService(dtrain::Role::kServer); });
+  CLI::App* plot = app.add_subcommand(
+      "plot", "draw accuracy, loss and samples/s from training logs (dtrain plot --help)");
+  plot->prefix_command();
+  plot->set_help_flag();
+  plot->callback([plot] { RunPlot(plot->remaining()); });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,6 @@
 // dtrain-train: data-parallel training of an image classifier, the program a user starts from.
 //
-//   dtrain launch -n 2 -s 2 --launcher local -- \
+//   dtrain launch -n 2 -s 2 --launcher local --
 //     dtrain-train --dataset fashion-mnist --network lenet --kvstore dist_sync
 //
 // Flags follow MXNet's image-classification examples (--kv-store is accepted for --kvstore). It
@@ -16,7 +16,10 @@
 #include <thread>
 
 #include "collectives/collectives.h"
+#include "common/config.h"
 #include "common/error.h"
+#include "common/job_report.h"
+#include "common/timeline.h"
 #include "kvstore/init.h"
 #include "kvstore/kvstore.h"
 #include "train/data/dataset.h"
@@ -40,7 +43,7 @@ struct Flags {
   double momentum = 0.9;
   double wd = 0.0;
   std::string optimizer = "adam";
-  std::string kvstore = "local";
+  std::string kvstore;  // "": dist_sync in a job (horovod without servers), local outside one
   std::string devices = "1";
   std::vector<double> work_load;
   uint64_t seed = 42;
@@ -117,6 +120,26 @@ double Evaluate(Network& net, const ImageDataset& test) {
 
 int Train(const Flags& f, KVStore* kv_ptr);
 
+// The store to use: the one asked for, or, without --kvstore, dist_sync in a job (horovod when it
+// has no servers) and local outside one. A store of one process in a job of several workers would
+// train that many separate models while the servers wait: refused, saying what to pass.
+std::string StoreType(const std::string& asked, const Config& config) {
+  const bool in_job = config.role == Role::kWorker;
+  if (asked.empty()) {
+    if (!in_job) return "local";
+    return config.num_servers == 0 ? "horovod" : "dist_sync";
+  }
+  const bool one_process = asked == "local" || asked == "device";
+  if (in_job && one_process && config.num_workers > 1) {
+    throw InvalidArgument("--kvstore " + asked + " in a job of " +
+                          std::to_string(config.num_workers) +
+                          " workers would train separate models: pass --kvstore " +
+                          (config.num_servers == 0 ? std::string("horovod") : "dist_sync") +
+                          " (or leave --kvstore out)");
+  }
+  return asked;
+}
+
 // --gc-threshold defaults. The Trainer's gradients are sums over the batch (losses with sum
 // reduction, as Gluon's), larger than MXNet's 0.5 (2bit) and 0 (1bit) were chosen for: with the
 // defaults above, LeNet 2x2 on Fashion-MNIST reaches 0.8802 with 2bit at 3 (0.8879 uncompressed;
@@ -129,7 +152,7 @@ const std::map<std::string, std::string> kDefaultGcThresholds = {{"2bit", "3"}, 
 int Run(const Flags& f) {
   // Read by the collectives when the horovod kvstore starts them.
   if (f.fp16_allreduce) ::setenv("DTRAIN_FP16_ALLREDUCE", "1", 1);
-  auto kv = KVStore::Create(f.kvstore);
+  auto kv = KVStore::Create(StoreType(f.kvstore, Config::FromEnvironment()));
   try {
     if (f.gc_type != "none") {
       std::map<std::string, std::string> gc{{"type", f.gc_type}};
@@ -143,8 +166,10 @@ int Run(const Flags& f) {
     return Train(f, kv.get());
   } catch (const dtrain::Error& e) {
     std::fprintf(stderr, "dtrain-train: error: %s\n", e.what());
+    report::Send({{"kind", "error"}, {"message", e.what()}});
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "dtrain-train: error: %s\n", e.what_without_backtrace());
+    report::Send({{"kind", "error"}, {"message", e.what_without_backtrace()}});
   }
   std::fflush(stderr);
   return 1;
@@ -228,11 +253,13 @@ int Train(const Flags& f, KVStore* kv_ptr) {
       kv->type().c_str(), threads, blas.c_str());
   std::fflush(stdout);
 
+  int64_t global_step = 0;  // the timeline's step numbers, as the trainer counts them
   for (int epoch = 0; epoch < f.epochs; ++epoch) {
     const auto indices = sampler.EpochIndices(epoch);
     const auto index_tensor = torch::tensor(indices, torch::kInt64);
     auto window_start = std::chrono::steady_clock::now();
     int64_t window_correct = 0, window_samples = 0, window_first = 0;
+    double window_loss = 0;
     for (int64_t step = 0; step < steps; ++step) {
       auto idx = index_tensor.narrow(0, step * f.batch_size, f.batch_size);
       auto x = train.images.index_select(0, idx);
@@ -241,23 +268,38 @@ int Train(const Flags& f, KVStore* kv_ptr) {
         auto [offset, size] = parts[d];
         auto xd = x.narrow(0, offset, size);
         auto yd = y.narrow(0, offset, size);
-        auto logits = replicas[d]->forward(xd);
-        auto loss = torch::nn::functional::cross_entropy(
-            logits, yd, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-        loss.backward();
+        const auto step_arg = timeline::Enabled()
+                                  ? timeline::Args().Int("step", global_step).Int("device", d)
+                                  : timeline::Args();
+        torch::Tensor logits, loss;
+        {
+          timeline::Span span("forward", "train", step_arg);
+          logits = replicas[d]->forward(xd);
+          loss = torch::nn::functional::cross_entropy(
+              logits, yd, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+        }
+        {
+          timeline::Span span("backward", "train", step_arg);
+          loss.backward();
+        }
         window_correct += logits.argmax(1).eq(yd).sum().item<int64_t>();
+        window_loss += loss.item<double>();
       }
       trainer.Step(f.batch_size);
+      ++global_step;
       window_samples += f.batch_size;
       if (f.log_interval > 0 && (step + 1) % f.log_interval == 0) {
         const double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-        std::printf("Epoch[%d] Batch [%lld-%lld] Speed: %.2f samples/sec accuracy=%f\n", epoch,
-                    static_cast<long long>(window_first), static_cast<long long>(step + 1),
-                    window_samples / secs, static_cast<double>(window_correct) / window_samples);
+        std::printf(
+            "Epoch[%d] Batch [%lld-%lld] Speed: %.2f samples/sec accuracy=%f cross-entropy=%f\n",
+            epoch, static_cast<long long>(window_first), static_cast<long long>(step + 1),
+            window_samples / secs, static_cast<double>(window_correct) / window_samples,
+            window_loss / window_samples);
         std::fflush(stdout);
         window_start = std::chrono::steady_clock::now();
         window_correct = window_samples = 0;
+        window_loss = 0;
         window_first = step + 1;
       }
     }
@@ -275,21 +317,22 @@ int Train(const Flags& f, KVStore* kv_ptr) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dtrain::Initialize();  // with DMLC_ROLE=server/scheduler this process serves and exits here
   CLI::App app{"dtrain-train: data-parallel training of an image classifier"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   Flags f;
   app.add_option("--dataset", f.dataset)
       ->check(CLI::IsMember({"fashion-mnist", "mnist", "cifar10", "synthetic"}));
   app.add_option("--data-dir", f.data_dir, "default: where the data set's package puts it");
   app.add_option("--network", f.network, "mlp, lenet, resnet18, vgg11");
-  app.add_option("--epochs", f.epochs)->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs,--num-epochs", f.epochs)->check(CLI::NonNegativeNumber);
   app.add_option("--batch-size", f.batch_size, "per worker")->check(CLI::PositiveNumber);
   app.add_option("--lr", f.lr)->check(CLI::PositiveNumber);
   app.add_option("--momentum", f.momentum);
   app.add_option("--wd", f.wd);
   app.add_option("--optimizer", f.optimizer, "sgd, nag, adam, adagrad, rmsprop");
   app.add_option("--kvstore,--kv-store", f.kvstore,
-                 "local, device, dist_sync, dist_async, ..., horovod (allreduce among workers)");
+                 "local, device, dist_sync, dist_async, ..., horovod (allreduce among workers); "
+                 "default: dist_sync in a job (horovod without servers), local outside one");
   app.add_flag("--fp16-allreduce", f.fp16_allreduce,
                "horovod: send gradients as float16 (half the bytes, ~3 digits)");
   app.add_option("--gc-type", f.gc_type,
@@ -300,7 +343,8 @@ int main(int argc, char** argv) {
   app.add_option("--devices,--gpus", f.devices, "local devices (CPU replicas): a count or a list");
   app.add_option("--work-load-list", f.work_load, "relative share of each device")->delimiter(',');
   app.add_option("--seed", f.seed);
-  app.add_option("--log-interval", f.log_interval, "batches between progress lines (0: none)");
+  app.add_option("--log-interval,--disp-batches", f.log_interval,
+                 "batches between progress lines (0: none)");
   app.add_option("--save", f.save, "save the model here after training (rank 0)");
   app.add_option("--resume", f.resume, "start from a model saved with --save");
   app.add_option("--threads", f.threads,
@@ -316,8 +360,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr-factor", f.lr_factor, "step schedule: multiply the rate by this");
   app.add_option("--lr-step-epochs", f.lr_step_epochs, "step schedule: epochs between steps");
   app.add_option("--lr-warmup-steps", f.lr_warmup_steps, "linear warm-up over this many updates");
-  CLI11_PARSE(app, argc, argv);
+  CLI11_PARSE(app, argc, argv);  // before serving: `DMLC_ROLE=server dtrain-train --help` helps
   try {
+    dtrain::Initialize();  // with DMLC_ROLE=server/scheduler this process serves and exits here
     return Run(f);
   } catch (const dtrain::Error& e) {
     std::fprintf(stderr, "dtrain-train: error: %s\n", e.what());

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/job_report.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 
 namespace dtrain::train {
 
@@ -146,6 +148,7 @@ ParameterSync::~ParameterSync() {
   } catch (const std::exception& e) {
     DTRAIN_LOG(kWarning) << "trainer: " << e.what();
   }
+  ReportProgress(/*final=*/true);
 }
 
 void ParameterSync::PlanBuckets() {
@@ -296,12 +299,17 @@ void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
   b.op = op;
 }
 
-void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock) {
+void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool timed) {
   if (b.finished) return;
   Operation op = b.op;
   lock.unlock();
+  const auto waited_from = std::chrono::steady_clock::now();
   op.Wait();
   lock.lock();
+  if (timed) {
+    wait_s_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
+  }
   if (b.finished) return;
   torch::NoGradGuard no_grad;
   if (b.fused) {
@@ -318,6 +326,9 @@ void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock) {
 void ParameterSync::WaitFor(size_t index) { WaitFor(std::span<const size_t>(&index, 1)); }
 
 void ParameterSync::WaitFor(std::span<const size_t> indexes) {
+  timeline::Span span(
+      "wait_weights", "train",
+      timeline::Enabled() ? timeline::Args().Int("step", steps_) : timeline::Args());
   std::unique_lock<std::mutex> lock(mutex_);
   ThrowIfHookFailed();
   for (size_t i : indexes) {
@@ -330,6 +341,9 @@ void ParameterSync::WaitFor(std::span<const size_t> indexes) {
 }
 
 void ParameterSync::Step(int64_t batch_size) {
+  timeline::Span span(
+      "step", "train",
+      timeline::Enabled() ? timeline::Args().Int("step", steps_) : timeline::Args());
   if (!optimizer_ready_) {
     if (batch_size < 1) {
       throw InvalidArgument("step of a batch of " + std::to_string(batch_size) +
@@ -359,12 +373,46 @@ void ParameterSync::Step(int64_t batch_size) {
   if (!options_.overlap) {
     for (auto& b : buckets_) Finish(*b, lock);
   }
+  const auto now = std::chrono::steady_clock::now();
+  if (!paused_) {
+    active_s_ += std::chrono::duration<double>(now - last_step_end_).count();
+    ++timed_steps_;
+    timed_samples_ += batch_size;
+  }
+  paused_ = false;
+  last_step_end_ = now;
+  ++steps_;
+  samples_ += batch_size;
+  lock.unlock();
+  ReportProgress(/*final=*/false);
+}
+
+void ParameterSync::ReportProgress(bool final) {
+  if (!report::Enabled() || steps_ == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double window = std::chrono::duration<double>(now - last_report_).count();
+  if (!final && reported_steps_ > 0 && window < 1.0) return;
+  nlohmann::json record = {
+      {"kind", final ? "summary" : "progress"}, {"steps", steps_},       {"samples", samples_},
+      {"timed_samples", timed_samples_},        {"active_s", active_s_}, {"wait_s", wait_s_}};
+  // The rates of the window since the last report, over the time spent stepping in it.
+  const double active = active_s_ - reported_active_s_;
+  if (reported_steps_ > 0 && active > 0) {
+    record["steps_per_s"] = static_cast<double>(steps_ - reported_steps_) / window;
+    record["samples_per_s"] = static_cast<double>(samples_ - reported_samples_) / window;
+  }
+  report::Send(std::move(record));
+  last_report_ = now;
+  reported_steps_ = steps_;
+  reported_samples_ = samples_;
+  reported_active_s_ = active_s_;
 }
 
 void ParameterSync::WaitAll() {
   std::unique_lock<std::mutex> lock(mutex_);
   ThrowIfHookFailed();
-  for (auto& b : buckets_) Finish(*b, lock);
+  paused_ = true;  // the caller does something else now (evaluates, saves)
+  for (auto& b : buckets_) Finish(*b, lock, /*timed=*/false);
 }
 
 double ParameterSync::learning_rate() const {

@@ -35,6 +35,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -122,11 +123,30 @@ class ParameterSync {
                     std::unique_lock<std::mutex>& lock);
   void ThrowIfHookFailed();  // mutex_ held
   void Issue(Bucket& b, std::unique_lock<std::mutex>& lock);
-  void Finish(Bucket& b, std::unique_lock<std::mutex>& lock);
+  // `timed`: the wait counts as waiting for communication (not in WaitAll).
+  void Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool timed = true);
   void Scatter(const Bucket& b);  // a fused bucket's flat weights into every replica
+
+  // Reports for the launcher (common/job_report.h): at most one a second, and one at the end.
+  void ReportProgress(bool final);
 
   KVStore& kv_;
   TrainerOptions options_;
+  // Progress. Steps are timed end to end; a step that follows a WaitAll (the caller evaluated or
+  // saved in between) is counted but not timed. wait_s_: time blocked in Step and WaitFor for
+  // exchanges, within timed steps. Then the totals at the last report.
+  int64_t steps_ = 0;
+  int64_t samples_ = 0;
+  int64_t timed_steps_ = 0;
+  int64_t timed_samples_ = 0;
+  double active_s_ = 0;
+  double wait_s_ = 0;
+  bool paused_ = true;  // no step yet, or a WaitAll since the last one
+  std::chrono::steady_clock::time_point last_step_end_{};
+  std::chrono::steady_clock::time_point last_report_{};
+  int64_t reported_steps_ = 0;
+  int64_t reported_samples_ = 0;
+  double reported_active_s_ = 0;
   bool sync_ = true;
   bool optimizer_ready_ = false;  // the optimizer is set up (the batch size is known)
   double pending_learning_rate_ = -1;

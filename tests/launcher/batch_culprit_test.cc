@@ -10,20 +10,21 @@ namespace {
 constexpr int kServers = 1;  // front-end ids, as the caller picks them
 constexpr int kWorkers = 2;
 
-const char kSchedulerLine[] =
-    "09:28:22.864 ERROR dtrain scheduler: worker 2 (127.0.0.1:45317) failed: its connection "
-    "closed (the process exited or died); stopping the job";
+// What the scheduler reports when worker 2's connection drops.
+const FailureRecord kSchedulerRecord{{Role::kWorker, 2},
+                                     "127.0.0.1",
+                                     "its connection closed (the process exited or died)",
+                                     "scheduler"};
 
 TEST(CulpritFinder, NothingFailedNothingToName) {
   CulpritFinder f(true);
-  f.SchedulerLine("09:28:22.864 INFO dtrain scheduler: every worker finished; ending the job");
   EXPECT_FALSE(f.AnyFailure());
   EXPECT_FALSE(f.Best().has_value());
 }
 
-TEST(CulpritFinder, TheSchedulersNodeWinsOverAServerReportedFirst) {
+TEST(CulpritFinder, TheRecordsNodeWinsOverAServerReportedFirst) {
   CulpritFinder f(true);
-  f.SchedulerLine(kSchedulerLine);
+  f.Blame(kSchedulerRecord);
   EXPECT_FALSE(f.Certain().has_value()) << "worker 2's exit code may still come";
   f.ProcessFailed("scheduler (pid 1) exited with code 1", 1);
   f.FrontEndFailing(kServers);  // the servers' mpirun said it aborts first
@@ -35,9 +36,9 @@ TEST(CulpritFinder, TheSchedulersNodeWinsOverAServerReportedFirst) {
   EXPECT_EQ(f.Certain()->exit_code, 9);
 }
 
-TEST(CulpritFinder, WithoutTheToolsReportTheSchedulersWordsAreNamed) {
+TEST(CulpritFinder, WithoutTheToolsReportTheRecordsCauseIsNamed) {
   CulpritFinder f(true);
-  f.SchedulerLine(kSchedulerLine);
+  f.Blame(kSchedulerRecord);
   f.TaskFailed(kWorkers, "mpirun", Role::kWorker, {0, 3, "exited with code 3"});
   EXPECT_FALSE(f.Certain().has_value());
   ASSERT_TRUE(f.Best().has_value());
@@ -67,12 +68,10 @@ TEST(CulpritFinder, ATaskBeforeAProcessAndTheFirstProcessFailure) {
   EXPECT_EQ(f.Best()->exit_code, 4);
 }
 
-TEST(CulpritFinder, OnlyTheFirstSchedulerLineCounts) {
+TEST(CulpritFinder, OnlyTheFirstFailureRecordCounts) {
   CulpritFinder f(true);
-  f.SchedulerLine(
-      "E dtrain scheduler: server 1 (10.0.0.2:4000) failed: no heartbeat for 15 s; stopping the "
-      "job");
-  f.SchedulerLine(kSchedulerLine);
+  f.Blame({{Role::kServer, 1}, "10.0.0.2", "no heartbeat for 15 s", "scheduler"});
+  f.Blame(kSchedulerRecord);
   f.TaskFailed(kServers, "srun", Role::kServer, {1, 139, "was killed by signal 11 (SIGSEGV)"});
   ASSERT_TRUE(f.Certain().has_value());
   EXPECT_EQ(f.Certain()->message, "server 1 was killed by signal 11 (SIGSEGV) (reported by srun)");

@@ -64,6 +64,13 @@ inline std::string BuiltProgram(const std::string& relative) {
   const std::string var = BuiltProgram("tests/programs/kv_check_worker"); \
   if (var.empty()) GTEST_SKIP() << "kv_check_worker is not built (ninja kv_check_worker)"
 
+// The launcher's end-of-job summary names `node` as the job's cause from the scheduler's
+// structured failure record (launcher/job_status.h), which no log line can forge.
+inline ::testing::Matcher<const std::string&> CauseReportedByScheduler(const std::string& node) {
+  return ::testing::ContainsRegex("dtrain launch:   the job's cause: " + node +
+                                  " failed: [^\n]* \\(reported by the scheduler\\)\n");
+}
+
 // The launcher's stdout after kv_check_worker --scenario sync ran as two workers.
 inline ::testing::Matcher<const std::string&> TwoWorkersSynced() {
   return ::testing::AllOf(::testing::HasSubstr("[worker 0] sync OK: rank 0 of 2"),

@@ -8,6 +8,7 @@
 
 #include <regex>
 
+#include "batch_test_support.h"
 #include "launch_test_support.h"
 
 namespace dtrain::launcher::testing {
@@ -154,6 +155,16 @@ TEST(LaunchEndToEnd, WorkerKilledBySignalIsNamed) {
       r.err, std::regex(R"(dtrain launch: worker 0 \(pid \d+\) was killed by signal 9 )"
                         R"(\(SIGKILL\); stopping the job)")))
       << r.err;
+  ExpectNothingLeft(launch, {});
+}
+
+TEST(LaunchEndToEnd, DyingWorkerIsNamedByTheSchedulersReport) {
+  REQUIRE_KV_CHECK_WORKER(worker);
+  LaunchProcess launch({"-n", "3", "-s", "2", "--kill-grace-ms", "1000", "--", worker, "--scenario",
+                        "die", "--die-rank", "2", "--die-after", "4"});
+  LaunchResult r = launch.Wait(std::chrono::seconds(120));
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, CauseReportedByScheduler("worker 2")) << r.err;
   ExpectNothingLeft(launch, {});
 }
 

@@ -95,6 +95,7 @@ TEST(MpiLaunch, DyingWorkerOfAParameterServerJobIsNamed) {
       r.err, std::regex(R"(\ndtrain launch: worker 2 (exited with code 9 \(reported by mpirun\))"
                         R"(|failed: .* \(reported by the scheduler\)); stopping the job\n)")))
       << r.err;
+  EXPECT_THAT(r.err, CauseReportedByScheduler("worker 2"));
   ExpectNothingLeft(launch);
 }
 

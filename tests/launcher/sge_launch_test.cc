@@ -296,6 +296,19 @@ TEST(SgeLaunch, FailingTaskIsNamedAndTheJobDeleted) {
       << cell.Qstat();
 }
 
+TEST(SgeLaunch, DyingWorkerOfAParameterServerJobIsNamedByTheScheduler) {
+  REQUIRE_KV_CHECK_WORKER(worker);
+  START_SGE(cell);
+  TempDir cwd;
+  auto launch = cell.Launch(cwd, {"-n", "3", "-s", "2", "--", worker, "--scenario", "die",
+                                  "--die-rank", "2", "--die-after", "4"});
+  LaunchResult r = launch->Wait(std::chrono::seconds(120));
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, CauseReportedByScheduler("worker 2")) << r.err;
+  EXPECT_TRUE(PollUntil([&] { return cell.Qstat().empty(); }, std::chrono::seconds(30)))
+      << cell.Qstat();
+}
+
 TEST(SgeLaunch, MissingQsubIsAClearUsageError) { ExpectMissingProgramIsAUsageError("sge", "qsub"); }
 
 }  // namespace

@@ -160,6 +160,17 @@ TEST(SlurmLaunch, AllreduceTasksGetTheirRanksAndAFailureIsNamed) {
                                "stopping the job\n"));
 }
 
+TEST(SlurmLaunch, DyingWorkerOfAParameterServerJobIsNamedByTheScheduler) {
+  REQUIRE_KV_CHECK_WORKER(worker);
+  START_SLURM(cluster);
+  auto launch =
+      cluster.Salloc("-N1 -n5 --overcommit", {"-n", "3", "-s", "2", "--", worker, "--scenario",
+                                              "die", "--die-rank", "2", "--die-after", "4"});
+  LaunchResult r = launch->Wait(std::chrono::seconds(120));
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, CauseReportedByScheduler("worker 2")) << r.err;
+}
+
 TEST(SlurmLaunch, OutsideAnAllocationSaysHowToGetOne) {
   LaunchProcess launch({"--launcher", "slurm", "-n", "2", "--", "true"}, {},
                        "unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_NODELIST");

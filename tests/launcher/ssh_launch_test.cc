@@ -12,6 +12,7 @@
 #include <memory>
 #include <regex>
 
+#include "batch_test_support.h"
 #include "launch_test_support.h"
 #include "ssh_test_cluster.h"
 
@@ -205,6 +206,7 @@ TEST_F(SshLaunch, KilledRemoteWorkerStopsEveryProcessOnEveryHost) {
                         R"( \(ssh pid \d+\) exited with code 137: the remote process was killed )"
                         R"(by signal 9 \(SIGKILL\); stopping the job)")))
       << r.err;
+  EXPECT_THAT(r.err, CauseReportedByScheduler("worker 1"));
   const long all_gone_ms = WaitUntilNothingLeft(launch, killed);
   std::printf(
       "[ teardown ] remote worker killed -> launcher exited in %ld ms, every process of "

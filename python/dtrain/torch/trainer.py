@@ -21,6 +21,7 @@ new weight before it returns.
 """
 
 import pickle
+import time
 import warnings
 
 import torch
@@ -89,8 +90,11 @@ class Trainer:
         if len({len(r) for r in replicas}) != 1:
             raise InvalidArgument("the replicas have different numbers of parameters")
         self._params = [p for _, p in replicas[0]]
+        self._all_indexes = list(range(len(self._params)))
         self._modules = modules
         self._batch_size = None
+        self._steps = 0
+        self._gates = []
         self._warned_batch = False
         name, spec_params, schedule = self._optimizer._spec()
         self._sync = _dtrain.ParameterSync(
@@ -98,6 +102,9 @@ class Trainer:
             0, bool(update_on_kvstore), bool(overlap), int(fuse_below_kb * 1024))
         if modules is not None:
             self._install_gates(modules)
+            if _dtrain.timeline_enabled():
+                self._install_timeline(modules[0])
+        self._forward_end = None
         _lifetime.register(self, _lifetime.TRAINER)
         if modules is not None:
             for m in modules[1:]:
@@ -107,6 +114,10 @@ class Trainer:
     def step(self, batch_size, ignore_stale_grad=False):
         """Ends a step of `batch_size` samples (this worker's, over all its devices): sends the
         gradients backward has not sent yet; the new weights arrive in the background."""
+        if self._forward_end is not None:  # the timeline's backward: from forward's end to here
+            _dtrain.timeline_span("backward", self._forward_end, time.time(), self._steps)
+            self._forward_end = None
+        self._steps += 1
         batch_size = int(batch_size)
         if self._batch_size is None:
             self._batch_size = batch_size
@@ -122,7 +133,7 @@ class Trainer:
             batch_size = self._batch_size
         self._sync.step(batch_size)
         if self._modules is None:
-            self._sync.wait_all()
+            self._sync.wait_for(self._all_indexes)
 
     def wait(self):
         """Blocks until every parameter holds its latest weights (before evaluating or saving)."""
@@ -174,9 +185,20 @@ class Trainer:
     def update(self, batch_size, ignore_stale_grad=False):
         raise NotImplementedError("gradients are exchanged as backward produces them; call step()")
 
+    # --- the timeline (DTRAIN_TIMELINE): forward spans from the top module's hooks ---
+    def _install_timeline(self, module):
+        def begin(mod, inputs):
+            self._forward_begin = time.time()
+
+        def end(mod, inputs, output):
+            self._forward_end = time.time()
+            _dtrain.timeline_span("forward", self._forward_begin, self._forward_end, self._steps)
+
+        self._gates.append(module.register_forward_pre_hook(begin))
+        self._gates.append(module.register_forward_hook(end))
+
     # --- forward gates ---
     def _install_gates(self, modules):
-        self._gates = []
         for replica in modules:
             index = {id(p): i for i, p in enumerate(
                 p for p in replica.parameters() if p.requires_grad)}
