@@ -64,11 +64,7 @@ class Reporter {
     if (!enabled() || !record.is_object()) return;
     const bool essential = Essential(record.value("kind", ""));
     std::unique_lock<std::mutex> lock(mutex_);
-    for (const auto& [k, v] : identity_.items()) record[k] = v;
-    record["t_us"] = LauncherMicros(std::chrono::system_clock::now());
-    std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    line += '\n';
-    EnqueueLocked(std::move(line), essential);
+    EnqueueLocked(LineLocked(std::move(record)), essential);
   }
 
   void SendLine(std::string line) {
@@ -267,10 +263,13 @@ class Reporter {
   }
 
   std::string MakeLine(nlohmann::json record) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (const auto& [k, v] : identity_.items()) record[k] = v;
-    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return LineLocked(std::move(record));
+  }
+
+  // `record` with this process's identity and the launcher's time, as one line of text.
+  std::string LineLocked(nlohmann::json record) const {
+    for (const auto& [k, v] : identity_.items()) record[k] = v;
     record["t_us"] = LauncherMicros(std::chrono::system_clock::now());
     return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }

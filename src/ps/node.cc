@@ -1,5 +1,6 @@
 #include "ps/node.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/error.h"
@@ -14,6 +15,10 @@ using transport::Command;
 using transport::Message;
 
 namespace {
+
+// How long a lost worker or server link waits for the job's end before it fails the node (see
+// OnPeerLost): far longer than a kTerminate takes to arrive, short enough to fail within seconds.
+constexpr Duration kPeerLossGrace{2000};
 
 bool IsControl(Command c) {
   return static_cast<uint16_t>(c) < static_cast<uint16_t>(Command::kInit);
@@ -210,12 +215,26 @@ void Node::OnControl(Message&& msg) {
 }
 
 void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string& reason) {
+  std::string name;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (terminated_ || shut_down_) return;
+    name = NameOf(peer);
+    if (peer == transport::kNoNode) name += " at " + remote;
+    // At the end of a job a peer that got the scheduler's kTerminate exits and closes its link to
+    // us, and our io threads may see that close before our own kTerminate (another connection).
+    // So a lost worker or server counts only if the job has not ended by then; the heartbeat
+    // thread decides. A death the scheduler sees reaches us at once as kNodeFailed anyway.
+    const bool member = peer != transport::kSchedulerId && peer != transport::kNoNode;
+    if (started_ && member) {
+      if (!pending_loss_) {
+        pending_loss_ = name + " was lost: " + reason;
+        pending_loss_deadline_ = Clock::now() + kPeerLossGrace;
+      }
+      cv_.notify_all();
+      return;
+    }
   }
-  std::string name = NameOf(peer);
-  if (peer == transport::kNoNode) name += " at " + remote;
   Fail(name + " was lost: " + reason);
 }
 
@@ -287,13 +306,27 @@ int Node::WaitForTermination() {
 
 void Node::HeartbeatLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!shut_down_ && !terminated_ && !failure_) {
+  auto next_heartbeat = Clock::now() + config_.heartbeat_interval;
+  const auto ended = [this] { return shut_down_ || terminated_ || failure_.has_value(); };
+  while (!ended()) {
     // cv_ is notified by every control message, the scheduler's answer to our heartbeat included:
-    // only the end of the node may cut the interval short, or heartbeats would ping-pong.
-    cv_.wait_for(lock, config_.heartbeat_interval,
-                 [this] { return shut_down_ || terminated_ || failure_.has_value(); });
-    if (shut_down_ || terminated_ || failure_) break;
-    const auto silent = Clock::now() - last_heard_from_scheduler_;
+    // only the end of the node or a lost peer may cut the interval short, or heartbeats would
+    // ping-pong.
+    auto wake = next_heartbeat;
+    if (pending_loss_) wake = std::min(wake, pending_loss_deadline_);
+    cv_.wait_until(lock, wake,
+                   [&] { return ended() || (pending_loss_ && pending_loss_deadline_ < wake); });
+    if (ended()) break;
+    const auto now = Clock::now();
+    if (pending_loss_ && now >= pending_loss_deadline_) {
+      const std::string why = *pending_loss_;
+      lock.unlock();
+      Fail(why);
+      return;
+    }
+    if (now < next_heartbeat) continue;
+    next_heartbeat = now + config_.heartbeat_interval;
+    const auto silent = now - last_heard_from_scheduler_;
     if (silent > config_.heartbeat_timeout) {
       lock.unlock();
       Fail(NameOf(transport::kSchedulerId) + " sent nothing for " +

@@ -112,6 +112,9 @@ class Node {
   std::map<Group, uint64_t> barrier_done_;  // group -> barriers completed
   std::map<Group, uint64_t> barrier_sent_;
   Clock::time_point last_heard_from_scheduler_;
+  // A worker or server whose link closed; a failure unless the job ends before the deadline.
+  std::optional<std::string> pending_loss_;
+  Clock::time_point pending_loss_deadline_;
   std::thread heartbeat_;
 };
 

@@ -148,6 +148,7 @@ ParameterSync::~ParameterSync() {
   } catch (const std::exception& e) {
     DTRAIN_LOG(kWarning) << "trainer: " << e.what();
   }
+  std::lock_guard<std::mutex> lock(mutex_);
   ReportProgress(/*final=*/true);
 }
 
@@ -383,7 +384,6 @@ void ParameterSync::Step(int64_t batch_size) {
   last_step_end_ = now;
   ++steps_;
   samples_ += batch_size;
-  lock.unlock();
   ReportProgress(/*final=*/false);
 }
 
@@ -395,7 +395,8 @@ void ParameterSync::ReportProgress(bool final) {
   nlohmann::json record = {
       {"kind", final ? "summary" : "progress"}, {"steps", steps_},       {"samples", samples_},
       {"timed_samples", timed_samples_},        {"active_s", active_s_}, {"wait_s", wait_s_}};
-  // The rates of the window since the last report, over the time spent stepping in it.
+  // The rates over the wall time since the last report, as the progress lines measure them; none
+  // for a window without a timed step (only evaluation or saving in it).
   const double active = active_s_ - reported_active_s_;
   if (reported_steps_ > 0 && active > 0) {
     record["steps_per_s"] = static_cast<double>(steps_ - reported_steps_) / window;

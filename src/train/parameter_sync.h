@@ -128,6 +128,7 @@ class ParameterSync {
   void Scatter(const Bucket& b);  // a fused bucket's flat weights into every replica
 
   // Reports for the launcher (common/job_report.h): at most one a second, and one at the end.
+  // mutex_ held (WaitFor adds to wait_s_ under it).
   void ReportProgress(bool final);
 
   KVStore& kv_;

@@ -186,6 +186,33 @@ TEST(NodeHeartbeat, SchedulerNamesANodeThatFellSilent) {
   EXPECT_THAT(cluster.server_failure(0), HasSubstr("worker 1 (inmem:"));
 }
 
+// At the end of a job a worker exits as soon as it has its kTerminate; a server may see that
+// worker's link close before its own kTerminate arrives (another connection). That is no failure.
+TEST(NodeEnd, AWorkerGoneBeforeTheServersTerminateIsNoFailure) {
+  InProcessCluster cluster(InMemoryJobConfig(1, 1));
+  const transport::NodeId server0 = 1;
+  std::atomic<int> delayed{0};
+  cluster.network().SetFilter([&](transport::NodeId, transport::NodeId to, const auto& msg) {
+    if (to == server0 && msg.header.command == transport::Command::kTerminate) {
+      ++delayed;
+      return transport::FaultAction::Delay(std::chrono::milliseconds(500));
+    }
+    return transport::FaultAction::Deliver();
+  });
+  cluster.StartScheduler();
+  cluster.StartServers();
+  cluster.Spawn("worker 0", [&] {
+    auto node = WorkerNode(cluster, 0);
+    node->Start();
+    node->Finish();
+    cluster.network().Crash(node->self().port);  // the process exits without a goodbye
+  });
+  cluster.Finish();
+  EXPECT_EQ(delayed.load(), 1);
+  EXPECT_EQ(cluster.server_code(0), 0) << cluster.server_failure(0);
+  EXPECT_EQ(cluster.scheduler_code(), 0);
+}
+
 TEST(NodeBarrier, WorkersAndAllGroupsCompleteOnlyWithEveryMember) {
   InProcessCluster cluster(InMemoryJobConfig(1, 2));
   cluster.StartScheduler();
