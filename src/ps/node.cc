@@ -215,18 +215,22 @@ void Node::OnControl(Message&& msg) {
 }
 
 void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string& reason) {
+  if (peer == transport::kNoNode) {
+    // Every member's link says who it is in its Hello; one that did not is no member.
+    DTRAIN_LOG(kWarning) << "a connection from " << remote
+                         << " that never said which node it is closed: " << reason;
+    return;
+  }
   std::string name;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (terminated_ || shut_down_) return;
     name = NameOf(peer);
-    if (peer == transport::kNoNode) name += " at " + remote;
     // At the end of a job a peer that got the scheduler's kTerminate exits and closes its link to
     // us, and our io threads may see that close before our own kTerminate (another connection).
     // So a lost worker or server counts only if the job has not ended by then; the heartbeat
     // thread decides. A death the scheduler sees reaches us at once as kNodeFailed anyway.
-    const bool member = peer != transport::kSchedulerId && peer != transport::kNoNode;
-    if (started_ && member) {
+    if (started_ && peer != transport::kSchedulerId) {
       if (!pending_loss_) {
         pending_loss_ = name + " was lost: " + reason;
         pending_loss_deadline_ = Clock::now() + kPeerLossGrace;

@@ -278,14 +278,14 @@ struct Scheduler::State {
   void Handle(Event& e) {
     if (e.lost) {
       if (phase == Phase::kDone || finished.count(e.peer) != 0) return;
-      if (e.peer == transport::kNoNode && phase == Phase::kRegistering) {
+      if (e.peer == transport::kNoNode) {
+        // Not a member (or one not yet registered): members are watched on the scheduler's own
+        // link to each of them, which carries their id, and by their heartbeats.
         DTRAIN_LOG(kWarning) << "a connection from " << e.remote
                              << " closed before its node joined: " << e.reason;
         return;
       }
-      std::string reason = e.reason;
-      if (e.peer == transport::kNoNode) reason = "the node at " + e.remote + ": " + reason;
-      return FailJob(e.peer, reason);
+      return FailJob(e.peer, e.reason);
     }
     const Message& msg = e.msg;
     const NodeId from = msg.header.sender;

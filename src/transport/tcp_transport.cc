@@ -1,13 +1,13 @@
 #include "transport/tcp_transport.h"
 
 #include <asio.hpp>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <future>
-#include <unordered_map>
-#include <cerrno>
 #include <optional>
+#include <unordered_map>
 
 #include "common/buffer_pool.h"
 #include "common/error.h"
@@ -68,6 +68,8 @@ struct TcpTransport::Impl {
   void StartThreads();
   void Accept();
   void ReportLost(NodeId peer, const std::string& remote, const std::string& reason);
+  void DropStranger(const std::string& remote, const std::string& reason);
+  std::atomic<uint64_t> strangers_dropped{0};
   void MarkDeparted(NodeId peer) {
     std::lock_guard<std::mutex> lock(mutex);
     departed.insert(peer);
@@ -136,26 +138,26 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   // Reads the peer's acknowledgements of remote bodies (8-byte tokens). Runs on the socket's
   // strand; the reactor serialises it with writes initiated from other threads per descriptor.
   void ReadAcks() {
-    socket.async_read_some(
-        asio::buffer(ack_buffer.data() + ack_have, ack_buffer.size() - ack_have),
-        [self = shared_from_this()](const std::error_code& ec, size_t n) {
-          if (ec) return self->OnAckError(ec);
-          self->ack_have += n;
-          size_t whole = self->ack_have / 8 * 8;
-          {
-            std::lock_guard<std::mutex> lock(self->mutex);
-            for (size_t i = 0; i < whole; i += 8) {
-              uint64_t token;
-              std::memcpy(&token, self->ack_buffer.data() + i, 8);
-              self->awaiting_ack.erase(token);
-            }
-            if (self->queue.empty() && self->awaiting_ack.empty()) self->drained.notify_all();
-          }
-          std::memmove(self->ack_buffer.data(), self->ack_buffer.data() + whole,
-                       self->ack_have - whole);
-          self->ack_have -= whole;
-          self->ReadAcks();
-        });
+    socket.async_read_some(asio::buffer(ack_buffer.data() + ack_have, ack_buffer.size() - ack_have),
+                           [self = shared_from_this()](const std::error_code& ec, size_t n) {
+                             if (ec) return self->OnAckError(ec);
+                             self->ack_have += n;
+                             size_t whole = self->ack_have / 8 * 8;
+                             {
+                               std::lock_guard<std::mutex> lock(self->mutex);
+                               for (size_t i = 0; i < whole; i += 8) {
+                                 uint64_t token;
+                                 std::memcpy(&token, self->ack_buffer.data() + i, 8);
+                                 self->awaiting_ack.erase(token);
+                               }
+                               if (self->queue.empty() && self->awaiting_ack.empty())
+                                 self->drained.notify_all();
+                             }
+                             std::memmove(self->ack_buffer.data(), self->ack_buffer.data() + whole,
+                                          self->ack_have - whole);
+                             self->ack_have -= whole;
+                             self->ReadAcks();
+                           });
   }
 
   void OnAckError(const std::error_code& ec) {
@@ -181,10 +183,9 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
         item.remote_body
             ? asio::buffer(item.descriptor)
             : asio::buffer(static_cast<const void*>(item.msg.body.data), item.msg.body.size)};
-    asio::async_write(socket, buffers,
-                      [self = shared_from_this()](const std::error_code& ec, size_t) {
-                        self->OnWritten(ec);
-                      });
+    asio::async_write(
+        socket, buffers,
+        [self = shared_from_this()](const std::error_code& ec, size_t) { self->OnWritten(ec); });
   }
 
   void OnWritten(const std::error_code& ec) {
@@ -376,7 +377,8 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     }
     Header h;
     h.command = Command::kHello;
-    const std::string meta = sender_pid != 0 ? "dtrain-welcome 1 direct=1" : "dtrain-welcome 1 direct=0";
+    const std::string meta =
+        sender_pid != 0 ? "dtrain-welcome 1 direct=1" : "dtrain-welcome 1 direct=0";
     WireHeader wire = EncodeHeader(h, meta.size(), 0);
     Write(std::string(wire.begin(), wire.end()) + meta);
   }
@@ -413,6 +415,9 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
 
   void Fail(const std::string& reason) {
     Close();
+    // A connection that never said Hello is no node of the job (a port scan, a health check, a
+    // stray client): its end or its garbage must not count as a member's failure.
+    if (!greeted) return impl->DropStranger(remote, reason);
     impl->ReportLost(peer.load(), remote, reason);
   }
 
@@ -433,25 +438,26 @@ void TcpTransport::Impl::StartThreads() {
 void TcpTransport::Impl::Accept() {
   // Each accepted socket gets its own strand, so that closing it at shutdown is serialised with its
   // read handlers.
-  acceptor.async_accept(asio::make_strand(io), [this](const std::error_code& ec, tcp::socket socket) {
-    if (ec) {
-      if (ec != asio::error::operation_aborted && !shutting_down.load()) {
-        DTRAIN_LOG(kError) << "accepting a connection failed: " << ec.message();
-      }
-      if (ec == asio::error::operation_aborted || shutting_down.load()) return;
-      return Accept();
-    }
-    std::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    auto stream = std::make_shared<InStream>(this, std::move(socket));
-    DTRAIN_LOG(kConnections) << "accepted a connection from " << stream->remote;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      incoming.insert(stream);
-    }
-    stream->Pump();
-    Accept();
-  });
+  acceptor.async_accept(
+      asio::make_strand(io), [this](const std::error_code& ec, tcp::socket socket) {
+        if (ec) {
+          if (ec != asio::error::operation_aborted && !shutting_down.load()) {
+            DTRAIN_LOG(kError) << "accepting a connection failed: " << ec.message();
+          }
+          if (ec == asio::error::operation_aborted || shutting_down.load()) return;
+          return Accept();
+        }
+        std::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        auto stream = std::make_shared<InStream>(this, std::move(socket));
+        DTRAIN_LOG(kConnections) << "accepted a connection from " << stream->remote;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          incoming.insert(stream);
+        }
+        stream->Pump();
+        Accept();
+      });
 }
 
 void TcpTransport::Impl::ReportLost(NodeId peer, const std::string& remote,
@@ -463,6 +469,18 @@ void TcpTransport::Impl::ReportLost(NodeId peer, const std::string& remote,
     if (peer != kNoNode && !lost.insert(peer).second) return;
   }
   if (on_peer_lost) on_peer_lost(peer, remote, reason);
+}
+
+void TcpTransport::Impl::DropStranger(const std::string& remote, const std::string& reason) {
+  if (shutting_down.load()) return;
+  // Logged, but rate-limited: a scanner or a flood must not fill the job's output.
+  const uint64_t n = ++strangers_dropped;
+  if (n <= 10 || n % 1000 == 0) {
+    DTRAIN_LOG(kWarning) << "dropped a connection from " << remote
+                         << " that never introduced itself: " << reason << " (" << n
+                         << (n == 1 ? " such connection" : " such connections")
+                         << (n >= 10 ? " so far; every 1000th is logged)" : " so far)");
+  }
 }
 
 TcpTransport::TcpTransport(TcpOptions options) : impl_(std::make_unique<Impl>(options)) {
@@ -480,8 +498,8 @@ void TcpTransport::SetHandlers(MessageHandler on_message, PeerLostHandler on_pee
 
 uint16_t TcpTransport::Listen(const std::string& host, uint16_t port) {
   std::error_code ec;
-  asio::ip::address address =
-      host.empty() ? asio::ip::address(asio::ip::address_v4::any()) : asio::ip::make_address(host, ec);
+  asio::ip::address address = host.empty() ? asio::ip::address(asio::ip::address_v4::any())
+                                           : asio::ip::make_address(host, ec);
   if (ec) throw Error("cannot listen on '" + host + "': not an IP address (" + ec.message() + ")");
   tcp::endpoint endpoint(address, port);
   auto& acceptor = impl_->acceptor;
@@ -513,7 +531,8 @@ bool Handshake(tcp::socket& socket, NodeId peer, NodeId self, const Deadline& de
   if (options.same_host_direct) hello.meta = same_host::EncodeHello();
   WireHeader header = EncodeHeader(hello.header, hello.meta.size(), 0);
   std::error_code ec;
-  asio::write(socket, std::array<asio::const_buffer, 2>{asio::buffer(header), asio::buffer(hello.meta)},
+  asio::write(socket,
+              std::array<asio::const_buffer, 2>{asio::buffer(header), asio::buffer(hello.meta)},
               ec);
   if (ec) throw PeerError("sending the hello failed: " + ec.message());
 
@@ -531,7 +550,8 @@ bool Handshake(tcp::socket& socket, NodeId peer, NodeId self, const Deadline& de
     result.wait();
     throw TimeoutError("no answer to the hello");
   }
-  if ((ec = result.get())) throw PeerError("reading the answer to the hello failed: " + ec.message());
+  if ((ec = result.get()))
+    throw PeerError("reading the answer to the hello failed: " + ec.message());
   Frame f = DecodeHeader(answer->data(), kWireHeaderSize, limits);
   if (f.header.command != Command::kHello || f.meta_len > 64 || f.body_len != 0) {
     throw ProtocolError("the peer answered the hello with something else");
@@ -570,10 +590,9 @@ void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, D
       auto socket = std::make_shared<tcp::socket>(asio::make_strand(impl_->io));
       auto done = std::make_shared<std::promise<std::error_code>>();
       auto result = done->get_future();
-      asio::async_connect(*socket, results,
-                          [socket, done](const std::error_code& e, const tcp::endpoint&) {
-                            done->set_value(e);
-                          });
+      asio::async_connect(
+          *socket, results,
+          [socket, done](const std::error_code& e, const tcp::endpoint&) { done->set_value(e); });
       if (result.wait_until(deadline.at()) != std::future_status::ready) {
         asio::post(socket->get_executor(), [socket] {
           std::error_code ignored;
@@ -643,7 +662,8 @@ void TcpTransport::Shutdown(Deadline deadline) {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (impl_->stopped) return;
     impl_->stopped = true;
-    for (auto& [peer, streams] : impl_->links) outs.insert(outs.end(), streams.begin(), streams.end());
+    for (auto& [peer, streams] : impl_->links)
+      outs.insert(outs.end(), streams.begin(), streams.end());
     self = impl_->self;
   }
   for (auto& stream : outs) {

@@ -36,8 +36,9 @@ struct Endpoint {
 using MessageHandler = std::function<void(Message&& msg)>;
 
 // A peer stopped being reachable: its stream closed without a Bye, a read or write failed, or a
-// message from it was malformed (then the stream is closed). `peer` is kNoNode if the stream never
-// said who it was; `remote` is the address the stream came from; called at most once per peer.
+// message from it was malformed (then the stream is closed). `peer` is kNoNode if the stream
+// greeted us without saying who it was; `remote` is the address the stream came from; called at
+// most once per peer. A stream that never completed the Hello is not reported (only logged).
 using PeerLostHandler =
     std::function<void(NodeId peer, const std::string& remote, const std::string& reason)>;
 

@@ -1,13 +1,17 @@
 // End-to-end tests of the parameter server: a scheduler, servers and workers as real processes on
 // loopback, started by hand with the DMLC_* variables (the launcher has tests of its own).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
-#include <thread>
-
 #include <memory>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "subprocess.h"
@@ -18,18 +22,24 @@ namespace {
 constexpr int kHangGuardMs = 120000;  // a job that has not ended by then is hung
 
 struct Job {
+  // fixed_ports: every node listens at a port chosen here (node_ports), for tests that visit them.
   Job(int workers, int servers, std::vector<std::string> worker_args,
-      std::map<std::string, std::string> extra_env = {}) {
+      std::map<std::string, std::string> extra_env = {}, bool fixed_ports = false) {
     env = {{"DMLC_PS_ROOT_URI", "127.0.0.1"},
            {"DMLC_PS_ROOT_PORT", std::to_string(FreePort())},
            {"DMLC_NUM_SERVER", std::to_string(servers)},
            {"DMLC_NUM_WORKER", std::to_string(workers)},
            {"DMLC_NODE_HOST", "127.0.0.1"}};
     for (auto& [k, v] : extra_env) env[k] = v;
-    auto with_role = [this](const char* role, int rank) {
+    node_ports.push_back(std::stoi(env["DMLC_PS_ROOT_PORT"]));
+    auto with_role = [this, fixed_ports](const char* role, int rank) {
       auto e = env;
       e["DMLC_ROLE"] = role;
       e["DTRAIN_NODE_RANK"] = std::to_string(rank);
+      if (fixed_ports && std::string(role) != "scheduler") {
+        node_ports.push_back(FreePort());
+        e["DMLC_NODE_PORT"] = std::to_string(node_ports.back());
+      }
       return e;
     };
     scheduler = std::make_unique<Subprocess>(
@@ -75,6 +85,7 @@ struct Job {
 
   TempDir dir;
   std::map<std::string, std::string> env;
+  std::vector<int> node_ports;  // the scheduler's, then (fixed_ports) the servers' and workers'
   std::unique_ptr<Subprocess> scheduler;
   std::vector<std::unique_ptr<Subprocess>> servers;
   std::vector<std::unique_ptr<Subprocess>> workers;
@@ -91,7 +102,8 @@ TEST_P(PsJobTest, SyncPullsReturnExactlyTheRoundSum) {
   // Sizes straddle the big-array bound, so some keys go whole to one server and others are split
   // over all of them and cut into several slots each.
   Job job(GetParam().workers, GetParam().servers,
-          {"--scenario", "sync", "--rounds", "12", "--sizes", "1,3,1000,4096,99999,100000,250001,1200000"},
+          {"--scenario", "sync", "--rounds", "12", "--sizes",
+           "1,3,1000,4096,99999,100000,250001,1200000"},
           {{"MXNET_KVSTORE_BIGARRAY_BOUND", "100000"}, {"DTRAIN_CHUNK_BYTES", "262144"}});
   job.ExpectSuccess();
 }
@@ -121,6 +133,70 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PsJobTest,
                            return std::to_string(info.param.workers) + "workers" +
                                   std::to_string(info.param.servers) + "servers";
                          });
+
+// A connected socket to 127.0.0.1:port, or -1 if nothing listens there.
+int ConnectToLoopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A stranger's visit to 127.0.0.1:port, as port scanners, health checks and stray clients make
+// them. Returns false if nothing listened there.
+bool VisitAsAStranger(int port, int kind, std::mt19937& rng) {
+  const int fd = ConnectToLoopback(port);
+  if (fd < 0) return false;
+  std::string bytes;
+  if (kind == 1) {  // 4 KB of noise
+    bytes.resize(4096);
+    for (char& c : bytes) c = static_cast<char>(rng());
+  } else if (kind == 2) {  // half of a frame header, then nothing
+    bytes.assign(8, '\0');
+  }
+  if (!bytes.empty()) (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  ::close(fd);  // kind 0: connect and close at once
+  return true;
+}
+
+// While a 2x2 dist_sync job runs, strangers connect and close, send noise and half frames to
+// every node's port, and some stay connected and silent: the job ends as an undisturbed one
+// does, every pull exact (kv_check_worker checks each round's sum).
+TEST(PsJobStrangers, VisitsToEveryPortDoNotDisturbTheJob) {
+  Job job(2, 2, {"--scenario", "sync", "--rounds", "1500", "--sizes", "1,1000,100000"}, {},
+          /*fixed_ports=*/true);
+  std::mt19937 rng(7);
+  std::vector<int> silent;
+  int visits_while_running = 0;
+  const auto running = [&] { return job.workers[0]->Running() && job.workers[1]->Running(); };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int i = 0; running() && std::chrono::steady_clock::now() < deadline; ++i) {
+    for (int port : job.node_ports) {
+      if (VisitAsAStranger(port, i % 3, rng)) ++visits_while_running;
+    }
+    if (i % 10 == 0 && silent.size() < 8) {  // one that connects and stays, saying nothing
+      const int fd = ConnectToLoopback(job.node_ports[i / 10 % job.node_ports.size()]);
+      if (fd >= 0) silent.push_back(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  job.ExpectSuccess();
+  for (int fd : silent) ::close(fd);
+  // Enough visits landed while the job trained for the test to mean something.
+  EXPECT_GE(visits_while_running, 3 * static_cast<int>(job.node_ports.size())) << job.AllOutput();
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(job.workers[w]->Output().find("sync OK"), std::string::npos) << job.AllOutput();
+  }
+  EXPECT_NE(job.scheduler->Output().find("never introduced itself"), std::string::npos)
+      << job.AllOutput();
+}
 
 TEST(PsJobErrors, ApiMisuseGivesClearErrors) {
   Job job(1, 1, {"--scenario", "errors"});
@@ -189,12 +265,10 @@ class PsBadEnvTest : public ::testing::TestWithParam<BadEnv> {};
 
 TEST_P(PsBadEnvTest, NamesTheVariable) {
   TempDir dir;
-  std::map<std::string, std::string> env = {{"DMLC_ROLE", "worker"},
-                                            {"DMLC_PS_ROOT_URI", "127.0.0.1"},
-                                            {"DMLC_PS_ROOT_PORT", "9"},
-                                            {"DMLC_NUM_SERVER", "1"},
-                                            {"DMLC_NUM_WORKER", "1"},
-                                            {"DTRAIN_CONNECT_TIMEOUT_MS", "1000"}};
+  std::map<std::string, std::string> env = {
+      {"DMLC_ROLE", "worker"},    {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+      {"DMLC_PS_ROOT_PORT", "9"}, {"DMLC_NUM_SERVER", "1"},
+      {"DMLC_NUM_WORKER", "1"},   {"DTRAIN_CONNECT_TIMEOUT_MS", "1000"}};
   for (auto& [k, v] : GetParam().env) {
     if (v == "<unset>") {
       env.erase(k);
