@@ -183,7 +183,9 @@ class KVStore:
         is kept and added to the next push), ``{'type': 'fp16'}`` or ``{'type': 'none'}``. Dist
         stores compress pushes to the servers (after summing local devices); local and device
         stores compress each device's value when a push sums several. Pulls and init values
-        travel uncompressed. Call it before the first push; float32 keys only."""
+        travel uncompressed. ``'min_elements': N`` (dtrain's) sends keys of fewer than N values
+        uncompressed (default 0: every key, as MXNet). Call it before the first push; float32
+        keys only."""
         if not isinstance(compression_params, dict):
             raise TypeError("compression_params is a dict, e.g. {'type': '2bit', 'threshold': 0.5}")
         self._h.set_gradient_compression({str(k): str(v) for k, v in compression_params.items()})

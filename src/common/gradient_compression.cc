@@ -220,6 +220,21 @@ float ParseThreshold(const std::string& text) {
   return value;
 }
 
+int64_t ParseMinElements(const std::string& text) {
+  size_t used = 0;
+  long long value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || value < 0) {
+    throw InvalidArgument("gradient compression min_elements '" + text +
+                          "' is not a non-negative integer");
+  }
+  return value;
+}
+
 }  // namespace
 
 std::string_view CompressionName(Compression type) {
@@ -271,9 +286,10 @@ void CompressionSpec::Validate() const {
 
 CompressionSpec CompressionSpec::FromParams(const std::map<std::string, std::string>& params) {
   for (const auto& [key, value] : params) {
-    if (key != "type" && key != "threshold") {
+    if (key != "type" && key != "threshold" && key != "min_elements") {
       throw InvalidArgument("gradient compression has no parameter '" + key +
-                            "'; it takes 'type' (none, 2bit, 1bit, fp16) and 'threshold'");
+                            "'; it takes 'type' (none, 2bit, 1bit, fp16), 'threshold' and "
+                            "'min_elements'");
     }
   }
   auto type = params.find("type");
@@ -296,6 +312,9 @@ CompressionSpec CompressionSpec::FromParams(const std::map<std::string, std::str
   auto threshold = params.find("threshold");
   spec.threshold =
       threshold == params.end() ? DefaultThreshold(spec.type) : ParseThreshold(threshold->second);
+  if (auto min = params.find("min_elements"); min != params.end()) {
+    spec.min_elements = ParseMinElements(min->second);
+  }
   spec.Validate();
   return spec;
 }
@@ -303,8 +322,13 @@ CompressionSpec CompressionSpec::FromParams(const std::map<std::string, std::str
 std::string CompressionSpec::ToString() const {
   std::ostringstream out;
   out << CompressionName(type);
-  if (type == Compression::kTwoBit || type == Compression::kOneBit) {
-    out << " (threshold " << threshold << ")";
+  const bool thresholded = type == Compression::kTwoBit || type == Compression::kOneBit;
+  if (thresholded || (enabled() && min_elements > 0)) {
+    out << " (";
+    if (thresholded) out << "threshold " << threshold;
+    if (thresholded && min_elements > 0) out << ", ";
+    if (min_elements > 0) out << "keys of " << min_elements << " elements or more";
+    out << ")";
   }
   return out.str();
 }

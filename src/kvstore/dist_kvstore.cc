@@ -314,6 +314,11 @@ void DistKVStore::SetGradientCompression(const std::map<std::string, std::string
   compression_ = spec;
 }
 
+CompressionSpec DistKVStore::gradient_compression() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return compression_;
+}
+
 std::shared_ptr<OperationState> DistKVStore::Track(std::string what, int parts) {
   auto state = std::make_shared<OperationState>(std::move(what), parts, config_.request_timeout);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -338,6 +343,7 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
     pushed_ = true;
     compression = compression_;
   }
+  if (!compression.AppliesTo(NumElements(info.shape))) compression = CompressionSpec{};
   if (compression.enabled() && info.dtype != DType::kFloat32) {
     throw InvalidArgument(std::string(op) + " of key " + KeyLabel(key) +
                           ": gradient compression works on float32 values, the key holds " +

@@ -53,6 +53,7 @@ class DistKVStore : public KVStore {
   void Barrier() override;
   void SetOptimizer(const OptimizerSpec& spec) override;
   void SetGradientCompression(const std::map<std::string, std::string>& params) override;
+  CompressionSpec gradient_compression() const override;
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/array.h"
+#include "common/gradient_compression.h"
 #include "kvstore/operation.h"
 #include "optim/optimizer.h"
 
@@ -76,14 +77,16 @@ class KVStore {
   // stores) and pulls return weights; without one, pulls return the merged sum of the pushes.
   virtual void SetOptimizer(const OptimizerSpec& spec) = 0;
 
-  // MXNet's set_gradient_compression: {"type": "none|2bit|1bit|fp16", "threshold": "T"}
-  // (gradient_compression.h). Dist stores compress what this worker pushes to the servers, after
-  // summing its local devices (init values and pulls are not compressed); local and device stores
-  // compress each device's value where several devices' values are summed. Call it before the
-  // first push. Throws InvalidArgument for a bad type or threshold, a call after a push, a type of
-  // store that does not compress (horovod: use DTRAIN_FP16_ALLREDUCE), and, at the push, a key
-  // that is not float32.
+  // MXNet's set_gradient_compression: {"type": "none|2bit|1bit|fp16", "threshold": "T"}, and
+  // "min_elements": "N" to send keys under N elements uncompressed (gradient_compression.h). Dist
+  // stores compress what this worker pushes to the servers, after summing its local devices (init
+  // values and pulls are not compressed); local and device stores compress each device's value
+  // where several devices' values are summed. Call it before the first push. Throws InvalidArgument
+  // for a bad type or threshold, a call after a push, a type of store that does not compress
+  // (horovod: use DTRAIN_FP16_ALLREDUCE), and, at the push, a key that is not float32.
   virtual void SetGradientCompression(const std::map<std::string, std::string>& params) = 0;
+  // What SetGradientCompression set (type none if nothing), so that callers can plan around it.
+  virtual CompressionSpec gradient_compression() const { return {}; }
 
   // The state of the optimizer the store runs (all servers' for dist stores), as opaque bytes to
   // save with a model, and back. Load it into a job of the same layout (same keys, servers).

@@ -86,7 +86,7 @@ Operation LocalKVStore::Push(Key key, std::vector<Array> values, int /*priority*
   Slot& slot = Find(key, "Push", &optimizer, &compression);
   pushed_.store(true, std::memory_order_relaxed);
   CheckArrays("Push", key, slot.value, values, "value");
-  const bool compress = compression.enabled() && values.size() > 1;
+  const bool compress = compression.AppliesTo(slot.value.size()) && values.size() > 1;
   CheckPushable("Push", key, slot.value, optimizer.get(), compress);
   std::lock_guard<std::mutex> lock(slot.mutex);
   Apply(key, slot, values, optimizer.get(), compress ? &compression : nullptr);
@@ -109,7 +109,7 @@ Operation LocalKVStore::PushPull(Key key, std::vector<Array> values, std::vector
   pushed_.store(true, std::memory_order_relaxed);
   CheckArrays("PushPull", key, slot.value, values, "value");
   CheckArrays("PushPull", key, slot.value, outs, "out");
-  const bool compress = compression.enabled() && values.size() > 1;
+  const bool compress = compression.AppliesTo(slot.value.size()) && values.size() > 1;
   CheckPushable("PushPull", key, slot.value, optimizer.get(), compress);
   // One lock for both halves: no other push of this key comes between them. `outs` may be the
   // very arrays of `values` (an in-place pushpull): the push has read them all before the pull
@@ -214,6 +214,11 @@ void LocalKVStore::SetGradientCompression(const std::map<std::string, std::strin
     throw InvalidArgument("set_gradient_compression after a push: set it before the first push");
   }
   compression_ = spec;
+}
+
+CompressionSpec LocalKVStore::gradient_compression() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  return compression_;
 }
 
 }  // namespace dtrain

@@ -65,6 +65,7 @@ class LocalKVStore final : public KVStore {
   // Compresses each device's value when a push sums several (as MXNet's device store does
   // between GPUs), with a residual per key and device; a push of one value is not compressed.
   void SetGradientCompression(const std::map<std::string, std::string>& params) override;
+  CompressionSpec gradient_compression() const override;
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
 

@@ -1,5 +1,6 @@
 #include "train/parameter_sync.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -155,13 +156,20 @@ ParameterSync::~ParameterSync() {
 void ParameterSync::PlanBuckets() {
   // Backward produces gradients roughly last layer first: fill buckets in that order so a bucket
   // is complete early.
+  // With gradient compression that spares small keys, parameters the store would spare are fused
+  // only into buckets it spares too, and the ones it compresses travel alone: fusing must not
+  // change what is compressed.
+  const CompressionSpec gc = kv_.gradient_compression();
+  const int64_t spared_below = gc.enabled() ? gc.min_elements : 0;
+  int64_t bucket_numel = options_.bucket_bytes / static_cast<int64_t>(sizeof(float));
+  if (spared_below > 0) bucket_numel = std::min(bucket_numel, spared_below - 1);
   Bucket* open = nullptr;
   for (size_t n = params_.size(); n-- > 0;) {
     Param& p = *params_[n];
     const int64_t bytes = p.numel * static_cast<int64_t>(sizeof(float));
-    const bool small = bytes < options_.fuse_below_bytes;
-    if (!small || open == nullptr ||
-        (open->numel + p.numel) * static_cast<int64_t>(sizeof(float)) > options_.bucket_bytes) {
+    const bool small =
+        bytes < options_.fuse_below_bytes && (spared_below == 0 || p.numel < spared_below);
+    if (!small || open == nullptr || open->numel + p.numel > bucket_numel) {
       buckets_.push_back(std::make_unique<Bucket>());
       buckets_.back()->key = buckets_.size() - 1;
       open = small ? buckets_.back().get() : nullptr;

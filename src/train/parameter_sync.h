@@ -57,7 +57,9 @@ struct TrainerOptions {
   bool overlap = true;
   // Tensor fusion: parameters smaller than this travel together, in buckets of up to
   // bucket_bytes, as one key each (a LeNet step is then 2 exchanges instead of 10). Updates are
-  // element-wise, so fusing changes no result. 0 turns fusion off.
+  // element-wise, so fusing changes no result. 0 turns fusion off. With gradient compression that
+  // spares keys under min_elements (set on the store before the trainer is made), only parameters
+  // it spares are fused, in buckets it spares too.
   int64_t fuse_below_bytes = 64 * 1024;
   int64_t bucket_bytes = 4 << 20;
 };

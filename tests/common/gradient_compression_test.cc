@@ -187,6 +187,13 @@ TEST(GradientCompression, ParametersAreMXNetsAndBadOnesAreClearErrors) {
   EXPECT_EQ(spec.type, Compression::kOneBit);
   EXPECT_FALSE(CompressionSpec::FromParams({{"type", "none"}}).enabled());
   EXPECT_EQ(CompressionSpec::FromParams({{"type", "fp16"}}).type, Compression::kFp16);
+  EXPECT_TRUE(spec.AppliesTo(1));  // MXNet compresses every key
+  spec = CompressionSpec::FromParams({{"type", "2bit"}, {"min_elements", "4096"}});
+  EXPECT_EQ(spec.min_elements, 4096);
+  EXPECT_FALSE(spec.AppliesTo(4095));
+  EXPECT_TRUE(spec.AppliesTo(4096));
+  EXPECT_EQ(spec.ToString(), "2bit (threshold 0.5, keys of 4096 elements or more)");
+  EXPECT_FALSE(CompressionSpec::FromParams({{"type", "none"}, {"min_elements", "1"}}).AppliesTo(9));
   for (const auto& bad : std::vector<std::map<std::string, std::string>>{
            {},
            {{"type", "3bit"}},
@@ -197,6 +204,9 @@ TEST(GradientCompression, ParametersAreMXNetsAndBadOnesAreClearErrors) {
            {{"type", "1bit"}, {"threshold", "-0.1"}},
            {{"type", "fp16"}, {"threshold", "0.5"}},
            {{"type", "2bit"}, {"treshold", "0.5"}},
+           {{"type", "2bit"}, {"min_elements", "-1"}},
+           {{"type", "2bit"}, {"min_elements", "4k"}},
+           {{"type", "2bit"}, {"min_elements", "1.5"}},
        }) {
     EXPECT_THROW(CompressionSpec::FromParams(bad), InvalidArgument);
   }

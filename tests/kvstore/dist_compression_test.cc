@@ -98,6 +98,25 @@ TEST_P(DistCompressionTest, OneBitGivesMXNetsSums) {
   job.ExpectSuccess();
 }
 
+// min_elements spares small keys: they sum exactly while the big ones are quantized.
+TEST(DistCompression, KeysUnderMinElementsTravelUncompressed) {
+  InProcessJob job("dist_sync", SmallSlots(2, 2));
+  job.Run([&](DistKVStore& kv) {
+    kv.SetGradientCompression({{"type", "2bit"}, {"threshold", "0.5"}, {"min_elements", "1001"}});
+    InitAll(kv);
+    for (size_t k = 0; k < kSizes.size(); ++k) {
+      Array out({kSizes[k]});
+      kv.PushPull(static_cast<Key>(k), {Constant(kSizes[k], 0.3f)}, {out}).Wait();
+      // Uncompressed: 0.3 from each of the 2 workers; 2-bit: below the threshold, nothing yet.
+      const float want = kSizes[k] < 1001 ? 0.6f : 0.0f;
+      for (int64_t i = 0; i < out.size(); ++i) {
+        ASSERT_FLOAT_EQ(out.floats()[i], want) << "key of " << kSizes[k] << ", element " << i;
+      }
+    }
+  });
+  job.ExpectSuccess();
+}
+
 // Worker `rank`'s gradient in `step`: random, but the same wherever it is computed.
 std::vector<float> Gradient(int rank, int step, int64_t n, Compression type) {
   std::mt19937 rng(static_cast<uint32_t>(1000 * rank + step));
