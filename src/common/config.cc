@@ -138,6 +138,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   c.streams_per_peer = half_the_cores;
   c.io_threads = half_the_cores;
   r.Millis("DTRAIN_CONNECT_TIMEOUT_MS", &c.connect_timeout);
+  r.Millis("DTRAIN_HELLO_TIMEOUT_MS", &c.hello_timeout);
   r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
   r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
@@ -195,6 +196,7 @@ std::string Config::Describe() const {
       << " MXNET_KVSTORE_BIGARRAY_BOUND=" << bigarray_bound
       << " MXNET_KVSTORE_REDUCTION_NTHREADS=" << reduction_threads
       << " DTRAIN_CONNECT_TIMEOUT_MS=" << connect_timeout.count()
+      << " DTRAIN_HELLO_TIMEOUT_MS=" << hello_timeout.count()
       << " DTRAIN_START_TIMEOUT_MS=" << start_timeout.count()
       << " DTRAIN_REQUEST_TIMEOUT_MS=" << request_timeout.count()
       << " DTRAIN_STREAMS_PER_PEER=" << streams_per_peer << " DTRAIN_IO_THREADS=" << io_threads

@@ -54,6 +54,7 @@ struct Config {
 
   // --- dtrain's own (DTRAIN_*) ---
   Duration connect_timeout{30000};     // DTRAIN_CONNECT_TIMEOUT_MS: reaching the scheduler / a peer
+  Duration hello_timeout{10000};       // DTRAIN_HELLO_TIMEOUT_MS: a connection's time to say hello
   Duration start_timeout{120000};      // DTRAIN_START_TIMEOUT_MS: all nodes registered
   Duration request_timeout{600000};    // DTRAIN_REQUEST_TIMEOUT_MS: one push/pull/barrier
   Duration failure_exit_grace{10000};  // DTRAIN_FAILURE_EXIT_MS: exit after a peer died

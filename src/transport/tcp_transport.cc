@@ -37,6 +37,7 @@ TcpOptions TcpOptions::FromConfig(const Config& config) {
   options.io_threads = config.io_threads;
   options.max_message_bytes = config.max_message_bytes;
   options.same_host_direct = config.same_host_direct;
+  options.hello_timeout = config.hello_timeout;
   return options;
 }
 
@@ -219,13 +220,17 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
 // One connection we read from: header, meta, body, hand the message over, repeat.
 struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   InStream(Impl* impl, tcp::socket socket)
-      : impl(impl), socket(std::move(socket)), remote(RemoteOf(this->socket)) {
+      : impl(impl),
+        socket(std::move(socket)),
+        remote(RemoteOf(this->socket)),
+        hello_timer(this->socket.get_executor()) {
     staging.resize(kStagingBytes);
   }
 
   Impl* const impl;
   tcp::socket socket;
   const std::string remote;
+  asio::steady_timer hello_timer;  // on the socket's strand, as every handler of the stream
   std::atomic<NodeId> peer{kNoNode};
   bool said_bye = false;
   bool greeted = false;
@@ -247,6 +252,21 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     if (k > 0) std::memcpy(dst, staging.data() + begin, k);
     begin += k;
     return k;
+  }
+
+  // A connection must introduce itself within hello_timeout, or it is closed: a stranger that
+  // connects and says nothing (or half a frame) must not hold a descriptor for ever.
+  void StartHelloDeadline() {
+    hello_timer.expires_after(impl->options.hello_timeout);
+    hello_timer.async_wait([self = shared_from_this()](const std::error_code& ec) {
+      if (ec || self->greeted || !self->socket.is_open()) return;
+      self->impl->DropStranger(self->remote,
+                               "it said nothing within " +
+                                   std::to_string(self->impl->options.hello_timeout.count()) +
+                                   " ms (DTRAIN_HELLO_TIMEOUT_MS)");
+      std::error_code ignored;
+      self->socket.close(ignored);  // the pending read ends with operation_aborted: no report
+    });
   }
 
   // Processes every complete message already staged, then reads more. Runs on an io thread; only
@@ -299,7 +319,12 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       Dispatch();
       return true;
     }
-    pending.body = Destination(n);
+    try {
+      pending.body = Destination(n);
+    } catch (const std::bad_alloc&) {
+      Fail("there is no memory for its message of " + std::to_string(n) + " bytes");
+      return false;
+    }
     size_t got = TakeStaged(pending.body.data, n);
     if (got == n) {
       Dispatch();
@@ -423,6 +448,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
 
   void Close() {
     std::error_code ignored;
+    hello_timer.cancel();
     socket.close(ignored);
     impl->Forget(shared_from_this());
   }
@@ -431,7 +457,17 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
 void TcpTransport::Impl::StartThreads() {
   work.emplace(io.get_executor());
   for (int i = 0; i < std::max(1, options.io_threads); ++i) {
-    threads.emplace_back([this] { io.run(); });
+    threads.emplace_back([this] {
+      // A handler that throws must not end the process (it is the user's): log it, run on.
+      for (;;) {
+        try {
+          io.run();
+          return;
+        } catch (const std::exception& e) {
+          DTRAIN_LOG(kError) << "transport: an I/O handler failed: " << e.what();
+        }
+      }
+    });
   }
 }
 
@@ -455,6 +491,7 @@ void TcpTransport::Impl::Accept() {
           std::lock_guard<std::mutex> lock(mutex);
           incoming.insert(stream);
         }
+        stream->StartHelloDeadline();
         stream->Pump();
         Accept();
       });

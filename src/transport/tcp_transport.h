@@ -37,9 +37,11 @@ struct TcpOptions {
   // Same-host fast path (same_host.h) for bodies of at least direct_min_bytes.
   bool same_host_direct = true;
   size_t direct_min_bytes = 64 * 1024;
+  // How long an accepted connection has to send its Hello before it is closed as a stranger's.
+  Duration hello_timeout{10000};
 
   // The settings in effect from DTRAIN_STREAMS_PER_PEER, DTRAIN_IO_THREADS,
-  // DTRAIN_MAX_MESSAGE_BYTES and DTRAIN_SAME_HOST.
+  // DTRAIN_MAX_MESSAGE_BYTES, DTRAIN_SAME_HOST and DTRAIN_HELLO_TIMEOUT_MS.
   static TcpOptions FromConfig(const Config& config);
 };
 

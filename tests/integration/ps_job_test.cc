@@ -167,30 +167,48 @@ bool VisitAsAStranger(int port, int kind, std::mt19937& rng) {
 }
 
 // While a 2x2 dist_sync job runs, strangers connect and close, send noise and half frames to
-// every node's port, and some stay connected and silent: the job ends as an undisturbed one
-// does, every pull exact (kv_check_worker checks each round's sum).
+// every node's port, and some stay connected and silent (closed after DTRAIN_HELLO_TIMEOUT_MS): the
+// job ends as an undisturbed one does, every pull exact (kv_check_worker checks each round's sum).
 TEST(PsJobStrangers, VisitsToEveryPortDoNotDisturbTheJob) {
-  Job job(2, 2, {"--scenario", "sync", "--rounds", "1500", "--sizes", "1,1000,100000"}, {},
-          /*fixed_ports=*/true);
+  Job job(2, 2, {"--scenario", "sync", "--rounds", "1500", "--sizes", "1,1000,100000"},
+          {{"DTRAIN_HELLO_TIMEOUT_MS", "200"}}, /*fixed_ports=*/true);
   std::mt19937 rng(7);
-  std::vector<int> silent;
+  struct Silent {
+    int fd;
+    std::chrono::steady_clock::time_point since;
+    bool closed_by_node = false;
+  };
+  std::vector<Silent> silent;
   int visits_while_running = 0;
+  int silent_closed_while_running = 0;
   const auto running = [&] { return job.workers[0]->Running() && job.workers[1]->Running(); };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int i = 0; running() && std::chrono::steady_clock::now() < deadline; ++i) {
     for (int port : job.node_ports) {
       if (VisitAsAStranger(port, i % 3, rng)) ++visits_while_running;
     }
+    const auto now = std::chrono::steady_clock::now();
     if (i % 10 == 0 && silent.size() < 8) {  // one that connects and stays, saying nothing
       const int fd = ConnectToLoopback(job.node_ports[i / 10 % job.node_ports.size()]);
-      if (fd >= 0) silent.push_back(fd);
+      if (fd >= 0) silent.push_back({fd, now});
+    }
+    // Well past the hello deadline, the node has closed a silent connection: we read its end.
+    for (Silent& s : silent) {
+      if (s.closed_by_node || now - s.since < std::chrono::milliseconds(1000)) continue;
+      char byte;
+      if (::recv(s.fd, &byte, 1, MSG_DONTWAIT) == 0) {
+        s.closed_by_node = true;
+        ++silent_closed_while_running;
+      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   job.ExpectSuccess();
-  for (int fd : silent) ::close(fd);
+  for (const Silent& s : silent) ::close(s.fd);
   // Enough visits landed while the job trained for the test to mean something.
   EXPECT_GE(visits_while_running, 3 * static_cast<int>(job.node_ports.size())) << job.AllOutput();
+  EXPECT_GE(silent_closed_while_running, 1)
+      << "no node closed a connection that never said hello (" << silent.size() << " made)";
   for (int w = 0; w < 2; ++w) {
     EXPECT_NE(job.workers[w]->Output().find("sync OK"), std::string::npos) << job.AllOutput();
   }
