@@ -45,13 +45,9 @@ b=dtrain-gc-b-$$
 addr_a=10.254.77.1
 addr_b=10.254.77.2
 logs=$(mktemp -d /tmp/compression_bench.XXXXXX)
+source "scripts/netns.sh"
 cleanup() {
-  for ns in "$a" "$b"; do
-    if ip netns list | grep -q "^$ns\b"; then
-      ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-      ip netns del "$ns" 2>/dev/null || true
-    fi
-  done
+  delete_netns "$a" "$b"
   rm -rf "$logs"
 }
 trap cleanup EXIT

@@ -6,13 +6,15 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
-  # libraries: networking (standalone Asio), CLI, JSON, tests, benchmarks
-  libasio-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # libraries: networking (standalone Asio), CLI, JSON, tests, benchmarks, OpenSSL (HMAC-SHA256
+  # for authenticated jobs)
+  libasio-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   # the training front end: LibTorch, OpenBLAS (LibTorch otherwise falls back to the slow
   # reference BLAS), zlib for reading .gz data sets, and the real Fashion-MNIST data set
   libtorch-dev libopenblas0-pthread zlib1g-dev dataset-fashion-mnist
-  # what the tests and the launcher use: ip (network namespaces), procps (pgrep/pkill)
-  iproute2 procps
+  # what the tests and the launcher use: ip (network namespaces), procps (pgrep/pkill), nft (the
+  # link-fault tests drop and duplicate packets with it: the kernel may lack netem)
+  iproute2 procps nftables
   # the launcher backends and their tests: ssh (sshd in namespaces, rsync for --sync-dst-dir),
   # OpenMPI, a single-node Slurm (with munge), a single-node Grid Engine
   openssh-server openssh-client rsync openmpi-bin libopenmpi-dev

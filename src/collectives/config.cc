@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/job_auth.h"
 
 namespace dtrain::collectives {
 namespace {
@@ -146,6 +147,7 @@ CollectivesConfig CollectivesConfig::FromEnvironment(const EnvLookup& env) {
     c.backend = r.Text("OMPI_COMM_WORLD_SIZE") ? BackendKind::kMpi : BackendKind::kGloo;
   }
   if (c.backend == BackendKind::kGloo) ReadGlooLayout(r, &c);
+  c.job_secret = auth::SecretFromVariable(env("DTRAIN_JOB_SECRET"));
 
   if (auto v = r.First({"DTRAIN_FUSION_THRESHOLD_MB"})) {
     c.fusion_threshold_bytes = static_cast<size_t>(Reader::Integer(v->first, v->second, 0, 1 << 16))

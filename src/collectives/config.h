@@ -30,6 +30,9 @@ struct CollectivesConfig {
   // DTRAIN_GLOO_ALGORITHM: auto | ring | ring_chunked | halving_doubling | bcube; empty = auto,
   // chosen by measurement (gloo_backend.cc). For benchmarks and tests.
   std::string gloo_algorithm;
+  // DTRAIN_JOB_SECRET: the rendezvous store's connections authenticate with it (common/job_auth.h).
+  // Never printed.
+  std::string job_secret;
 
   // --- engine ---
   size_t fusion_threshold_bytes = size_t{64} << 20;  // DTRAIN_FUSION_THRESHOLD_MB; 0: no fusion

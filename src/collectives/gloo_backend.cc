@@ -266,9 +266,11 @@ class GlooBackend final : public Communicator {
       rendezvous_ = "(none: a job of one)";
     } else {
       if (config.rank == 0)
-        server_ = std::make_unique<RendezvousServer>(config.rendezvous_port, size_);
+        server_ =
+            std::make_unique<RendezvousServer>(config.rendezvous_port, size_, config.job_secret);
       client_ = std::make_unique<RendezvousClient>(config.rendezvous_host, config.rendezvous_port,
-                                                   config.rank, config.connect_timeout);
+                                                   config.rank, config.connect_timeout,
+                                                   config.job_secret);
       rendezvous_ = client_->endpoint();
     }
     return client_ ? static_cast<gloo::rendezvous::Store&>(*client_) : *store_;

@@ -9,6 +9,7 @@
 #include "collectives/byte_codec.h"
 #include "collectives/error_text.h"
 #include "common/error.h"
+#include "common/job_auth.h"
 #include "common/logging.h"
 
 namespace dtrain::collectives {
@@ -17,8 +18,19 @@ using asio::ip::tcp;
 
 namespace {
 
-enum Request : uint8_t { kHello = 1, kSet = 2, kGet = 3, kCheck = 4, kLost = 5, kGoodbye = 6 };
-enum Status : uint8_t { kOk = 0, kMissing = 1 };
+enum Request : uint8_t {
+  kHello = 1,
+  kSet = 2,
+  kGet = 3,
+  kCheck = 4,
+  kLost = 5,
+  kGoodbye = 6,
+  kProve = 7,
+};
+enum Status : uint8_t { kOk = 0, kMissing = 1, kRefused = 2 };
+constexpr size_t kMaxProofChars = 64;
+constexpr char kServerLabel[] = "dtrain-rendezvous-server";
+constexpr char kClientLabel[] = "dtrain-rendezvous-client";
 
 // Limits on what a peer may make us allocate or store. Gloo's entries are a few hundred bytes per
 // rank; these leave ample room and still stop a stray client from exhausting rank 0's memory.
@@ -49,7 +61,8 @@ std::string PeerOf(const tcp::socket& socket) {
 struct RendezvousServer::Impl {
   struct Connection;
 
-  Impl(uint16_t port, int size) : size(size) {
+  Impl(uint16_t port, int size, std::string job_secret)
+      : size(size), job_secret(std::move(job_secret)) {
     std::error_code ec;
     const tcp::endpoint endpoint(tcp::v4(), port);
     acceptor.open(endpoint.protocol(), ec);
@@ -73,6 +86,7 @@ struct RendezvousServer::Impl {
   tcp::acceptor acceptor{io};
   std::thread thread;
   const int size;
+  const std::string job_secret;
   std::map<std::string, std::vector<char>> store;
   size_t stored_bytes = 0;
   std::vector<int> lost;  // ranks whose connection dropped without a goodbye, in order
@@ -110,6 +124,8 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
                        asio::async_write(self->socket, asio::buffer(self->reply),
                                          [self](std::error_code ec, size_t) {
                                            if (ec) return self->Closed();
+                                           if (!self->refused.empty())
+                                             return self->Drop(self->refused);
                                            self->ReadHeader();
                                          });
                      });
@@ -135,8 +151,13 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
   Impl* server;
   tcp::socket socket;
   std::string peer;
-  int rank = -1;
+  int rank = -1;  // set once the hello (and, with a secret, the proof) checked out
   bool goodbye = false;
+  std::string refused;  // non-empty: the reply refuses the client, and the connection closes
+  // With a secret, between the hello and the proof:
+  int claimed_rank = -1;
+  std::string client_nonce;
+  std::string server_nonce;
   char header[4] = {};
   std::vector<char> body;
   std::vector<char> reply;
@@ -169,14 +190,51 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
   ByteReader in(body, "rendezvous request from " + c.peer);
   ByteWriter out;
   const uint8_t type = in.U8("type");
+  auto refuse = [&](const std::string& why) {
+    c.refused = why;
+    ByteWriter no;
+    no.U8(kRefused);
+    no.String(why);
+    return Frame(no);
+  };
+  if (c.rank < 0 && type != kHello && type != kProve) {
+    in.Fail("type", "request " + std::to_string(type) + " before the hello");
+  }
   switch (type) {
     case kHello: {
+      if (c.rank >= 0 || c.claimed_rank >= 0) in.Fail("type", "a second hello");
       const int32_t rank = in.I32("rank");
       if (rank < 0 || rank >= size) {
         in.Fail("rank", std::to_string(rank) + " is not a rank of a job of " +
                             std::to_string(size) + " (is DMLC_NUM_WORKER the same everywhere?)");
       }
-      c.rank = rank;
+      const bool offers_proof = !in.done();
+      if (job_secret.empty()) {
+        if (offers_proof) return refuse("DTRAIN_JOB_SECRET is set there but not on rank 0");
+        c.rank = rank;
+        out.U8(kOk);
+        break;
+      }
+      if (!offers_proof) return refuse("rank 0 requires DTRAIN_JOB_SECRET, which is not set there");
+      c.client_nonce = in.String("nonce", kMaxProofChars);
+      c.server_nonce = auth::NewNonce();
+      c.claimed_rank = rank;
+      out.U8(kOk);
+      out.String(c.server_nonce);
+      out.String(auth::Proof(job_secret, kServerLabel, {c.client_nonce, c.server_nonce}));
+      break;
+    }
+    case kProve: {
+      if (c.rank >= 0 || c.claimed_rank < 0) in.Fail("type", "a proof without a challenge");
+      const std::string proof = in.String("proof", kMaxProofChars);
+      in.ExpectEnd();
+      const std::string expected =
+          auth::Proof(job_secret, kClientLabel,
+                      {c.server_nonce, c.client_nonce, std::to_string(c.claimed_rank)});
+      if (!auth::ProofsEqual(expected, proof)) {
+        return refuse("its DTRAIN_JOB_SECRET differs from rank 0's");
+      }
+      c.rank = c.claimed_rank;
       out.U8(kOk);
       break;
     }
@@ -236,8 +294,8 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
   return Frame(out);
 }
 
-RendezvousServer::RendezvousServer(uint16_t port, int size)
-    : impl_(std::make_unique<Impl>(port, size)) {}
+RendezvousServer::RendezvousServer(uint16_t port, int size, std::string job_secret)
+    : impl_(std::make_unique<Impl>(port, size, std::move(job_secret))) {}
 RendezvousServer::~RendezvousServer() = default;
 
 // ---------------------------------------------------------------------------------------------
@@ -303,7 +361,7 @@ struct RendezvousClient::Impl {
 };
 
 RendezvousClient::RendezvousClient(const std::string& host, uint16_t port, int rank,
-                                   Duration connect_timeout)
+                                   Duration connect_timeout, const std::string& job_secret)
     : impl_(std::make_unique<Impl>()),
       endpoint_(host + ":" + std::to_string(port)),
       request_timeout_(connect_timeout) {
@@ -346,11 +404,44 @@ RendezvousClient::RendezvousClient(const std::string& host, uint16_t port, int r
   }
   std::error_code ignored;
   impl_->socket.set_option(tcp::no_delay(true), ignored);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Hello(rank, job_secret);
+}
+
+void RendezvousClient::Hello(int rank, const std::string& job_secret) {
+  const std::string what = "reply from the gloo rendezvous host " + endpoint_;
+  auto check_refusal = [&](ByteReader& in) {
+    if (in.U8("status") == kOk) return;
+    const std::string why = in.String("reason", kMaxKey);
+    throw PeerError("the gloo rendezvous host (rank 0) at " + endpoint_ + " refused rank " +
+                    std::to_string(rank) + ": " + why);
+  };
   ByteWriter hello;
   hello.U8(kHello);
   hello.I32(rank);
-  std::lock_guard<std::mutex> lock(mutex_);
-  impl_->Exchange(hello, request_timeout_, endpoint_);
+  const std::string nonce = job_secret.empty() ? "" : auth::NewNonce();
+  if (!job_secret.empty()) hello.String(nonce);
+  const std::vector<char> reply = impl_->Exchange(hello, request_timeout_, endpoint_);
+  ByteReader in(reply, what);
+  check_refusal(in);
+  if (job_secret.empty()) return;
+  if (in.done()) {
+    throw PeerError("the gloo rendezvous host (rank 0) at " + endpoint_ +
+                    " did not answer our authentication: DTRAIN_JOB_SECRET is not set there");
+  }
+  const std::string server_nonce = in.String("nonce", kMaxProofChars);
+  const std::string proof = in.String("proof", kMaxProofChars);
+  if (!auth::ProofsEqual(auth::Proof(job_secret, kServerLabel, {nonce, server_nonce}), proof)) {
+    throw PeerError("the gloo rendezvous host at " + endpoint_ +
+                    " does not know this job's DTRAIN_JOB_SECRET (another job, or a stranger, "
+                    "listens there)");
+  }
+  ByteWriter prove;
+  prove.U8(kProve);
+  prove.String(auth::Proof(job_secret, kClientLabel, {server_nonce, nonce, std::to_string(rank)}));
+  const std::vector<char> answer = impl_->Exchange(prove, request_timeout_, endpoint_);
+  ByteReader verdict(answer, what);
+  check_refusal(verdict);
 }
 
 RendezvousClient::~RendezvousClient() {

@@ -9,6 +9,12 @@
 // can ask who left (LostRanks) and name it in its error. If rank 0 itself is gone the question
 // fails, which names rank 0.
 //
+// With a job secret (DTRAIN_JOB_SECRET), a client proves it knows the secret before any request
+// counts, and rank 0 proves it too (common/job_auth.h): the hello carries the client's nonce, rank
+// 0 answers with its nonce and proof, the client sends its proof (which binds its rank). A client
+// that fails is answered with the reason and dropped; it is never counted as a rank, so its end is
+// nobody's loss.
+//
 // Wire format, both directions: u32 body length, then the body: u8 type/status and fields, strings
 // as u32 length + bytes, all little-endian. Everything read off the socket is bounds-checked: a
 // malformed request closes that connection (the server keeps serving the others), a malformed reply
@@ -30,9 +36,9 @@ namespace dtrain::collectives {
 
 class RendezvousServer {
  public:
-  // Listens on every interface at `port` for a job of `size` ranks. Throws PeerError naming the
-  // port when it cannot listen.
-  RendezvousServer(uint16_t port, int size);
+  // Listens on every interface at `port` for a job of `size` ranks; `job_secret` non-empty: clients
+  // must authenticate. Throws PeerError naming the port when it cannot listen.
+  RendezvousServer(uint16_t port, int size, std::string job_secret = "");
   ~RendezvousServer();  // stops serving and closes every connection
 
   RendezvousServer(const RendezvousServer&) = delete;
@@ -47,8 +53,10 @@ class RendezvousServer {
 class RendezvousClient : public gloo::rendezvous::Store {
  public:
   // Connects to host:port, retrying until `connect_timeout` passes (rank 0 may start later than
-  // us), and says hello as `rank`. Throws TimeoutError naming host:port.
-  RendezvousClient(const std::string& host, uint16_t port, int rank, Duration connect_timeout);
+  // us), and says hello as `rank` (authenticating with `job_secret` if non-empty). Throws
+  // TimeoutError naming host:port, PeerError if rank 0 refuses us or fails to prove the secret.
+  RendezvousClient(const std::string& host, uint16_t port, int rank, Duration connect_timeout,
+                   const std::string& job_secret = "");
   ~RendezvousClient() override;  // says goodbye: a clean exit is not a lost rank
 
   // gloo::rendezvous::Store. Each call has a deadline (`connect_timeout` for the request itself);
@@ -68,6 +76,8 @@ class RendezvousClient : public gloo::rendezvous::Store {
   struct Impl;
 
  private:
+  void Hello(int rank, const std::string& job_secret);  // mutex_ held
+
   std::unique_ptr<Impl> impl_;
   std::string endpoint_;
   Duration request_timeout_;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/job_auth.h"
 
 namespace dtrain {
 
@@ -139,6 +140,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   c.io_threads = half_the_cores;
   r.Millis("DTRAIN_CONNECT_TIMEOUT_MS", &c.connect_timeout);
   r.Millis("DTRAIN_HELLO_TIMEOUT_MS", &c.hello_timeout);
+  r.Millis("DTRAIN_LINK_TIMEOUT_MS", &c.link_timeout, 0);
   r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
   r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
@@ -150,6 +152,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40)) {
     c.max_message_bytes = *v;
   }
+  c.job_secret = auth::SecretFromVariable(env("DTRAIN_JOB_SECRET"));
   // A worker of an allreduce job (`dtrain launch -s 0`: DMLC_NUM_SERVER=0) has no servers to
   // need; the dist kvstores still refuse such a job when they are created.
   const bool allreduce_worker =
@@ -197,13 +200,15 @@ std::string Config::Describe() const {
       << " MXNET_KVSTORE_REDUCTION_NTHREADS=" << reduction_threads
       << " DTRAIN_CONNECT_TIMEOUT_MS=" << connect_timeout.count()
       << " DTRAIN_HELLO_TIMEOUT_MS=" << hello_timeout.count()
+      << " DTRAIN_LINK_TIMEOUT_MS=" << link_timeout.count()
       << " DTRAIN_START_TIMEOUT_MS=" << start_timeout.count()
       << " DTRAIN_REQUEST_TIMEOUT_MS=" << request_timeout.count()
       << " DTRAIN_STREAMS_PER_PEER=" << streams_per_peer << " DTRAIN_IO_THREADS=" << io_threads
       << " DTRAIN_CHUNK_BYTES=" << chunk_bytes
       << " DTRAIN_FAILURE_EXIT_MS=" << failure_exit_grace.count()
       << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes
-      << " DTRAIN_SAME_HOST=" << same_host_direct;
+      << " DTRAIN_SAME_HOST=" << same_host_direct
+      << " DTRAIN_JOB_SECRET=" << (job_secret.empty() ? "(unset)" : "(set)");
   return out.str();
 }
 

@@ -53,8 +53,12 @@ struct Config {
   int reduction_threads = 4;         // MXNET_KVSTORE_REDUCTION_NTHREADS
 
   // --- dtrain's own (DTRAIN_*) ---
-  Duration connect_timeout{30000};     // DTRAIN_CONNECT_TIMEOUT_MS: reaching the scheduler / a peer
-  Duration hello_timeout{10000};       // DTRAIN_HELLO_TIMEOUT_MS: a connection's time to say hello
+  Duration connect_timeout{30000};  // DTRAIN_CONNECT_TIMEOUT_MS: reaching the scheduler / a peer
+  Duration hello_timeout{10000};    // DTRAIN_HELLO_TIMEOUT_MS: a connection's time to say hello
+  // DTRAIN_LINK_TIMEOUT_MS: a data connection that acknowledges nothing (sent data, or TCP
+  // keepalive probes when idle) for this long is closed by the kernel and its peer reported lost.
+  // 0: the kernel's defaults (hours).
+  Duration link_timeout{15000};
   Duration start_timeout{120000};      // DTRAIN_START_TIMEOUT_MS: all nodes registered
   Duration request_timeout{600000};    // DTRAIN_REQUEST_TIMEOUT_MS: one push/pull/barrier
   Duration failure_exit_grace{10000};  // DTRAIN_FAILURE_EXIT_MS: exit after a peer died
@@ -65,6 +69,9 @@ struct Config {
   size_t chunk_bytes = size_t{4} << 20;  // DTRAIN_CHUNK_BYTES: values travel in pieces this big
   bool same_host_direct = true;          // DTRAIN_SAME_HOST: one-copy path between local processes
   size_t max_message_bytes = size_t{1} << 32;  // DTRAIN_MAX_MESSAGE_BYTES: larger is rejected
+  // DTRAIN_JOB_SECRET: when set, every connection proves knowledge of it (common/job_auth.h) before
+  // any message counts. Never printed. `dtrain launch` sets a fresh one per job.
+  std::string job_secret;
 
   bool distributed() const { return role.has_value(); }
 

@@ -36,10 +36,19 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   work_cv_.notify_all();
   int64_t begin, end;
   RangeOf(n, size(), 0, &begin, &end);
-  fn(begin, end);
+  std::exception_ptr mine;
+  try {
+    fn(begin, end);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  // Even when our piece threw, the others still use `fn`: wait for them before returning.
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return pending_ == 0; });
   fn_ = nullptr;
+  std::exception_ptr failure = mine ? mine : failure_;
+  failure_ = nullptr;
+  if (failure) std::rethrow_exception(failure);
 }
 
 void ThreadPool::Loop(int index) {
@@ -57,8 +66,14 @@ void ThreadPool::Loop(int index) {
     }
     int64_t begin, end;
     RangeOf(n, size(), index, &begin, &end);
-    (*fn)(begin, end);
+    std::exception_ptr failure;
+    try {
+      (*fn)(begin, end);
+    } catch (...) {
+      failure = std::current_exception();  // rethrown by ParallelFor in its caller's thread
+    }
     std::lock_guard<std::mutex> lock(mutex_);
+    if (failure && !failure_) failure_ = failure;
     if (--pending_ == 0) done_cv_.notify_all();
   }
 }

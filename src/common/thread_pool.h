@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -19,7 +20,8 @@ class ThreadPool {
 
   // Runs fn(begin, end) over [0, n) split into size() contiguous ranges, using the calling thread
   // as one of the workers, and returns when all are done. Calls from several threads at once are
-  // serialised.
+  // serialised. An exception from any piece is rethrown here, once every piece has ended (the
+  // first one thrown; the others are dropped), never in a pool thread.
   void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -33,6 +35,7 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   uint64_t generation_ = 0;
+  std::exception_ptr failure_;  // the first exception of a pool thread in this call
   int pending_ = 0;
   bool stop_ = false;
 };

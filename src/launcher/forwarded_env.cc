@@ -8,6 +8,9 @@ namespace dtrain::launcher {
 
 bool IsForwarded(const std::string& name, RemoteStart how) {
   if (name == "DMLC_NODE_HOST" || name == "DMLC_NODE_PORT") return false;  // per machine
+  // Over ssh the environment goes on the remote command line, visible to every user of both hosts;
+  // the secret goes through the session's stdin instead (remote_command.h).
+  if (name == "DTRAIN_JOB_SECRET" && how == RemoteStart::kSsh) return false;
   for (const char* prefix : {"DMLC_", "PS_", "DTRAIN_", "MXNET_", "HOROVOD_"}) {
     if (name.rfind(prefix, 0) == 0) return true;
   }

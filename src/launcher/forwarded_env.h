@@ -3,7 +3,9 @@
 // A local job passes its whole environment. On another host the remote side provides PATH, HOME,
 // ...; the launcher passes what configures dtrain and the frameworks (DMLC_*, PS_*, DTRAIN_*,
 // MXNET_*, HOROVOD_*, OMP_NUM_THREADS, KMP_AFFINITY; as launch.py passed DMLC_INTERFACE and
-// OMP_NUM_THREADS), never a per-machine address of this host (DMLC_NODE_HOST, DMLC_NODE_PORT).
+// OMP_NUM_THREADS), never a per-machine address of this host (DMLC_NODE_HOST, DMLC_NODE_PORT), and
+// over ssh never DTRAIN_JOB_SECRET (it would be on a command line; the ssh backend sends it through
+// the session's stdin).
 // Cluster tools (mpirun, srun, qsub) also get NCCL_*, PATH, LD_LIBRARY_PATH and PYTHONPATH, as
 // Horovod's documentation passes them to mpirun.
 //

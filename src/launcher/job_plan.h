@@ -33,6 +33,9 @@ struct ProcessSpec {
   // ends; otherwise /dev/null. The ssh backend gives it to each ssh client: the remote guard
   // reads it and stops the remote process at EOF, i.e. when the launcher or the connection dies.
   bool stdin_held_open = false;
+  // Written to that pipe once the process has started (the ssh backend: the job secret, which the
+  // remote guard reads, so that it never appears on a command line).
+  std::string stdin_preamble;
   // Empty: the process runs here. Otherwise the local process is a client (e.g. "ssh") that runs
   // it on `host`, and messages name both: "worker 1 on node-b (ssh pid 4242)".
   std::string remote_via;

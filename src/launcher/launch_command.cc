@@ -1,8 +1,10 @@
 #include "launcher/launch_command.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/error.h"
+#include "common/job_auth.h"
 #include "launcher/backends.h"
 #include "launcher/job_plan.h"
 #include "launcher/launch_options.h"
@@ -58,7 +60,21 @@ int RunLocalJob(const LaunchOptions& options) {
 
 namespace {
 
+// Every job gets a fresh secret unless the user set one (DTRAIN_JOB_SECRET in the launcher's
+// environment: e.g. to admit a process started by hand). Set in our own environment, it reaches
+// every process: local children inherit it, mpirun (-x), srun (--export=ALL) and qsub (-V) pass
+// it on, and the ssh backend writes it into each remote guard's stdin.
+void EnsureJobSecret() {
+  const char* set = std::getenv("DTRAIN_JOB_SECRET");
+  if (set != nullptr && *set != '\0') {
+    (void)auth::SecretFromVariable(std::string(set));  // too short: a ConfigError, before anything
+    return;
+  }
+  ::setenv("DTRAIN_JOB_SECRET", auth::NewNonce().c_str(), 1);
+}
+
 int RunBackend(const LaunchOptions& options) {
+  EnsureJobSecret();
   switch (options.launcher) {
     case LauncherKind::kLocal:
       return RunLocalJob(options);

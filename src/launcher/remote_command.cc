@@ -22,8 +22,14 @@ bool IsPlainShellChar(char c) {
 //  - the watcher ignores SIGTERM (inherited trap) so that its own kill -TERM 0 does not stop it
 //    before the SIGKILL; its output goes to /dev/null so it never keeps the session open;
 //  - `wait` returns the process's code, or 128 + signal, and the guard exits with it.
-std::string Guard(int grace_s) {
-  return "exec 3<&0 </dev/null; \"$@\" 3<&- & job=$!; trap \"\" TERM; "
+std::string Guard(int grace_s, bool secret_on_stdin) {
+  // `read` takes the first line only (sh reads a pipe byte by byte), leaving EOF for the watcher.
+  const std::string secret = secret_on_stdin ? "IFS= read -r DTRAIN_JOB_SECRET || { echo "
+                                               "\"dtrain-remote: no job secret on stdin\" >&2; "
+                                               "exit 1; }; export DTRAIN_JOB_SECRET; "
+                                             : "";
+  return secret +
+         "exec 3<&0 </dev/null; \"$@\" 3<&- & job=$!; trap \"\" TERM; "
          "(cat <&3; kill -TERM 0; sleep " +
          std::to_string(grace_s) + "; kill -KILL 0) >/dev/null 2>&1 & exec 3<&-; wait $job";
 }
@@ -53,13 +59,14 @@ std::string ShellJoin(const std::vector<std::string>& words) {
 }
 
 std::string RemoteScript(const std::string& dir, const std::vector<EnvVar>& env,
-                         const std::vector<std::string>& argv, Duration kill_grace) {
+                         const std::vector<std::string>& argv, Duration kill_grace,
+                         bool secret_on_stdin) {
   const int64_t grace_ms = std::max<int64_t>(kill_grace.count(), 1);
   const int grace_s = static_cast<int>((grace_ms + 999) / 1000);
   std::vector<std::string> words = {"exec", "env"};
   for (const auto& [name, value] : env) words.push_back(name + "=" + value);
-  for (const std::string& w :
-       {std::string("/bin/sh"), std::string("-c"), Guard(grace_s), std::string("dtrain-remote")}) {
+  for (const std::string& w : {std::string("/bin/sh"), std::string("-c"),
+                               Guard(grace_s, secret_on_stdin), std::string("dtrain-remote")}) {
     words.push_back(w);
   }
   words.insert(words.end(), argv.begin(), argv.end());

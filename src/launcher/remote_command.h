@@ -31,8 +31,12 @@ std::string ShellJoin(const std::vector<std::string>& words);
 // The script the remote login shell runs for one process:
 //   cd DIR && exec env NAME=VALUE... /bin/sh -c GUARD dtrain-remote ARGV...
 // `kill_grace`: how long the guard waits between SIGTERM and SIGKILL (rounded up to seconds).
+// `secret_on_stdin`: the guard first reads one line from the session's stdin into
+// DTRAIN_JOB_SECRET (exported to the process), so that the secret is on no command line, here or
+// there (the launcher writes it: ProcessSpec::stdin_preamble).
 std::string RemoteScript(const std::string& dir, const std::vector<EnvVar>& env,
-                         const std::vector<std::string>& argv, Duration kill_grace);
+                         const std::vector<std::string>& argv, Duration kill_grace,
+                         bool secret_on_stdin = false);
 
 // The ssh client's argv for `host` (as written in the hostfile, e.g. "alice@node-a"):
 //   ssh USER_OPTIONS... -T -o BatchMode=yes -o ConnectTimeout=S -o ServerAliveInterval=5

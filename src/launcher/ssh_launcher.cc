@@ -8,6 +8,7 @@
 // to the first host (or --interface's), and --sync-dst-dir copies the current directory to every
 // host with rsync, all hosts at once.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -85,13 +86,17 @@ int SyncWorkingDirectory(const LaunchOptions& options, const std::vector<std::st
 // Turns every spec placed on another host into a local ssh client that runs it there.
 void WrapInSsh(const LaunchOptions& options, const std::string& remote_dir, JobPlan* plan) {
   const std::vector<EnvVar> forwarded = ForwardedEnvironment(RemoteStart::kSsh);
+  const char* secret = std::getenv("DTRAIN_JOB_SECRET");
+  const bool has_secret = secret != nullptr && *secret != '\0';
   for (ProcessSpec& spec : plan->processes) {
     if (spec.role == Role::kScheduler) continue;
     std::vector<EnvVar> env = forwarded;  // the job's own variables come after, and win
     env.insert(env.end(), spec.env.begin(), spec.env.end());
-    const std::string script = RemoteScript(remote_dir, env, spec.argv, options.kill_grace);
+    const std::string script =
+        RemoteScript(remote_dir, env, spec.argv, options.kill_grace, has_secret);
     spec.argv = SshCommand(options.ssh_options, spec.host, script);
     spec.stdin_held_open = true;
+    if (has_secret) spec.stdin_preamble = std::string(secret) + "\n";
     spec.remote_via = "ssh";
   }
 }

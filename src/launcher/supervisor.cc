@@ -2,7 +2,9 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -12,6 +14,17 @@
 
 namespace dtrain::launcher {
 namespace {
+
+// A few bytes into a fresh pipe: they fit its buffer, so this never blocks. A reader that is gone
+// already (EPIPE: SIGPIPE is ignored by the launcher) shows as that process's exit.
+void WriteToPipe(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
 
 struct Child : WatchedProcess {
   using WatchedProcess::WatchedProcess;
@@ -55,6 +68,9 @@ class Supervisor : public JobWatch {
   void OnStarted(WatchedProcess* p, StartedProcess started) override {
     Child* c = static_cast<Child*>(p);
     c->stdin_write = std::move(started.stdin_write);
+    if (c->stdin_write.get() >= 0 && !c->spec.stdin_preamble.empty()) {
+      WriteToPipe(c->stdin_write.get(), c->spec.stdin_preamble);
+    }
     const std::string prefix = "[" + c->spec.Name() + "] ";
     c->out = MakeReader(c, std::move(started.stdout_read), prefix, false);
     c->err = MakeReader(c, std::move(started.stderr_read), prefix, true);

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "ps/control.h"
+#include "ps/listen_address.h"
 
 namespace dtrain::ps {
 
@@ -67,9 +68,8 @@ void Node::Start() {
                             OnPeerLost(peer, remote, why);
                           },
                           body_sink_);
-  const uint16_t port = transport_->Listen("", config_.node_port);
   self_.host = AnnounceAddress(config_);
-  self_.port = port;
+  self_.port = ListenForJob(*transport_, config_, self_.host, config_.node_port);
   DTRAIN_LOG(kConnections) << RoleName(role_) << " listening at " << self_.Address()
                            << "; configuration: " << config_.Describe();
 
@@ -81,6 +81,9 @@ void Node::Start() {
     throw TimeoutError("cannot reach the scheduler at " + scheduler.ToString() +
                        " (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT): " + e.what() +
                        "; is it running? (DTRAIN_CONNECT_TIMEOUT_MS sets how long to try)");
+  } catch (const PeerError& e) {
+    throw PeerError("cannot join the job through the scheduler at " + scheduler.ToString() + ": " +
+                    e.what());
   }
   control::Registration reg{role_, self_.host, self_.port, config_.requested_rank};
   Message msg;
@@ -111,6 +114,10 @@ void Node::Start() {
       std::string why = "cannot reach " + peer.Name() + ": " + e.what() +
                         " (is the address it announced reachable from here? see DMLC_INTERFACE / "
                         "DMLC_NODE_HOST)";
+      Fail(why);
+      throw PeerError(why);
+    } catch (const PeerError& e) {
+      std::string why = "cannot connect to " + peer.Name() + ": " + e.what();
       Fail(why);
       throw PeerError(why);
     }

@@ -12,6 +12,7 @@
 #include "common/job_report.h"
 #include "common/logging.h"
 #include "ps/control.h"
+#include "ps/listen_address.h"
 #include "ps/node_info.h"
 
 namespace dtrain::ps {
@@ -358,7 +359,8 @@ Scheduler::Scheduler(const Config& config, std::unique_ptr<transport::Transport>
 Scheduler::~Scheduler() { state_->transport->Shutdown(Deadline(Duration(3000))); }
 
 uint16_t Scheduler::Listen() {
-  const uint16_t port = state_->transport->Listen("", state_->config.scheduler_port);
+  const uint16_t port = ListenForJob(*state_->transport, state_->config,
+                                     state_->config.scheduler_host, state_->config.scheduler_port);
   state_->config.scheduler_port = port;
   DTRAIN_LOG(kConnections) << "scheduler listening on port " << port << " for "
                            << state_->layout.num_servers << " server(s) and "

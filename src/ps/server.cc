@@ -128,7 +128,8 @@ void Server::Handle(Message&& msg) {
       default:
         return ReplyError(h, "servers do not handle " + std::string(CommandName(h.command)));
     }
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
+    // Never out of the transport's thread: the requester learns why, the server serves on.
     ReplyError(h, e.what());
   }
 }
@@ -324,7 +325,14 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
   }
   Accumulate(slot, worker, std::move(msg));
   while (slot.pushed_count == node_.layout().num_workers) {
-    CompleteRound(slot);
+    try {
+      CompleteRound(slot);
+    } catch (const std::exception& e) {
+      // Every worker waiting on this round gets the error; the slot is ready for the next round
+      // (a wedged slot would hold them until their request timeout).
+      return FailRound(
+          slot, "applying the round of " + SlotName(slot.key, slot.part) + " failed: " + e.what());
+    }
     DrainDeferred(slot);
   }
 }

@@ -1,5 +1,9 @@
 #include "transport/tcp_transport.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <asio.hpp>
 #include <cerrno>
 #include <condition_variable>
@@ -11,6 +15,7 @@
 
 #include "common/buffer_pool.h"
 #include "common/error.h"
+#include "common/job_auth.h"
 #include "common/logging.h"
 #include "transport/same_host.h"
 
@@ -21,6 +26,46 @@ using asio::ip::tcp;
 namespace {
 
 constexpr size_t kStagingBytes = 64 * 1024;
+// Handshake frames carry a few words (nonces and proofs are 64 hex digits each).
+constexpr size_t kMaxHandshakeMeta = 1024;
+constexpr char kAcceptorLabel[] = "dtrain-acceptor";
+constexpr char kConnectorLabel[] = "dtrain-connector";
+
+// A refusal by the other side, or a proof that does not check: retrying cannot help, so Connect
+// fails at once with this message instead of retrying until its deadline.
+class HandshakeRefused : public PeerError {
+ public:
+  using PeerError::PeerError;
+};
+
+std::string HandshakeFrame(const std::string& meta) {
+  Header h;
+  h.command = Command::kHello;
+  WireHeader wire = EncodeHeader(h, meta.size(), 0);
+  return std::string(wire.begin(), wire.end()) + meta;
+}
+
+// Keepalive: first probe after a third of the timeout idle, then 4 probes spread over the rest;
+// TCP_USER_TIMEOUT bounds how long sent data (or a probe) may stay unacknowledged. Best effort: a
+// failing setsockopt leaves the kernel's defaults.
+void SetLinkTimeout(tcp::socket& socket, Duration timeout) {
+  if (timeout.count() <= 0) return;
+  const int fd = socket.native_handle();
+  const int on = 1;
+  const int idle_s = std::max<int>(1, static_cast<int>(timeout.count() / 3000));
+  const int interval_s = std::max<int>(1, static_cast<int>(timeout.count() / 6000));
+  const int probes = 4;
+  const unsigned user_timeout_ms = static_cast<unsigned>(timeout.count());
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+}
+
+bool IsNonce(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
 
 std::string RemoteOf(const tcp::socket& socket) {
   std::error_code ec;
@@ -38,6 +83,8 @@ TcpOptions TcpOptions::FromConfig(const Config& config) {
   options.max_message_bytes = config.max_message_bytes;
   options.same_host_direct = config.same_host_direct;
   options.hello_timeout = config.hello_timeout;
+  options.link_timeout = config.link_timeout;
+  options.job_secret = config.job_secret;
   return options;
 }
 
@@ -136,7 +183,9 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
     if (!writing) StartWrite();
   }
 
-  // Reads the peer's acknowledgements of remote bodies (8-byte tokens). Runs on the socket's
+  // Reads the peer's acknowledgements of remote bodies (8-byte tokens), and on every stream notices
+  // at once when the peer's end closes or resets (a stream we only wrote on would learn it at our
+  // next write, which may be long: the scheduler writes to a node rarely). Runs on the socket's
   // strand; the reactor serialises it with writes initiated from other threads per descriptor.
   void ReadAcks() {
     socket.async_read_some(asio::buffer(ack_buffer.data() + ack_have, ack_buffer.size() - ack_have),
@@ -233,7 +282,12 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   asio::steady_timer hello_timer;  // on the socket's strand, as every handler of the stream
   std::atomic<NodeId> peer{kNoNode};
   bool said_bye = false;
-  bool greeted = false;
+  bool greeted = false;  // the handshake is complete: messages count from now on
+  bool refused = false;  // a refusal is being written; the stream closes after it
+  // With a job secret, between the hello and the connector's proof:
+  std::optional<Message> hello;  // the hello, kept until its proof arrives
+  std::string connector_nonce;
+  std::string acceptor_nonce;
   int sender_pid = 0;  // non-zero: the same-host fast path is on for this stream
   std::array<uint64_t, 2> descriptor{};
   std::string out_pending;  // handshake answer and acknowledgements not yet written
@@ -261,7 +315,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     hello_timer.async_wait([self = shared_from_this()](const std::error_code& ec) {
       if (ec || self->greeted || !self->socket.is_open()) return;
       self->impl->DropStranger(self->remote,
-                               "it said nothing within " +
+                               "it did not complete the handshake within " +
                                    std::to_string(self->impl->options.hello_timeout.count()) +
                                    " ms (DTRAIN_HELLO_TIMEOUT_MS)");
       std::error_code ignored;
@@ -273,6 +327,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   // one read is outstanding per stream, so this is never entered twice at once.
   void Pump() {
     for (;;) {
+      if (refused || !socket.is_open()) return;  // refused, or closed by a failure
       if (buffered() < kWireHeaderSize) return ReadMore();
       try {
         frame = DecodeHeader(staging.data() + begin, buffered(), impl->limits);
@@ -390,32 +445,86 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
                       [self = shared_from_this()](const std::error_code& ec, size_t) {
                         self->out_flight.clear();
                         if (ec) return;  // the read side reports the failure
-                        if (!self->out_pending.empty()) self->Write({});
+                        if (!self->out_pending.empty()) return self->Write({});
+                        if (self->refused) self->Close();
                       });
   }
 
-  // First message of a stream: say whether the same-host fast path can be used.
-  void Greet(const Message& hello) {
-    greeted = true;
-    if (impl->options.same_host_direct && !hello.meta.empty()) {
-      sender_pid = same_host::ProbeHello(hello.meta);
+  // Answers a connection that is no member with the reason (so that a misconfigured node of the
+  // job learns what is wrong), logs it as a stranger's, and closes once the answer is written.
+  void Refuse(const std::string& code, const std::string& reason) {
+    if (refused) return;
+    refused = true;
+    impl->DropStranger(remote, reason);
+    Write(HandshakeFrame("dtrain-welcome 1 refused=" + code));
+  }
+
+  // A hello (before the handshake completed): greet it, or with a job secret, challenge it and then
+  // check the proof that answers the challenge.
+  void OnHandshake(Message&& msg) {
+    const std::string& secret = impl->options.job_secret;
+    const std::string nonce = auth::WordValue(msg.meta, "nonce");
+    if (secret.empty()) {
+      if (!nonce.empty()) {
+        return Refuse("no-secret-here",
+                      "it offered to authenticate, and DTRAIN_JOB_SECRET is not set here");
+      }
+      return Greet(msg);
     }
-    Header h;
-    h.command = Command::kHello;
-    const std::string meta =
-        sender_pid != 0 ? "dtrain-welcome 1 direct=1" : "dtrain-welcome 1 direct=0";
-    WireHeader wire = EncodeHeader(h, meta.size(), 0);
-    Write(std::string(wire.begin(), wire.end()) + meta);
+    if (!hello) {
+      if (!IsNonce(nonce)) {
+        return Refuse("secret-required",
+                      "it did not authenticate (DTRAIN_JOB_SECRET is not set there, or it is no "
+                      "node of this job)");
+      }
+      connector_nonce = nonce;
+      acceptor_nonce = auth::NewNonce();
+      const std::string proof =
+          auth::Proof(secret, kAcceptorLabel, {connector_nonce, acceptor_nonce});
+      hello = std::move(msg);
+      return Write(
+          HandshakeFrame("dtrain-challenge 1 nonce=" + acceptor_nonce + " proof=" + proof));
+    }
+    const std::string expected = auth::Proof(
+        secret, kConnectorLabel,
+        {acceptor_nonce, connector_nonce, std::to_string(hello->header.sender), hello->meta});
+    if (!auth::ProofsEqual(expected, auth::WordValue(msg.meta, "proof"))) {
+      return Refuse("bad-proof", "it failed authentication (its DTRAIN_JOB_SECRET differs)");
+    }
+    Message first = std::move(*hello);
+    hello.reset();
+    Greet(first);
+  }
+
+  // The handshake is complete: the stream belongs to the node its hello named; say whether the
+  // same-host fast path can be used.
+  void Greet(const Message& first) {
+    greeted = true;
+    hello_timer.cancel();
+    if (first.header.sender >= 0) peer.store(first.header.sender);
+    if (impl->options.same_host_direct && !first.meta.empty()) {
+      sender_pid = same_host::ProbeHello(first.meta);
+    }
+    Write(HandshakeFrame(sender_pid != 0 ? "dtrain-welcome 1 direct=1"
+                                         : "dtrain-welcome 1 direct=0"));
   }
 
   void Dispatch() {
     Message msg = std::move(pending);
     pending = Message{};
-    if (msg.header.sender >= 0) peer.store(msg.header.sender);
     if (LogEnabled(LogLevel::kMessages)) DTRAIN_LOG(kMessages) << "recv " << Describe(msg);
-    if (msg.header.command == Command::kHello) {
-      if (!greeted) Greet(msg);
-      return;
+    if (!greeted) {
+      if (msg.header.command == Command::kHello) return OnHandshake(std::move(msg));
+      return Fail(std::string("it sent a message before completing the handshake"));
+    }
+    if (msg.header.command == Command::kHello) return;  // a repeated hello changes nothing
+    // Identity comes from the connection: the first id it used, never a later claim.
+    const NodeId known = peer.load();
+    if (known == kNoNode) {
+      if (msg.header.sender >= 0) peer.store(msg.header.sender);
+    } else if (msg.header.sender != known && msg.header.sender != kNoNode) {
+      return Fail("it sent a message as node " + std::to_string(msg.header.sender) +
+                  " on the connection of node " + std::to_string(known));
     }
     if (msg.header.command == Command::kBye) {
       said_bye = true;
@@ -485,6 +594,7 @@ void TcpTransport::Impl::Accept() {
         }
         std::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
+        SetLinkTimeout(socket, options.link_timeout);
         auto stream = std::make_shared<InStream>(this, std::move(socket));
         DTRAIN_LOG(kConnections) << "accepted a connection from " << stream->remote;
         {
@@ -514,8 +624,8 @@ void TcpTransport::Impl::DropStranger(const std::string& remote, const std::stri
   const uint64_t n = ++strangers_dropped;
   if (n <= 10 || n % 1000 == 0) {
     DTRAIN_LOG(kWarning) << "dropped a connection from " << remote
-                         << " that never introduced itself: " << reason << " (" << n
-                         << (n == 1 ? " such connection" : " such connections")
+                         << " that never introduced itself as a node of this job: " << reason
+                         << " (" << n << (n == 1 ? " such connection" : " such connections")
                          << (n >= 10 ? " so far; every 1000th is logged)" : " so far)");
   }
 }
@@ -545,6 +655,8 @@ uint16_t TcpTransport::Listen(const std::string& host, uint16_t port) {
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
+    std::error_code ignored;
+    acceptor.close(ignored);  // so that the caller may try another address
     throw Error("cannot listen on " + (host.empty() ? std::string("*") : host) + ":" +
                 std::to_string(port) + ": " + ec.message());
   }
@@ -556,28 +668,11 @@ uint16_t TcpTransport::Listen(const std::string& host, uint16_t port) {
 
 namespace {
 
-// Sends the hello on a fresh connection and reads the answer; true if the same-host fast path is
-// on for it. Throws on failure or at the deadline.
-bool Handshake(tcp::socket& socket, NodeId peer, NodeId self, const Deadline& deadline,
-               const TcpOptions& options, const Limits& limits) {
-  // Hello (who we are, and a probe of our memory for the same-host path), then the answer.
-  Message hello;
-  hello.header.command = Command::kHello;
-  hello.header.sender = self;
-  hello.header.recipient = peer;
-  if (options.same_host_direct) hello.meta = same_host::EncodeHello();
-  WireHeader header = EncodeHeader(hello.header, hello.meta.size(), 0);
-  std::error_code ec;
-  asio::write(socket,
-              std::array<asio::const_buffer, 2>{asio::buffer(header), asio::buffer(hello.meta)},
-              ec);
-  if (ec) throw PeerError("sending the hello failed: " + ec.message());
-
-  auto answer = std::make_shared<std::vector<char>>(kWireHeaderSize + 64);
+// Reads exactly buffer's size within the deadline (the peer may be a stranger that stalls).
+void ReadWithDeadline(tcp::socket& socket, asio::mutable_buffer buffer, const Deadline& deadline) {
   auto done = std::make_shared<std::promise<std::error_code>>();
   auto result = done->get_future();
-  // The answer is a header and a short meta; read the header, then exactly the meta it announces.
-  asio::async_read(socket, asio::buffer(answer->data(), kWireHeaderSize),
+  asio::async_read(socket, buffer,
                    [done](const std::error_code& e, size_t) { done->set_value(e); });
   if (result.wait_until(deadline.at()) != std::future_status::ready) {
     asio::post(socket.get_executor(), [&socket] {
@@ -587,16 +682,94 @@ bool Handshake(tcp::socket& socket, NodeId peer, NodeId self, const Deadline& de
     result.wait();
     throw TimeoutError("no answer to the hello");
   }
-  if ((ec = result.get()))
+  if (std::error_code ec = result.get()) {
     throw PeerError("reading the answer to the hello failed: " + ec.message());
-  Frame f = DecodeHeader(answer->data(), kWireHeaderSize, limits);
-  if (f.header.command != Command::kHello || f.meta_len > 64 || f.body_len != 0) {
+  }
+}
+
+// One handshake frame from the accepting side: its meta.
+std::string ReadHandshakeAnswer(tcp::socket& socket, const Deadline& deadline,
+                                const Limits& limits) {
+  std::array<char, kWireHeaderSize> header{};
+  ReadWithDeadline(socket, asio::buffer(header), deadline);
+  Frame f = DecodeHeader(header.data(), header.size(), limits);
+  if (f.header.command != Command::kHello || f.meta_len > kMaxHandshakeMeta || f.body_len != 0) {
     throw ProtocolError("the peer answered the hello with something else");
   }
   std::string meta(f.meta_len, '\0');
-  asio::read(socket, asio::buffer(meta.data(), meta.size()), ec);  // already in flight
-  if (ec) throw PeerError("reading the answer to the hello failed: " + ec.message());
-  return meta.find("direct=1") != std::string::npos;
+  ReadWithDeadline(socket, asio::buffer(meta.data(), meta.size()), deadline);
+  return meta;
+}
+
+void WriteFrame(tcp::socket& socket, const Message& msg) {
+  WireHeader header = EncodeHeader(msg.header, msg.meta.size(), 0);
+  std::error_code ec;
+  asio::write(socket,
+              std::array<asio::const_buffer, 2>{asio::buffer(header), asio::buffer(msg.meta)}, ec);
+  if (ec) throw PeerError("sending the hello failed: " + ec.message());
+}
+
+// What a refusal means, said from the connecting side.
+std::string RefusalText(const std::string& code) {
+  if (code == "secret-required") {
+    return "it requires DTRAIN_JOB_SECRET, which is not set here: set the same secret on every "
+           "node of the job";
+  }
+  if (code == "no-secret-here") {
+    return "DTRAIN_JOB_SECRET is set here but not there: set the same secret on every node";
+  }
+  if (code == "bad-proof") return "it rejected our proof: its DTRAIN_JOB_SECRET differs from ours";
+  return "it refused the connection (" + code + ")";
+}
+
+// Sends the hello on a fresh connection, authenticates both ways when there is a job secret, and
+// reads the welcome; true if the same-host fast path is on for the stream. Throws
+// HandshakeRefused when retrying cannot help, another Error on failure or at the deadline.
+bool Handshake(tcp::socket& socket, NodeId peer, NodeId self, const Deadline& deadline,
+               const TcpOptions& options, const Limits& limits) {
+  const std::string& secret = options.job_secret;
+  Message hello;
+  hello.header.command = Command::kHello;
+  hello.header.sender = self;
+  hello.header.recipient = peer;
+  if (options.same_host_direct) hello.meta = same_host::EncodeHello();
+  const std::string nonce = secret.empty() ? "" : auth::NewNonce();
+  if (!secret.empty()) hello.meta += (hello.meta.empty() ? "nonce=" : " nonce=") + nonce;
+  WriteFrame(socket, hello);
+
+  std::string answer = ReadHandshakeAnswer(socket, deadline, limits);
+  if (std::string refusal = auth::WordValue(answer, "refused"); !refusal.empty()) {
+    throw HandshakeRefused(RefusalText(refusal));
+  }
+  if (!secret.empty()) {
+    const std::string their_nonce = auth::WordValue(answer, "nonce");
+    if (answer.rfind("dtrain-challenge 1 ", 0) != 0 || !IsNonce(their_nonce)) {
+      throw HandshakeRefused(
+          "it did not answer our authentication: DTRAIN_JOB_SECRET is not set there, or it is no "
+          "node of this job");
+    }
+    const std::string expected = auth::Proof(secret, kAcceptorLabel, {nonce, their_nonce});
+    if (!auth::ProofsEqual(expected, auth::WordValue(answer, "proof"))) {
+      throw HandshakeRefused(
+          "it does not know this job's DTRAIN_JOB_SECRET (another job's node, or a stranger, "
+          "listens there)");
+    }
+    Message proof;
+    proof.header.command = Command::kHello;
+    proof.header.sender = self;
+    proof.header.recipient = peer;
+    proof.meta = "proof=" + auth::Proof(secret, kConnectorLabel,
+                                        {their_nonce, nonce, std::to_string(self), hello.meta});
+    WriteFrame(socket, proof);
+    answer = ReadHandshakeAnswer(socket, deadline, limits);
+    if (std::string refusal = auth::WordValue(answer, "refused"); !refusal.empty()) {
+      throw HandshakeRefused(RefusalText(refusal));
+    }
+  }
+  if (answer.rfind("dtrain-welcome 1 ", 0) != 0) {
+    throw HandshakeRefused("it answered the hello with something else: is it a dtrain node?");
+  }
+  return auth::WordValue(answer, "direct") == "1";
 }
 
 }  // namespace
@@ -646,16 +819,19 @@ void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, D
         continue;
       }
       socket->set_option(tcp::no_delay(true), ec);
+      SetLinkTimeout(*socket, impl_->options.link_timeout);
       bool direct = false;
       try {
         direct = Handshake(*socket, peer, self, deadline, impl_->options, impl_->limits);
+      } catch (const HandshakeRefused& e) {
+        throw PeerError("cannot connect to " + endpoint.ToString() + ": " + e.what());
       } catch (const Error& e) {
         last_error = e.what();
         continue;
       }
       auto stream =
           std::make_shared<Impl::OutStream>(impl_.get(), peer, std::move(*socket), direct);
-      if (direct) stream->ReadAcks();
+      stream->ReadAcks();
       opened.push_back(std::move(stream));
       break;
     }

@@ -13,6 +13,22 @@
 // Messages flow one way on a stream: a node writes messages only on the streams it opened and reads
 // them only on the ones it accepted. The accepting side writes back only the handshake answer and,
 // on the same-host fast path (same_host.h), acknowledgements of bodies it has copied.
+//
+// The handshake, on every new stream (C connects, A accepts; each line one kHello frame whose meta
+// is space-separated words):
+//   without a job secret:  C: hello [same-host probe]         A: dtrain-welcome 1 direct=0|1
+//   with one (job_auth.h): C: hello [probe] nonce=Nc           A: dtrain-challenge 1 nonce=Na
+//   proof=Pa
+//                          C: proof=Pc                         A: dtrain-welcome 1 direct=0|1
+// Pa = HMAC(secret, acceptor; Nc, Na) proves A knows the secret; Pc = HMAC(secret, connector; Na,
+// Nc, C's node id, C's hello) proves C does and binds what its hello claimed (its id, its pid for
+// the same-host path). Either side that cannot check the other's proof answers
+// `dtrain-welcome 1 refused=REASON` and closes; the connecting side then fails at once with a
+// message saying which side lacks or differs in the secret. Until A has checked Pc, nothing the
+// stream sends reaches the node, and its end is no member's failure (a stranger's, logged).
+// After the handshake, the stream belongs to the node id its hello named (or, for the link to the
+// scheduler opened before the node had an id, the first id it uses): a message claiming another
+// sender closes the stream.
 #pragma once
 
 #include <atomic>
@@ -39,9 +55,17 @@ struct TcpOptions {
   size_t direct_min_bytes = 64 * 1024;
   // How long an accepted connection has to send its Hello before it is closed as a stranger's.
   Duration hello_timeout{10000};
+  // Liveness of every connection (both directions): TCP keepalive probes while idle and
+  // TCP_USER_TIMEOUT while data waits, so that a peer cut off by the network is reported within
+  // about this long, not when a request times out. 0: the kernel's defaults.
+  Duration link_timeout{15000};
+  // Non-empty: every connection runs the challenge-response of common/job_auth.h before any of its
+  // messages counts, in both roles (connecting and accepting).
+  std::string job_secret;
 
   // The settings in effect from DTRAIN_STREAMS_PER_PEER, DTRAIN_IO_THREADS,
-  // DTRAIN_MAX_MESSAGE_BYTES, DTRAIN_SAME_HOST and DTRAIN_HELLO_TIMEOUT_MS.
+  // DTRAIN_MAX_MESSAGE_BYTES, DTRAIN_SAME_HOST, DTRAIN_HELLO_TIMEOUT_MS, DTRAIN_LINK_TIMEOUT_MS and
+  // DTRAIN_JOB_SECRET.
   static TcpOptions FromConfig(const Config& config);
 };
 

@@ -180,5 +180,66 @@ TEST(RendezvousStore, AClientLearnsWhenRankZeroIsGone) {
   EXPECT_THROW(c.LostRanks(Duration(1000)), PeerError);
 }
 
+constexpr char kSecret[] = "the-secret-of-this-job-0123";
+
+// The error text of a client that says hello as rank 1 with `secret`; "" if it was admitted.
+std::string HelloError(int port, const std::string& secret) {
+  try {
+    RendezvousClient c("127.0.0.1", static_cast<uint16_t>(port), 1, Duration(5000), secret);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RendezvousStoreAuth, ClientsWithTheSecretShareKeys) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 2, kSecret);
+  RendezvousClient a("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000), kSecret);
+  RendezvousClient b("127.0.0.1", static_cast<uint16_t>(port), 1, Duration(5000), kSecret);
+  a.set("k", Bytes("v"));
+  EXPECT_EQ(b.get("k"), Bytes("v"));
+}
+
+// A missing, wrong or one-sided secret is refused with the reason, and the refused client is no
+// rank: its end is nobody's loss.
+TEST(RendezvousStoreAuth, AMissingOrWrongSecretIsRefusedAndCountsAsNoRank) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 2, kSecret);
+  EXPECT_NE(HelloError(port, "").find("requires DTRAIN_JOB_SECRET"), std::string::npos);
+  EXPECT_NE(HelloError(port, "a-different-secret-0123").find("does not know this job's"),
+            std::string::npos);
+  RendezvousClient a("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000), kSecret);
+  EXPECT_TRUE(a.LostRanks(Duration(2000)).empty());
+
+  const int open_port = FreePort();
+  RendezvousServer open(static_cast<uint16_t>(open_port), 2);
+  EXPECT_NE(HelloError(open_port, kSecret).find("set there but not on rank 0"), std::string::npos);
+}
+
+// Until the proof checks out, no request is served: a store request before the hello, or after
+// the hello without the proof, closes the connection.
+TEST(RendezvousStoreAuth, NoRequestIsServedBeforeTheProof) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 2, kSecret);
+  RawSocket no_hello(port);
+  no_hello.SendFrame({5});  // kLost
+  EXPECT_TRUE(no_hello.ClosedByServer());
+
+  RawSocket no_proof(port);
+  std::vector<char> hello = Hello(1);
+  const std::string nonce(64, 'a');
+  const uint32_t n = static_cast<uint32_t>(nonce.size());
+  hello.insert(hello.end(), reinterpret_cast<const char*>(&n),
+               reinterpret_cast<const char*>(&n) + 4);
+  hello.insert(hello.end(), nonce.begin(), nonce.end());
+  no_proof.SendFrame(hello);
+  no_proof.SendFrame({5});  // kLost, instead of the proof
+  EXPECT_TRUE(no_proof.ClosedByServer());
+
+  RendezvousClient a("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000), kSecret);
+  EXPECT_TRUE(a.LostRanks(Duration(2000)).empty());
+}
+
 }  // namespace
 }  // namespace dtrain::collectives

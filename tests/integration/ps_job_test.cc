@@ -14,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "subprocess.h"
+#include "transport/tcp_transport.h"
 
 namespace dtrain::testing {
 namespace {
@@ -213,6 +215,76 @@ TEST(PsJobStrangers, VisitsToEveryPortDoNotDisturbTheJob) {
     EXPECT_NE(job.workers[w]->Output().find("sync OK"), std::string::npos) << job.AllOutput();
   }
   EXPECT_NE(job.scheduler->Output().find("never introduced itself"), std::string::npos)
+      << job.AllOutput();
+}
+
+// The error text of a connection attempt to 127.0.0.1:port with `secret` ("" if it connected).
+std::string HandshakeError(int port, const std::string& secret) {
+  transport::TcpOptions options;
+  options.job_secret = secret;
+  options.streams_per_peer = 1;
+  options.io_threads = 1;
+  transport::TcpTransport t(options);
+  try {
+    t.Connect(1, {"127.0.0.1", static_cast<uint16_t>(port)}, 1, Deadline(Duration(10000)));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// With DTRAIN_JOB_SECRET set, while a 2x2 dist_sync job trains: at every node's port, handshakes
+// without the secret and with a wrong one are refused, and a worker started with a wrong secret or
+// none fails at once saying so; the job ends as an undisturbed one does.
+TEST(PsJobStrangers, WithASecretNobodyElseJoinsOrDisturbs) {
+  const std::string secret = "a-secret-for-this-test-only-42";
+  Job job(2, 2, {"--scenario", "sync", "--rounds", "600", "--sizes", "1,1000,100000"},
+          {{"DTRAIN_JOB_SECRET", secret}}, /*fixed_ports=*/true);
+  const auto running = [&] { return job.workers[0]->Running() && job.workers[1]->Running(); };
+  int refused_while_running = 0;
+  std::string unexpected;
+  for (int i = 0; i < 3 && running(); ++i) {
+    for (int port : job.node_ports) {
+      const std::string none = HandshakeError(port, "");
+      const std::string wrong = HandshakeError(port, "not-the-secret-of-this-job");
+      if (none.find("requires DTRAIN_JOB_SECRET") != std::string::npos &&
+          wrong.find("does not know this job's DTRAIN_JOB_SECRET") != std::string::npos) {
+        ++refused_while_running;
+      } else if (running()) {
+        unexpected += "port " + std::to_string(port) + ": [" + none + "] [" + wrong + "]\n";
+      }
+    }
+  }
+  TempDir dir;
+  auto intruder = [&](const std::string& its_secret, const std::string& name) {
+    auto env = job.env;
+    env["DMLC_ROLE"] = "worker";
+    env["DTRAIN_JOB_SECRET"] = its_secret;
+    env["DTRAIN_CONNECT_TIMEOUT_MS"] = "5000";
+    return std::make_unique<Subprocess>(
+        std::vector<std::string>{BinaryPath("tests/programs/kv_check_worker"), "--scenario", "sync",
+                                 "--rounds", "1"},
+        env, dir.path() + "/" + name + ".log");
+  };
+  auto wrong = intruder("not-the-secret-of-this-job", "wrong");
+  auto none = intruder("", "none");
+  for (auto* p : {wrong.get(), none.get()}) {
+    auto code = p->Wait(kHangGuardMs);
+    ASSERT_TRUE(code.has_value()) << "an intruder hung:\n" << p->Output();
+    EXPECT_NE(*code, 0) << p->Output();
+  }
+  EXPECT_NE(wrong->Output().find("does not know this job's DTRAIN_JOB_SECRET"), std::string::npos)
+      << wrong->Output();
+  EXPECT_NE(none->Output().find("requires DTRAIN_JOB_SECRET, which is not set here"),
+            std::string::npos)
+      << none->Output();
+  job.ExpectSuccess();
+  EXPECT_TRUE(unexpected.empty()) << unexpected;
+  EXPECT_GE(refused_while_running, static_cast<int>(job.node_ports.size())) << job.AllOutput();
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(job.workers[w]->Output().find("sync OK"), std::string::npos) << job.AllOutput();
+  }
+  EXPECT_NE(job.scheduler->Output().find("did not authenticate"), std::string::npos)
       << job.AllOutput();
 }
 

@@ -48,6 +48,10 @@ class ShellRun {
     ::kill(-pid_, SIGKILL);
     if (!reaped_) ::waitpid(pid_, nullptr, 0);
   }
+  void WriteStdin(const std::string& bytes) {
+    ASSERT_EQ(::write(stdin_write_, bytes.data(), bytes.size()),
+              static_cast<ssize_t>(bytes.size()));
+  }
   void CloseStdin() {
     if (stdin_write_ >= 0) ::close(stdin_write_);
     stdin_write_ = -1;
@@ -95,6 +99,28 @@ TEST(ShellQuote, RoundTripsThroughARealShell) {
     got.push_back(out.substr(start, end - start));
   }
   EXPECT_EQ(got, words);
+}
+
+// The job secret reaches the remote process through the session's stdin, never the script (which is
+// on the ssh command line here and the shell's there), and the guard still watches stdin after it.
+TEST(RemoteScript, TheSecretComesThroughStdinAndIsOnNoCommandLine) {
+  TempDir dir;
+  const std::string script =
+      RemoteScript(dir.path(), {{"DMLC_ROLE", "worker"}},
+                   {"/bin/sh", "-c", "echo \"secret=$DTRAIN_JOB_SECRET\"; exit 7"},
+                   std::chrono::milliseconds(1000), /*secret_on_stdin=*/true);
+  EXPECT_THAT(script, ::testing::Not(HasSubstr("s3cret")));
+  ShellRun run(script);
+  run.WriteStdin("s3cret-of-the-job-0123\n");
+  EXPECT_EQ(run.Wait(), 7) << run.Output();
+  EXPECT_THAT(run.Output(), HasSubstr("secret=s3cret-of-the-job-0123"));
+
+  // No secret arrives (the launcher stopped first): the guard says so and starts nothing.
+  ShellRun none(script);
+  none.CloseStdin();
+  EXPECT_EQ(none.Wait(), 1);
+  EXPECT_THAT(none.Output(), HasSubstr("no job secret on stdin"));
+  EXPECT_THAT(none.Output(), ::testing::Not(HasSubstr("secret=")));
 }
 
 TEST(SshCommand, UserOptionsFirstThenOursThenHostAndScript) {

@@ -251,6 +251,32 @@ TEST_F(ServerValidationTest, MalformedSetOptimizerIsRefusedAndChangesNothing) {
   EXPECT_EQ(Pull(1), (std::vector<float>{0, 0, 0, 0}));
 }
 
+// float16 and bfloat16 keys sum on the server; an optimizer there takes float32 only, and a round
+// it cannot apply fails for every request waiting on it, naming the key: it never wedges the slot
+// (the workers would wait until their request timeout) nor the server's thread.
+TEST_F(ServerValidationTest, ARoundThatCannotBeAppliedFailsForEveryoneAndTheSlotServesOn) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    const uint64_t key = dtype == DType::kFloat16 ? 5 : 6;
+    ASSERT_EQ(ErrorOf(Call(*worker_, Command::kInit, key, R"({"length":4,"sync":true})",
+                           ZeroBody(8), dtype)),
+              "<no error>");
+    EXPECT_EQ(ErrorOf(Call(*worker_, Command::kPush, key, {}, ZeroBody(8), dtype)), "<no error>");
+  }
+  ASSERT_EQ(ErrorOf(Call(*worker_, Command::kSetOptimizer, 0,
+                         R"({"name":"sgd","params":{"learning_rate":0.5}})")),
+            "<no error>");
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_THAT(ErrorOf(Call(*worker_, Command::kPushPull, 5, {}, ZeroBody(8), DType::kFloat16)),
+                HasSubstr("applying the round of key 5 failed: optimizers support float32 values "
+                          "only, key 5 is float16"))
+        << "round " << round;
+  }
+  // float32 keys are unaffected.
+  ASSERT_EQ(ErrorOf(Init(1, {1, 1, 1, 1})), "<no error>");
+  EXPECT_EQ(ErrorOf(Push(1, {2, 2, 2, 2})), "<no error>");
+  EXPECT_EQ(Pull(1), (std::vector<float>{0, 0, 0, 0}));
+}
+
 TEST_F(ServerValidationTest, PushFromANodeThatIsNotAWorkerIsRefused) {
   ASSERT_EQ(ErrorOf(Init(1, {1, 2, 3, 4})), "<no error>");
   // The scheduler has a link to the server, so it hears the refusal.
@@ -267,8 +293,7 @@ TEST_F(ServerValidationTest, PushFromANodeThatIsNotAWorkerIsRefused) {
 
 TEST_F(ServerValidationTest, OtherCommandsAndStrayResponsesChangeNothing) {
   ASSERT_EQ(ErrorOf(Init(1, {1, 2, 3, 4})), "<no error>");
-  EXPECT_THAT(ErrorOf(Call(*worker_, Command::kCommand, 1, "{}")),
-              HasSubstr("malformed command"));
+  EXPECT_THAT(ErrorOf(Call(*worker_, Command::kCommand, 1, "{}")), HasSubstr("malformed command"));
   EXPECT_THAT(ErrorOf(Call(*worker_, Command::kCommand, 1, R"({"cmd": "reboot"})")),
               HasSubstr("unknown command 'reboot'"));
   EXPECT_THAT(ErrorOf(Call(*worker_, Command::kCommand, 1, R"({"cmd": "get_optimizer_state"})")),

@@ -1,0 +1,13 @@
+# Shell functions for emulated hosts (network namespaces), sourced by the benchmarks and tests that
+# build them (bench/compression_bench.sh, tests/network/link_faults_test.sh).
+
+# delete_netns NS...: kills whatever still runs in each namespace, then deletes it. Never fails.
+delete_netns() {
+  local ns
+  for ns in "$@"; do
+    if ip netns list 2>/dev/null | grep -q "^$ns\b"; then
+      ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+      ip netns del "$ns" 2>/dev/null || true
+    fi
+  done
+}

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# A 2x2 dist_sync job across two emulated hosts (network namespaces A and B joined by a veth pair)
+# while the link between them misbehaves. The workers are kv_check_worker soaks: every round's pull
+# must be exactly the sum of every worker's push, or the worker fails.
+#
+#   link_faults_test.sh CASE BUILD_DIR
+#
+# CASE:
+#   lossy      2% of packets dropped and 2% sent twice, both ways, all run long (nftables: this
+#              kernel has no netem, so no reordering or delay): every round exact.
+#   link-down  the link down for 2 s mid-run, then up: TCP retransmits, the job ends exact.
+#   reset      every TCP connection between the hosts reset (ss -K) mid-run: no resend yet
+#              (PS_RESEND, issue 10), so every process exits non-zero, naming a peer, promptly.
+#   blackhole  the link silently drops everything mid-run, heartbeats set to 60 s: the links' own
+#              liveness (DTRAIN_LINK_TIMEOUT_MS=3000) fails the job, naming a peer on the other
+#              host, long before the heartbeat or the request timeout.
+#
+# Layout: the scheduler, server 0 and worker 0 on A (10.254.78.1); server 1 and worker 1 on B.
+# Prints one JSON line with what it measured. Exit 77 (skipped) where namespaces cannot be made.
+# Everything runs inside the two namespaces, which are deleted (with what runs there) on every
+# exit path.
+set -euo pipefail
+
+case_name=$1
+build=$2
+dtrain=$build/src/tools/dtrain
+worker_bin=$build/tests/programs/kv_check_worker
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "needs root for ip netns and tc"
+command -v ip >/dev/null && command -v ss >/dev/null || skip "needs iproute2 (ip, ss)"
+command -v nft >/dev/null || skip "needs nftables (nft)"
+
+a=dtrain-lf-a-$$
+b=dtrain-lf-b-$$
+veth_a=vlfa$$
+veth_b=vlfb$$
+addr_a=10.254.78.1
+addr_b=10.254.78.2
+logs=$(mktemp -d /tmp/link_faults.XXXXXX)
+source "$(dirname "$0")/../../scripts/netns.sh"
+cleanup() {
+  delete_netns "$a" "$b"
+  rm -rf "$logs"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip netns add "$a" 2>/dev/null || skip "cannot create a network namespace here"
+ip netns add "$b"
+ip link add "$veth_a" netns "$a" type veth peer name "$veth_b" netns "$b" ||
+  skip "cannot create a veth pair here"
+ip -n "$a" addr add "$addr_a/24" dev "$veth_a"
+ip -n "$b" addr add "$addr_b/24" dev "$veth_b"
+for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+ip -n "$a" link set "$veth_a" up
+ip -n "$b" link set "$veth_b" up
+
+# In NS, nft STATEMENTS applied to every packet NS sends to PEER.
+on_the_way_to() {
+  local ns=$1 peer=$2 r
+  shift 2
+  {
+    printf 'table ip link_faults {\n  chain out {\n    type filter hook output priority 0;\n'
+    for r in "$@"; do printf '    ip daddr %s %s\n' "$peer" "$r"; done
+    printf '  }\n}\n'
+  } | ip netns exec "$ns" nft -f -
+}
+both_ways() {  # STATEMENTS...: on both hosts, toward the other
+  on_the_way_to "$a" "$addr_b" "$@"
+  on_the_way_to "$b" "$addr_a" "$@"
+}
+
+rounds=1500
+extra_env=()
+case $case_name in
+  lossy)
+    rounds=800
+    both_ways "numgen random mod 100 < 2 drop" "numgen random mod 100 < 2 dup to ip daddr" ;;
+  link-down | reset) rounds=4000 ;;
+  blackhole)
+    rounds=100000
+    extra_env=(PS_HEARTBEAT_TIMEOUT=60000 DTRAIN_LINK_TIMEOUT_MS=3000) ;;
+  *) echo "link_faults_test: unknown case $case_name" >&2; exit 2 ;;
+esac
+
+port=$((20000 + RANDOM % 20000))
+job_env=(DMLC_PS_ROOT_URI=$addr_a DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2
+         DTRAIN_JOB_SECRET=link-faults-test-secret-0123456789 "${extra_env[@]}")
+pids=()
+names=()
+start() {  # NS HOST ROLE RANK NAME CMD...
+  local ns=$1 host=$2 role=$3 rank=$4 name=$5
+  shift 5
+  ip netns exec "$ns" env "${job_env[@]}" DMLC_ROLE="$role" DMLC_NODE_HOST="$host" \
+    DTRAIN_NODE_RANK="$rank" OMP_NUM_THREADS=1 timeout 120 "$@" >"$logs/$name.log" 2>&1 &
+  pids+=($!)
+  names+=("$name")
+}
+soak=("$worker_bin" --scenario sync --rounds "$rounds" --sizes 1,1000,100000)
+start "$a" "$addr_a" scheduler 0 scheduler "$dtrain" scheduler
+start "$a" "$addr_a" server 0 server0 "$dtrain" server
+start "$b" "$addr_b" server 1 server1 "$dtrain" server
+start "$a" "$addr_a" worker 0 worker0 "${soak[@]}"
+start "$b" "$addr_b" worker 1 worker1 "${soak[@]}"
+
+# The fault, once the job trains (it starts in well under a second on loopback-fast links).
+started=$(date +%s.%N)
+fault_at=
+if [[ $case_name != lossy ]]; then
+  sleep 1.5
+  fault_at=$(date +%s.%N)
+  case $case_name in
+    link-down)
+      ip -n "$b" link set "$veth_b" down
+      sleep 2
+      ip -n "$b" link set "$veth_b" up ;;
+    reset) ip netns exec "$b" ss -K dst "$addr_a" >/dev/null 2>&1 ;;
+    blackhole) both_ways "drop" ;;
+  esac
+fi
+
+codes=()
+for i in "${!pids[@]}"; do
+  code=0
+  wait "${pids[$i]}" || code=$?
+  codes+=("${names[$i]}=$code")
+done
+ended=$(date +%s.%N)
+since_fault=$(awk -v a="${fault_at:-$started}" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')
+printf '{"test":"link_faults","case":"%s","rounds":%s,"exit_codes":"%s","seconds_after_fault":%s}\n' \
+  "$case_name" "$rounds" "${codes[*]}" "$since_fault"
+
+show_logs() { for f in "$logs"/*.log; do echo "--- $(basename "$f")"; tail -n 15 "$f"; done; }
+fail() {
+  echo "link_faults_test $case_name: $*" >&2
+  show_logs >&2
+  exit 1
+}
+[[ -z ${LINK_FAULTS_SHOW_LOGS:-} ]] || show_logs
+case $case_name in
+  lossy | link-down)
+    for c in "${codes[@]}"; do [[ ${c#*=} == 0 ]] || fail "$c (every process must exit 0)"; done
+    for w in worker0 worker1; do
+      grep -q "sync OK" "$logs/$w.log" || fail "$w did not report every round exact"
+    done ;;
+  reset | blackhole)
+    for c in "${codes[@]}"; do
+      [[ ${c#*=} != 0 ]] || fail "$c: every process must fail loudly"
+      [[ ${c#*=} != 124 ]] || fail "$c: hung until the test's timeout"
+    done
+    # Every process says which member it lost, by role and rank and address.
+    for name in "${names[@]}"; do
+      grep -Eq "(scheduler|server [01]|worker [01]) \(10\.254\.78\.[12]:[0-9]+\)" "$logs/$name.log" ||
+        fail "$name does not name the member it lost"
+    done ;;
+esac
+exit 0

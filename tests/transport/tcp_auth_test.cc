@@ -1,0 +1,269 @@
+// The TCP transport's handshake with and without a job secret (tcp_transport.h): who may connect,
+// what a connection that fails it can do (nothing), and that a stream's sender is the id its
+// handshake named. Real sockets on loopback; the raw clients below stand in for strangers.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/job_auth.h"
+#include "transport/tcp_transport.h"
+#include "transport/wire.h"
+
+namespace dtrain::transport {
+namespace {
+
+constexpr char kSecret[] = "0123456789abcdef-the-job-secret";
+
+// An accepting node: records what reaches it.
+struct Acceptor {
+  explicit Acceptor(const std::string& secret) : transport(Options(secret)) {
+    transport.SetHandlers(
+        [this](Message&& msg) {
+          std::lock_guard<std::mutex> lock(mutex);
+          messages.push_back(std::move(msg));
+          changed.notify_all();
+        },
+        [this](NodeId peer, const std::string&, const std::string& why) {
+          std::lock_guard<std::mutex> lock(mutex);
+          lost.push_back(std::to_string(peer) + ": " + why);
+          changed.notify_all();
+        });
+    port = transport.Listen("127.0.0.1", 0);
+  }
+
+  static TcpOptions Options(const std::string& secret) {
+    TcpOptions o;
+    o.job_secret = secret;
+    o.io_threads = 1;
+    o.streams_per_peer = 1;
+    o.same_host_direct = false;
+    o.hello_timeout = Duration(2000);
+    return o;
+  }
+
+  // Waits (up to 10 s) until `n` messages arrived; true if they did.
+  bool WaitForMessages(size_t n) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, std::chrono::seconds(10), [&] { return messages.size() >= n; });
+  }
+  bool WaitForLoss() {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, std::chrono::seconds(10), [&] { return !lost.empty(); });
+  }
+
+  TcpTransport transport;
+  uint16_t port = 0;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Message> messages;
+  std::vector<std::string> lost;
+};
+
+Message Heartbeat(NodeId sender) {
+  Message m;
+  m.header.command = Command::kHeartbeat;
+  m.header.sender = sender;
+  m.header.recipient = 1;
+  m.meta = "hello there";
+  return m;
+}
+
+// Connects as node `self` with `secret`; returns the error text, or "" if it connected.
+std::string ConnectError(const Acceptor& a, const std::string& secret, NodeId self,
+                         TcpTransport* keep = nullptr) {
+  TcpTransport own(Acceptor::Options(secret));
+  TcpTransport& t = keep != nullptr ? *keep : own;
+  try {
+    t.Connect(1, {"127.0.0.1", a.port}, self, Deadline(Duration(30000)));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A raw client: frames by hand, as a stranger (or a replaying eavesdropper) would send them.
+struct RawClient {
+  explicit RawClient(uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{5, 0};  // no read blocks for ever
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawClient() { ::close(fd); }
+
+  void Send(const Header& h, const std::string& meta) {
+    WireHeader wire = EncodeHeader(h, meta.size(), 0);
+    std::string bytes(wire.begin(), wire.end());
+    bytes += meta;
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  void SendHello(NodeId sender, const std::string& meta) {
+    Header h;
+    h.command = Command::kHello;
+    h.sender = sender;
+    Send(h, meta);
+  }
+
+  // The next handshake frame's meta; "" at EOF or after 5 s.
+  std::string ReadAnswer() {
+    std::string header(kWireHeaderSize, '\0');
+    if (!ReadExactly(header.data(), header.size())) return "";
+    Frame f = DecodeHeader(header.data(), header.size(), Limits{});
+    std::string meta(f.meta_len, '\0');
+    if (!ReadExactly(meta.data(), meta.size())) return "";
+    return meta;
+  }
+
+  // True if the other end closed the connection (within 5 s). Closing with our bytes unread makes
+  // the kernel reset the connection rather than end it: that counts too.
+  bool ClosedByPeer() {
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+  bool ReadExactly(char* p, size_t n) {
+    while (n > 0) {
+      ssize_t k = ::recv(fd, p, n, 0);
+      if (k <= 0) return false;
+      p += k;
+      n -= static_cast<size_t>(k);
+    }
+    return true;
+  }
+
+  int fd = -1;
+  bool connected = false;
+};
+
+TEST(TcpAuth, TheSameSecretConnectsAndTheMessageCarriesTheHellosId) {
+  Acceptor a(kSecret);
+  TcpTransport c(Acceptor::Options(kSecret));
+  ASSERT_EQ(ConnectError(a, kSecret, 5, &c), "");
+  c.Send(1, Heartbeat(5));
+  ASSERT_TRUE(a.WaitForMessages(1));
+  EXPECT_EQ(a.messages[0].header.sender, 5);
+  EXPECT_EQ(a.messages[0].meta, "hello there");
+  EXPECT_TRUE(a.lost.empty());
+}
+
+TEST(TcpAuth, WithoutASecretNothingChanges) {
+  Acceptor a("");
+  TcpTransport c(Acceptor::Options(""));
+  ASSERT_EQ(ConnectError(a, "", 5, &c), "");
+  c.Send(1, Heartbeat(5));
+  ASSERT_TRUE(a.WaitForMessages(1));
+}
+
+// Each misconfiguration fails the connecting side at once (no retrying until the deadline: that
+// would end in "could not connect ... within"), saying which side lacks or differs in the secret;
+// the accepting side counts no member lost and receives nothing.
+TEST(TcpAuth, AMissingOrWrongSecretIsRefusedAtOnceWithTheReason) {
+  Acceptor a(kSecret);
+  EXPECT_NE(ConnectError(a, "", 5).find("requires DTRAIN_JOB_SECRET, which is not set here"),
+            std::string::npos);
+  EXPECT_NE(ConnectError(a, "another-secret-of-16-chars", 5)
+                .find("does not know this job's DTRAIN_JOB_SECRET"),
+            std::string::npos);
+  Acceptor open("");
+  EXPECT_NE(ConnectError(open, kSecret, 5).find("set here but not there"), std::string::npos);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(a.messages.empty());
+  EXPECT_TRUE(a.lost.empty()) << a.lost.front();
+  EXPECT_TRUE(open.lost.empty()) << open.lost.front();
+}
+
+// A connector that knows the secret completes the handshake; an eavesdropper that replays its
+// bytes meets a fresh challenge, so the recorded proof fails and it is refused.
+TEST(TcpAuth, AReplayedHandshakeIsRefused) {
+  Acceptor a(kSecret);
+  const std::string nonce = auth::NewNonce();
+  const std::string hello_meta = "nonce=" + nonce;
+  std::string recorded_proof;
+  {
+    RawClient member(a.port);
+    ASSERT_TRUE(member.connected);
+    member.SendHello(7, hello_meta);
+    const std::string challenge = member.ReadAnswer();
+    ASSERT_EQ(challenge.rfind("dtrain-challenge 1 ", 0), 0u) << challenge;
+    const std::string theirs = auth::WordValue(challenge, "nonce");
+    EXPECT_EQ(auth::WordValue(challenge, "proof"),
+              auth::Proof(kSecret, "dtrain-acceptor", {nonce, theirs}));
+    recorded_proof = auth::Proof(kSecret, "dtrain-connector", {theirs, nonce, "7", hello_meta});
+    member.SendHello(7, "proof=" + recorded_proof);
+    EXPECT_EQ(member.ReadAnswer().rfind("dtrain-welcome 1 direct=", 0), 0u);
+    Header bye;
+    bye.command = Command::kBye;
+    bye.sender = 7;
+    member.Send(bye, "");
+  }
+  RawClient replay(a.port);
+  replay.SendHello(7, hello_meta);
+  const std::string challenge = replay.ReadAnswer();
+  ASSERT_EQ(challenge.rfind("dtrain-challenge 1 ", 0), 0u) << challenge;
+  replay.SendHello(7, "proof=" + recorded_proof);
+  replay.Send(Heartbeat(7).header, "forged");
+  EXPECT_EQ(replay.ReadAnswer(), "dtrain-welcome 1 refused=bad-proof");
+  EXPECT_TRUE(replay.ClosedByPeer());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(a.messages.empty());
+  EXPECT_TRUE(a.lost.empty()) << a.lost.front();
+}
+
+// Before the handshake completes nothing reaches the node, with or without a secret; the
+// connection is closed as a stranger's, not reported as a member lost.
+TEST(TcpAuth, AMessageBeforeTheHandshakeIsDropped) {
+  for (const std::string secret : {std::string(kSecret), std::string()}) {
+    Acceptor a(secret);
+    RawClient stranger(a.port);
+    ASSERT_TRUE(stranger.connected);
+    stranger.Send(Heartbeat(2).header, "no hello first");
+    EXPECT_TRUE(stranger.ClosedByPeer());
+    RawClient half(a.port);  // a hello with a nonce, then the data, never the proof
+    if (!secret.empty()) {
+      half.SendHello(2, "nonce=" + auth::NewNonce());
+      EXPECT_EQ(half.ReadAnswer().rfind("dtrain-challenge", 0), 0u);
+      half.Send(Heartbeat(2).header, "no proof");
+      EXPECT_TRUE(half.ClosedByPeer());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_TRUE(a.messages.empty()) << "secret: " << !secret.empty();
+    EXPECT_TRUE(a.lost.empty()) << a.lost.front();
+  }
+}
+
+// A stream belongs to the id its handshake named: a message claiming another sender closes it, and
+// that is the named member's failure (a member that forges is broken).
+TEST(TcpAuth, AForgedSenderClosesTheStream) {
+  Acceptor a(kSecret);
+  TcpTransport c(Acceptor::Options(kSecret));
+  ASSERT_EQ(ConnectError(a, kSecret, 5, &c), "");
+  c.Send(1, Heartbeat(5));
+  c.Send(1, Heartbeat(6));
+  ASSERT_TRUE(a.WaitForLoss());
+  EXPECT_NE(a.lost[0].find("5: it sent a message as node 6 on the connection of node 5"),
+            std::string::npos)
+      << a.lost[0];
+  ASSERT_EQ(a.messages.size(), 1u);
+  EXPECT_EQ(a.messages[0].header.sender, 5);
+}
+
+}  // namespace
+}  // namespace dtrain::transport
