@@ -23,6 +23,8 @@ packages=(
   libgloo-dev
   # the Python package: Debian's PyTorch (the same LibTorch as above), pybind11, and pytest
   python3-dev python3-torch python3-numpy pybind11-dev python3-pytest
+  # the fuzzers (scripts/fuzz.sh): clang with libFuzzer and the sanitizers
+  clang libclang-rt-14-dev
   # plots (dtrain plot); the status page's test renders it in headless Chromium and reads the
   # screenshot with tesseract
   python3-matplotlib chromium tesseract-ocr tesseract-ocr-eng

@@ -5,6 +5,7 @@
 #include <string>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -55,8 +56,19 @@ uint16_t FloatToBFloat16(float f) {
 float BFloat16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 #if defined(__x86_64__)
+// CPUID leaf 1: F16C (ecx bit 29), AVX (bit 28) and OSXSAVE (bit 27), and the OS saving the AVX
+// registers (XCR0 bits 1-2). Asked directly: clang before 15 knows no "f16c" for
+// __builtin_cpu_supports, and the fuzzers are built with clang 14.
 bool HasF16C() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+    const unsigned needed = (1u << 29) | (1u << 28) | (1u << 27);
+    if ((c & needed) != needed) return false;
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    return (xcr0_low & 6u) == 6u;
+  }();
   return has;
 }
 

@@ -1,0 +1,56 @@
+// libFuzzer target for the job-control decoders (ps/control.h): the scheduler decodes a
+// registration from every node that connects, and every node decodes the node table, barrier
+// replies and failure notices. Whatever the input, each decoder must return or throw
+// ProtocolError: no crash, no memory error, no undefined behaviour, no other exception. What
+// decodes must survive a round trip through its encoder.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+#include "ps/control.h"
+
+namespace {
+
+using namespace dtrain::ps::control;
+
+[[noreturn]] void Fail(const char* what) {
+  std::fprintf(stderr, "fuzz_control_decoder: %s\n", what);
+  std::abort();
+}
+
+template <typename Decode, typename Check>
+void Try(Decode decode, Check check) {
+  try {
+    check(decode());
+  } catch (const dtrain::ProtocolError&) {
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  Try([&] { return DecodeRegistration(text); },
+      [](const Registration& r) {
+        const Registration again = DecodeRegistration(EncodeRegistration(r));
+        if (again.role != r.role || again.host != r.host || again.port != r.port ||
+            again.requested_rank != r.requested_rank) {
+          Fail("a registration changed in a round trip");
+        }
+      });
+  Try([&] { return DecodeNodeTable(text); },
+      [](const std::vector<dtrain::ps::NodeInfo>& nodes) {
+        if (DecodeNodeTable(EncodeNodeTable(nodes)).size() != nodes.size()) {
+          Fail("a node table changed size in a round trip");
+        }
+      });
+  Try([&] { return DecodeBarrier(text); },
+      [](const auto& b) {
+        if (DecodeBarrier(EncodeBarrier(b.first, b.second)) != b) Fail("a barrier changed");
+      });
+  Try([&] { return DecodeFailure(text); }, [](const Failure&) {});
+  return 0;
+}
