@@ -61,8 +61,8 @@ std::string PeerOf(const tcp::socket& socket) {
 struct RendezvousServer::Impl {
   struct Connection;
 
-  Impl(uint16_t port, int size, std::string job_secret)
-      : size(size), job_secret(std::move(job_secret)) {
+  Impl(uint16_t port, int size, std::string job_secret, Duration hello_timeout)
+      : size(size), job_secret(std::move(job_secret)), hello_timeout(hello_timeout) {
     std::error_code ec;
     const tcp::endpoint endpoint(tcp::v4(), port);
     acceptor.open(endpoint.protocol(), ec);
@@ -87,6 +87,7 @@ struct RendezvousServer::Impl {
   std::thread thread;
   const int size;
   const std::string job_secret;
+  const Duration hello_timeout;
   std::map<std::string, std::vector<char>> store;
   size_t stored_bytes = 0;
   std::vector<int> lost;  // ranks whose connection dropped without a goodbye, in order
@@ -94,8 +95,21 @@ struct RendezvousServer::Impl {
 };
 
 struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connection> {
-  Connection(Impl* server, tcp::socket s) : server(server), socket(std::move(s)) {
+  Connection(Impl* server, tcp::socket s)
+      : server(server), socket(std::move(s)), hello_timer(server->io) {
     peer = PeerOf(socket);
+  }
+
+  // A connection that has not become a rank within the hello timeout (a stranger that connects and
+  // says nothing, or stops half-way through the proof) is dropped: it must not hold a descriptor
+  // for the whole job.
+  void StartHelloDeadline() {
+    hello_timer.expires_after(server->hello_timeout);
+    hello_timer.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (ec || self->rank >= 0 || !self->socket.is_open()) return;
+      self->Drop("it did not say hello (and prove the job secret) within " +
+                 std::to_string(self->server->hello_timeout.count()) + " ms");
+    });
   }
 
   void ReadHeader() {
@@ -139,6 +153,7 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
   }
 
   void Closed() {
+    hello_timer.cancel();  // else its handler keeps the io thread (and ~Impl) waiting
     if (rank >= 0 && !goodbye &&
         std::find(server->lost.begin(), server->lost.end(), rank) == server->lost.end()) {
       DTRAIN_LOG(kConnections) << "gloo rendezvous: rank " << rank << " (" << peer
@@ -150,6 +165,7 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
 
   Impl* server;
   tcp::socket socket;
+  asio::steady_timer hello_timer;
   std::string peer;
   int rank = -1;  // set once the hello (and, with a secret, the proof) checked out
   bool goodbye = false;
@@ -181,6 +197,7 @@ void RendezvousServer::Impl::Accept() {
     socket.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Connection>(this, std::move(socket));
     connections.insert(c);
+    c->StartHelloDeadline();
     c->ReadHeader();
     Accept();
   });
@@ -294,8 +311,9 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
   return Frame(out);
 }
 
-RendezvousServer::RendezvousServer(uint16_t port, int size, std::string job_secret)
-    : impl_(std::make_unique<Impl>(port, size, std::move(job_secret))) {}
+RendezvousServer::RendezvousServer(uint16_t port, int size, std::string job_secret,
+                                   Duration hello_timeout)
+    : impl_(std::make_unique<Impl>(port, size, std::move(job_secret), hello_timeout)) {}
 RendezvousServer::~RendezvousServer() = default;
 
 // ---------------------------------------------------------------------------------------------

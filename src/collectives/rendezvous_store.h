@@ -37,8 +37,10 @@ namespace dtrain::collectives {
 class RendezvousServer {
  public:
   // Listens on every interface at `port` for a job of `size` ranks; `job_secret` non-empty: clients
-  // must authenticate. Throws PeerError naming the port when it cannot listen.
-  RendezvousServer(uint16_t port, int size, std::string job_secret = "");
+  // must authenticate. A connection that has not said hello (and proved the secret) within
+  // `hello_timeout` is dropped. Throws PeerError naming the port when it cannot listen.
+  RendezvousServer(uint16_t port, int size, std::string job_secret = "",
+                   Duration hello_timeout = Duration(10000));
   ~RendezvousServer();  // stops serving and closes every connection
 
   RendezvousServer(const RendezvousServer&) = delete;

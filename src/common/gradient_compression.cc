@@ -221,14 +221,11 @@ float ParseThreshold(const std::string& text) {
 }
 
 int64_t ParseMinElements(const std::string& text) {
-  size_t used = 0;
-  long long value = -1;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || value < 0) {
+  // Digits only: std::stoll alone would also take leading spaces and a sign.
+  const bool digits = !text.empty() && text.size() <= 18 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  const long long value = digits ? std::stoll(text) : -1;
+  if (value < 0) {
     throw InvalidArgument("gradient compression min_elements '" + text +
                           "' is not a non-negative integer");
   }

@@ -1,9 +1,12 @@
 #include "transport/same_host.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -40,8 +43,8 @@ const std::string& HostId() {
     std::ifstream boot("/proc/sys/kernel/random/boot_id");
     std::string boot_id;
     boot >> boot_id;
-    std::string s = boot_id + "/" + ReadLink("/proc/self/ns/net") + "/" +
-                    ReadLink("/proc/self/ns/pid");
+    std::string s =
+        boot_id + "/" + ReadLink("/proc/self/ns/net") + "/" + ReadLink("/proc/self/ns/pid");
     for (char& c : s) {
       if (c == ' ') c = '_';
     }
@@ -58,7 +61,53 @@ std::string EncodeHello() {
   return s.str();
 }
 
-int ProbeHello(const std::string& hello) {
+namespace {
+
+// The inode of the socket whose local end is (address, port) and remote end (remote, remote_port),
+// from /proc/net/tcp (this network namespace's IPv4 sockets); 0 if there is none. The file prints
+// addresses as the kernel stores them (network order read as a native u32) and ports in host order.
+uint64_t SocketInode(uint32_t address, uint16_t port, uint32_t remote, uint16_t remote_port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the column names
+  char want_local[32], want_remote[32];
+  std::snprintf(want_local, sizeof want_local, "%08X:%04X", htonl(address), port);
+  std::snprintf(want_remote, sizeof want_remote, "%08X:%04X", htonl(remote), remote_port);
+  while (std::getline(table, line)) {
+    std::istringstream in(line);
+    std::string slot, local, rem, state, queues, timer, retransmits, uid, timeout;
+    uint64_t inode = 0;
+    if (!(in >> slot >> local >> rem >> state >> queues >> timer >> retransmits >> uid >> timeout >>
+          inode)) {
+      continue;
+    }
+    if (local == want_local && rem == want_remote) return inode;
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool HoldsConnection(int pid, const ConnectionEnds& c) {
+  const uint64_t inode = SocketInode(c.peer_address, c.peer_port, c.our_address, c.our_port);
+  if (inode == 0) return false;
+  const std::string wanted = "socket:[" + std::to_string(inode) + "]";
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* fds = ::opendir(dir.c_str());
+  if (fds == nullptr) return false;  // gone, or not ours to look at
+  bool found = false;
+  while (dirent* entry = ::readdir(fds)) {
+    if (entry->d_name[0] == '.') continue;
+    if (ReadLink((dir + "/" + entry->d_name).c_str()) == wanted) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(fds);
+  return found;
+}
+
+int ProbeHello(const std::string& hello, const ConnectionEnds& connection) {
   std::istringstream in(hello);
   std::string tag, host, text;
   int version = 0;
@@ -67,6 +116,7 @@ int ProbeHello(const std::string& hello) {
   if (!(in >> tag >> version >> pid >> host >> address >> text)) return 0;
   if (tag != "dtrain-hello" || version != 1 || pid <= 0 || host != HostId()) return 0;
   if (text.empty() || text.size() > 256) return 0;
+  if (!HoldsConnection(static_cast<int>(pid), connection)) return 0;
   std::string back(text.size(), '\0');
   if (!ReadRemote(static_cast<int>(pid), address, back.data(), back.size())) return 0;
   return back == text ? static_cast<int>(pid) : 0;

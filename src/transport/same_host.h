@@ -2,8 +2,9 @@
 //
 // Over loopback TCP every byte is copied twice (sender into the kernel, kernel into the receiver)
 // and pays for the TCP stack on the way. When both ends of a stream are processes on the same host
-// (same kernel boot, same network and pid namespaces) and the receiver may read the sender's
-// memory (checked with a probe at connection time), the sender writes only a descriptor (address,
+// (same kernel boot, same network and pid namespaces), the kernel confirms that the pid the sender
+// names holds the connection, and the receiver may read that process's memory (checked with a
+// probe at connection time), the sender writes only a descriptor (address,
 // token) and the receiver pulls the body with one process_vm_readv (Linux cross-memory attach,
 // as OpenMPI's shared-memory transport does for large messages): one copy, no TCP segments. The
 // receiver acknowledges each token on the same connection so the sender knows when it may release
@@ -24,9 +25,23 @@ const std::string& HostId();
 // <probe-text>".
 std::string EncodeHello();
 
-// Parses a hello and decides whether we can read the sender's memory (the probe must read back
-// exactly). Returns the sender's pid if so, 0 if not (or if the hello is malformed).
-int ProbeHello(const std::string& hello);
+// The two ends of an accepted TCP connection, IPv4 addresses and ports in host byte order.
+struct ConnectionEnds {
+  uint32_t peer_address = 0;  // the connecting side
+  uint16_t peer_port = 0;
+  uint32_t our_address = 0;  // ours (the accepted socket's local end)
+  uint16_t our_port = 0;
+};
+
+// Parses a hello and decides whether we can read the sender's memory. The pid the hello names is
+// not taken on its word: the kernel must say that this process holds the connecting end of
+// `connection` (its socket's inode, from /proc/net/tcp, among the process's descriptors), and the
+// probe must then read back exactly. Returns the sender's pid if so, 0 if not (or if the hello is
+// malformed): the stream then carries bodies inline.
+int ProbeHello(const std::string& hello, const ConnectionEnds& connection);
+
+// True if process `pid` holds the socket at the connecting end of `connection`.
+bool HoldsConnection(int pid, const ConnectionEnds& connection);
 
 // Copies `size` bytes from address `remote` of process `pid` into `dst`. Returns false (errno set)
 // if the memory cannot be read.

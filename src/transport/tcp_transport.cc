@@ -496,6 +496,21 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     Greet(first);
   }
 
+  // This connection's two ends, for the kernel's word on who holds the other one (IPv4 only: the
+  // same-host path is off for anything else).
+  same_host::ConnectionEnds Ends() const {
+    same_host::ConnectionEnds ends;
+    std::error_code e1, e2;
+    const auto remote = socket.remote_endpoint(e1);
+    const auto local = socket.local_endpoint(e2);
+    if (e1 || e2 || !remote.address().is_v4() || !local.address().is_v4()) return ends;
+    ends.peer_address = remote.address().to_v4().to_uint();
+    ends.peer_port = remote.port();
+    ends.our_address = local.address().to_v4().to_uint();
+    ends.our_port = local.port();
+    return ends;
+  }
+
   // The handshake is complete: the stream belongs to the node its hello named; say whether the
   // same-host fast path can be used.
   void Greet(const Message& first) {
@@ -503,7 +518,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     hello_timer.cancel();
     if (first.header.sender >= 0) peer.store(first.header.sender);
     if (impl->options.same_host_direct && !first.meta.empty()) {
-      sender_pid = same_host::ProbeHello(first.meta);
+      sender_pid = same_host::ProbeHello(first.meta, Ends());
     }
     Write(HandshakeFrame(sender_pid != 0 ? "dtrain-welcome 1 direct=1"
                                          : "dtrain-welcome 1 direct=0"));

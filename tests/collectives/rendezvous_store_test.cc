@@ -241,5 +241,19 @@ TEST(RendezvousStoreAuth, NoRequestIsServedBeforeTheProof) {
   EXPECT_TRUE(a.LostRanks(Duration(2000)).empty());
 }
 
+// A connection that says nothing is dropped at the hello deadline; a rank that has said hello is
+// kept however quiet it is.
+TEST(RendezvousStoreAuth, ASilentConnectionIsDroppedAtTheHelloDeadline) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 2, kSecret, Duration(200));
+  RendezvousClient member("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000), kSecret);
+  RawSocket silent(port);
+  EXPECT_TRUE(silent.ClosedByServer());  // waits up to 1 s
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  member.set("still", Bytes("here"));
+  EXPECT_EQ(member.get("still"), Bytes("here"));
+  EXPECT_TRUE(member.LostRanks(Duration(2000)).empty());
+}
+
 }  // namespace
 }  // namespace dtrain::collectives

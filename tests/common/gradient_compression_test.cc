@@ -207,6 +207,10 @@ TEST(GradientCompression, ParametersAreMXNetsAndBadOnesAreClearErrors) {
            {{"type", "2bit"}, {"min_elements", "-1"}},
            {{"type", "2bit"}, {"min_elements", "4k"}},
            {{"type", "2bit"}, {"min_elements", "1.5"}},
+           {{"type", "2bit"}, {"min_elements", " 16"}},
+           {{"type", "2bit"}, {"min_elements", "+16"}},
+           {{"type", "2bit"}, {"min_elements", ""}},
+           {{"type", "2bit"}, {"min_elements", "99999999999999999999999"}},
        }) {
     EXPECT_THROW(CompressionSpec::FromParams(bad), InvalidArgument);
   }

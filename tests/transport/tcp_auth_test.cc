@@ -230,7 +230,7 @@ TEST(TcpAuth, AReplayedHandshakeIsRefused) {
 // Before the handshake completes nothing reaches the node, with or without a secret; the
 // connection is closed as a stranger's, not reported as a member lost.
 TEST(TcpAuth, AMessageBeforeTheHandshakeIsDropped) {
-  for (const std::string secret : {std::string(kSecret), std::string()}) {
+  for (const std::string& secret : {std::string(kSecret), std::string()}) {
     Acceptor a(secret);
     RawClient stranger(a.port);
     ASSERT_TRUE(stranger.connected);
