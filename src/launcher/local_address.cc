@@ -9,7 +9,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -48,6 +51,39 @@ uint16_t KernelChosenPort(in_addr_t address, const std::string& failure) {
     throw Error(Errno(failure));
   }
   return ntohs(addr.sin_port);
+}
+
+// The kernel's range for the local ports of outgoing connections (ip_local_port_range).
+std::pair<int, int> EphemeralPortRange() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768, high = 60999;
+  in >> low >> high;
+  return {low, high};
+}
+
+// A port of `address` that can be bound now, chosen below the ephemeral range: a port the kernel
+// picks (bind to 0) can be taken, between the pick and the job's bind, by any outgoing connection
+// on the machine, which draws its local port from that same range; one below it can only be taken
+// by a process that names it. Falls back to the kernel's choice.
+uint16_t PortBelowEphemeralRange(in_addr_t address, const std::string& failure) {
+  const int low = EphemeralPortRange().first;
+  if (low > 12000) {
+    std::random_device seed;
+    std::mt19937 rng(seed());
+    std::uniform_int_distribution<int> pick(10000, low - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (fd.get() < 0) break;
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(address);
+      addr.sin_port = htons(static_cast<uint16_t>(pick(rng)));
+      if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        return ntohs(addr.sin_port);
+      }
+    }
+  }
+  return KernelChosenPort(address, failure);
 }
 
 }  // namespace
@@ -98,10 +134,10 @@ std::string SchedulerAddressToward(const std::string& host,
   }
 }
 
-uint16_t PickFreePort() { return KernelChosenPort(INADDR_ANY, "cannot find a free port"); }
+uint16_t PickFreePort() { return PortBelowEphemeralRange(INADDR_ANY, "cannot find a free port"); }
 
 uint16_t PickFreeLoopbackPort() {
-  return KernelChosenPort(INADDR_LOOPBACK, "cannot find a free port on 127.0.0.1");
+  return PortBelowEphemeralRange(INADDR_LOOPBACK, "cannot find a free port on 127.0.0.1");
 }
 
 }  // namespace dtrain::launcher

@@ -25,12 +25,13 @@ std::string SchedulerAddressToward(const std::string& host,
 
 // A TCP port that is free on every interface here right now (the scheduler binds it a moment
 // later; in an allreduce job worker 0 binds it on its own host, where it is only likely free: no
-// port can be reserved on another host from here).
+// port can be reserved on another host from here). Chosen at random below the kernel's ephemeral
+// range, so that no outgoing connection can take it in between.
 uint16_t PickFreePort();
 
-// A TCP port on 127.0.0.1 that is free right now: the kernel's choice for port 0. The scheduler
-// binds it a moment later; another program could take it in between, which the scheduler then
-// reports, as ps-lite users know it.
+// A TCP port on 127.0.0.1 that is free right now, chosen the same way. The scheduler binds it a
+// moment later; only a program that names that port could take it in between, which the scheduler
+// then reports, as ps-lite users know it.
 uint16_t PickFreeLoopbackPort();
 
 }  // namespace dtrain::launcher

@@ -42,6 +42,8 @@ void Node::SetDataHandler(transport::MessageHandler handler, transport::BodySink
   body_sink_ = std::move(sink);
 }
 
+void Node::SetBodyLimit(transport::BodyLimit limit) { body_limit_ = std::move(limit); }
+
 void Node::SetWorkerFinishedHandler(std::function<void(int)> handler) {
   worker_finished_ = std::move(handler);
 }
@@ -68,6 +70,7 @@ void Node::Start() {
                             OnPeerLost(peer, remote, why);
                           },
                           body_sink_);
+  if (body_limit_) transport_->SetBodyLimit(body_limit_);
   self_.host = AnnounceAddress(config_);
   self_.port = ListenForJob(*transport_, config_, self_.host, config_.node_port);
   DTRAIN_LOG(kConnections) << RoleName(role_) << " listening at " << self_.Address()

@@ -47,6 +47,9 @@ class Node {
 
   // Set before Start. The handler gets data messages on transport threads.
   void SetDataHandler(transport::MessageHandler handler, transport::BodySink sink = {});
+  // Servers: the most bytes each incoming message's body may have (transport.h BodyLimit); set
+  // before Start.
+  void SetBodyLimit(transport::BodyLimit limit);
   // Servers: called (on a transport thread) when the scheduler says a worker left the job early.
   void SetWorkerFinishedHandler(std::function<void(int worker_rank)> handler);
   // Called once, on the first failure, from whichever thread found it.
@@ -95,6 +98,7 @@ class Node {
   std::unique_ptr<transport::Transport> transport_;
   transport::MessageHandler data_handler_;
   transport::BodySink body_sink_;
+  transport::BodyLimit body_limit_;
   std::vector<std::function<void(const std::string&)>> failure_listeners_;
   std::function<void(int)> worker_finished_;
 

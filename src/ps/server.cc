@@ -1,6 +1,7 @@
 #include "ps/server.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <nlohmann/json.hpp>
@@ -110,9 +111,26 @@ void Server::ReplyValue(SlotState& slot, const Header& request) {
   Reply(request, std::move(body));
 }
 
+size_t Server::BodyLimit(const Header& h) {
+  if (h.command == Command::kPull) return 0;
+  if (h.command != Command::kPush && h.command != Command::kPushPull) return SIZE_MAX;
+  std::shared_lock<std::shared_mutex> lock(slots_mutex_);
+  auto it = slots_.find({h.key, h.part});
+  if (it == slots_.end()) return 0;
+  const SlotState& slot = *it->second;
+  if (h.compression != Compression::kNone) return CompressedBytes(h.compression, slot.length);
+  return slot.bytes();
+}
+
 void Server::Handle(Message&& msg) {
   const Header& h = msg.header;
   if (h.is_response()) return;  // servers send no requests
+  // Data requests answer a refused body in HandleData, after checking who sent it and for what.
+  if ((h.flags & transport::kFlagBodyRefused) != 0 && h.command != Command::kPush &&
+      h.command != Command::kPushPull && h.command != Command::kPull) {
+    return ReplyError(h, std::string(CommandName(h.command)) + " of " + SlotName(h.key, h.part) +
+                             " refused: " + msg.meta);
+  }
   try {
     switch (h.command) {
       case Command::kInit:
@@ -246,6 +264,12 @@ void Server::HandleData(Message&& msg) {
                                "with the same keys on every worker)");
     }
     slot = it->second.get();
+  }
+  if ((h.flags & transport::kFlagBodyRefused) != 0) {
+    return ReplyError(h, std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) +
+                             " refused: " + msg.meta + " (it holds " +
+                             std::to_string(slot->length) + " " +
+                             std::string(DTypeName(slot->dtype)) + ")");
   }
   if (h.compression != Compression::kNone) {
     // The header fits itself (wire.cc); now it must fit the slot, and the words their format.

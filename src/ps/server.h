@@ -35,6 +35,11 @@ class Server {
   ~Server();
 
   void Handle(transport::Message&& msg);
+  // The most bytes a request's body may carry (Node::SetBodyLimit): a push or pushpull to an
+  // initialised slot carries exactly its value (or its compressed form); one to a slot never
+  // initialised, or a pull, carries nothing worth storing; init and commands are bounded only by
+  // DTRAIN_MAX_MESSAGE_BYTES. Thread-safe.
+  size_t BodyLimit(const transport::Header& h);
   // A worker left the job: dist_sync rounds can no longer complete; fail them instead of waiting.
   void OnWorkerFinished(int worker_rank);
 

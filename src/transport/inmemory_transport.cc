@@ -56,6 +56,7 @@ struct Node {
     MessageHandler on_message;
     PeerLostHandler on_peer_lost;
     BodySink body_sink;
+    BodyLimit body_limit;
   };
 
   std::string name;  // "inmem:PORT" once listening: the `remote` its peers are told
@@ -197,10 +198,17 @@ InMemoryTransport::~InMemoryTransport() {
 
 void InMemoryTransport::SetHandlers(MessageHandler on_message, PeerLostHandler on_peer_lost,
                                     BodySink body_sink) {
-  auto handlers = std::make_shared<const Node::Handlers>(
-      Node::Handlers{std::move(on_message), std::move(on_peer_lost), std::move(body_sink)});
   std::lock_guard<std::mutex> lock(network_->mutex_);
-  node_->handlers = std::move(handlers);
+  BodyLimit limit = node_->handlers ? node_->handlers->body_limit : BodyLimit{};
+  node_->handlers = std::make_shared<const Node::Handlers>(Node::Handlers{
+      std::move(on_message), std::move(on_peer_lost), std::move(body_sink), std::move(limit)});
+}
+
+void InMemoryTransport::SetBodyLimit(BodyLimit limit) {
+  std::lock_guard<std::mutex> lock(network_->mutex_);
+  Node::Handlers handlers = node_->handlers ? *node_->handlers : Node::Handlers{};
+  handlers.body_limit = std::move(limit);
+  node_->handlers = std::make_shared<const Node::Handlers>(std::move(handlers));
 }
 
 uint16_t InMemoryTransport::Listen(const std::string& host, uint16_t port) {
@@ -448,6 +456,14 @@ std::string Receive(Message msg, const InMemoryOptions& options, const Node::Han
     out->meta = std::move(msg.meta);
   }
   if (source->size == 0) return "";
+  if (handlers != nullptr && handlers->body_limit) {
+    const size_t limit = handlers->body_limit(out->header);
+    if (source->size > limit) {
+      out->header.flags |= kFlagBodyRefused;
+      out->meta = BodyRefusal(source->size, limit);
+      return "";
+    }
+  }
 
   Body target;
   if (handlers != nullptr && handlers->body_sink) {

@@ -131,6 +131,8 @@ class InMemoryTransport final : public Transport {
 
   void SetHandlers(MessageHandler on_message, PeerLostHandler on_peer_lost,
                    BodySink body_sink = {}) override;
+  // Honoured as the TCP transport does: a longer body is not copied; the message is flagged.
+  void SetBodyLimit(BodyLimit limit) override;
   // Throws Error if the port is taken, if called twice, or after Shutdown.
   uint16_t Listen(const std::string& host, uint16_t port) override;
   // Any host is accepted; only the port counts. Connecting again to the same peer replaces the

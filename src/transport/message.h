@@ -57,6 +57,10 @@ constexpr uint32_t kFlagError = 1u << 1;     // the request failed; meta holds t
 // transport, see same_host.h). Only the TCP transport sets or accepts it.
 constexpr uint32_t kFlagRemoteBody = 1u << 2;
 constexpr uint32_t kKnownFlags = kFlagResponse | kFlagError | kFlagRemoteBody;
+// Set by the receiving transport, never on the wire (the decoder refuses it there): the body was
+// longer than the receiver's BodyLimit allowed for this message, so it was read and dropped without
+// being stored; the message arrives without it and its meta says why.
+constexpr uint32_t kFlagBodyRefused = 1u << 3;
 
 struct Header {
   Command command = Command::kHello;

@@ -103,6 +103,7 @@ struct TcpTransport::Impl {
   MessageHandler on_message;
   PeerLostHandler on_peer_lost;
   BodySink body_sink;
+  BodyLimit body_limit;
 
   mutable std::mutex mutex;  // guards the members below
   std::map<NodeId, std::vector<std::shared_ptr<OutStream>>> links;
@@ -299,6 +300,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   Message pending;
 
   size_t buffered() const { return end - begin; }
+  size_t discard_left = 0;  // bytes of a refused body still to read and drop
 
   // Consumes up to `n` staged bytes into `dst`; returns how many.
   size_t TakeStaged(char* dst, size_t n) {
@@ -374,6 +376,16 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       Dispatch();
       return true;
     }
+    if (BodyTooLong(n)) {
+      discard_left = n - Skip(n);
+      if (discard_left == 0) {
+        Dispatch();
+        return true;
+      }
+      begin = end = 0;  // everything staged was consumed
+      DiscardMore();
+      return false;
+    }
     try {
       pending.body = Destination(n);
     } catch (const std::bad_alloc&) {
@@ -392,6 +404,35 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
                        self->Pump();
                      });
     return false;
+  }
+
+  // Whether the receiver's BodyLimit refuses a body of n bytes for the pending message; if so the
+  // message is marked and will be delivered without it.
+  bool BodyTooLong(size_t n) {
+    if (!impl->body_limit) return false;
+    const size_t limit = impl->body_limit(pending.header);
+    if (n <= limit) return false;
+    pending.header.flags |= kFlagBodyRefused;
+    pending.meta = BodyRefusal(n, limit);
+    return true;
+  }
+
+  size_t Skip(size_t n) {
+    const size_t k = std::min(n, buffered());
+    begin += k;
+    return k;
+  }
+
+  // Reads and drops the rest of a refused body, through the (empty) staging buffer.
+  void DiscardMore() {
+    socket.async_read_some(asio::buffer(staging.data(), std::min(discard_left, staging.size())),
+                           [self = shared_from_this()](const std::error_code& ec, size_t k) {
+                             if (ec) return self->Fail(ec);
+                             self->discard_left -= k;
+                             if (self->discard_left > 0) return self->DiscardMore();
+                             self->Dispatch();
+                             self->Pump();
+                           });
   }
 
   Body Destination(size_t n) {
@@ -425,6 +466,12 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       return false;
     }
     const size_t n = frame.body_len;
+    if (BodyTooLong(n)) {  // nothing to copy; the sender still needs the acknowledgement
+      pending.header.flags &= ~kFlagRemoteBody;
+      Write(std::string(reinterpret_cast<const char*>(&descriptor[1]), 8));
+      Dispatch();
+      return true;
+    }
     pending.body = Destination(n);
     if (!same_host::ReadRemote(sender_pid, descriptor[0], pending.body.data, n)) {
       Fail("copying a body out of its memory failed: " + std::string(std::strerror(errno)));
@@ -650,6 +697,8 @@ TcpTransport::TcpTransport(TcpOptions options) : impl_(std::make_unique<Impl>(op
 }
 
 TcpTransport::~TcpTransport() { Shutdown(Deadline(Duration(2000))); }
+
+void TcpTransport::SetBodyLimit(BodyLimit limit) { impl_->body_limit = std::move(limit); }
 
 void TcpTransport::SetHandlers(MessageHandler on_message, PeerLostHandler on_peer_lost,
                                BodySink body_sink) {

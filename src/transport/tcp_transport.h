@@ -79,6 +79,7 @@ class TcpTransport : public Transport {
 
   void SetHandlers(MessageHandler on_message, PeerLostHandler on_peer_lost,
                    BodySink body_sink = {}) override;
+  void SetBodyLimit(BodyLimit limit) override;
   uint16_t Listen(const std::string& host, uint16_t port) override;
   void Connect(NodeId peer, const Endpoint& endpoint, NodeId self, Deadline deadline) override;
   void Send(NodeId peer, Message msg) override;

@@ -47,6 +47,17 @@ using PeerLostHandler =
 // The returned Body must have size >= body_bytes.
 using BodySink = std::function<Body(const Header& header, size_t body_bytes)>;
 
+// Optional: the most bytes the body of a message with this header may have here (a server knows
+// each key's size once it is initialised). A longer body is never allocated: the transport reads
+// and drops it and delivers the message without it, with kFlagBodyRefused and the reason as meta.
+using BodyLimit = std::function<size_t(const Header& header)>;
+
+// The meta of a message whose body a BodyLimit refused.
+inline std::string BodyRefusal(size_t bytes, size_t limit) {
+  return "its body of " + std::to_string(bytes) + " bytes is more than the " +
+         std::to_string(limit) + " expected here";
+}
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -54,6 +65,9 @@ class Transport {
   // Must be called once, before Listen.
   virtual void SetHandlers(MessageHandler on_message, PeerLostHandler on_peer_lost,
                            BodySink body_sink = {}) = 0;
+
+  // Optional, before Listen. Transports that allocate nothing for a peer on trust may ignore it.
+  virtual void SetBodyLimit(BodyLimit limit) { (void)limit; }
 
   // Starts accepting links. host "" listens on all interfaces; port 0 picks a free port.
   // Returns the port bound. Throws Error if the address cannot be bound.

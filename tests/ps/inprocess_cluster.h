@@ -257,6 +257,7 @@ class InProcessCluster {
       ps::Server server(node, config);
       node.SetDataHandler([&server](transport::Message&& msg) { server.Handle(std::move(msg)); });
       node.SetWorkerFinishedHandler([&server](int r) { server.OnWorkerFinished(r); });
+      node.SetBodyLimit([&server](const transport::Header& h) { return server.BodyLimit(h); });
       try {
         node.Start();
         server_ports_[rank] = raw->port();

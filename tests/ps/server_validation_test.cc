@@ -156,7 +156,8 @@ TEST_F(ServerValidationTest, PushOfTheWrongLengthIsRefused) {
   EXPECT_THAT(ErrorOf(Push(1, {1, 2, 3})),
               HasSubstr("push to key 1 carries 3 float32 elements; it holds 4 float32"));
   EXPECT_THAT(ErrorOf(Call(*worker_, Command::kPushPull, 1, {}, FloatBody({1, 2, 3, 4, 5}))),
-              HasSubstr("pushpull to key 1 carries 5 float32 elements; it holds 4 float32"));
+              HasSubstr("pushpull to key 1 refused: its body of 20 bytes is more than the 16 "
+                        "expected here (it holds 4 float32)"));
   EXPECT_THAT(ErrorOf(Push(1, {})), HasSubstr("carries 0 float32 elements"));
   // A refused push is not part of the round.
   EXPECT_EQ(ErrorOf(Push(1, {1, 2, 3, 4})), "<no error>");
@@ -275,6 +276,19 @@ TEST_F(ServerValidationTest, ARoundThatCannotBeAppliedFailsForEveryoneAndTheSlot
   ASSERT_EQ(ErrorOf(Init(1, {1, 1, 1, 1})), "<no error>");
   EXPECT_EQ(ErrorOf(Push(1, {2, 2, 2, 2})), "<no error>");
   EXPECT_EQ(Pull(1), (std::vector<float>{0, 0, 0, 0}));
+}
+
+// A push whose body is longer than its slot is never stored (Server::BodyLimit, honoured by the
+// transports): the worker gets the reason and the slot's size, and the slot serves on.
+TEST_F(ServerValidationTest, APushLongerThanItsSlotIsNeverStored) {
+  ASSERT_EQ(ErrorOf(Init(1, {1, 2, 3, 4})), "<no error>");
+  EXPECT_EQ(ErrorOf(Push(1, std::vector<float>(1 << 18, 1.0f))),
+            "push to key 1 refused: its body of 1048576 bytes is more than the 16 expected here "
+            "(it holds 4 float32)");
+  EXPECT_THAT(ErrorOf(Call(*worker_, Command::kPull, 1, {}, FloatBody({1}))),
+              HasSubstr("pull to key 1 refused: its body of 4 bytes is more than the 0"));
+  EXPECT_EQ(ErrorOf(Push(1, {1, 1, 1, 1})), "<no error>");
+  EXPECT_EQ(Pull(1), (std::vector<float>{1, 1, 1, 1}));
 }
 
 TEST_F(ServerValidationTest, PushFromANodeThatIsNotAWorkerIsRefused) {

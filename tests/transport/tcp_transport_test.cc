@@ -1,6 +1,9 @@
-// The TCP transport's handshake with and without a job secret (tcp_transport.h): who may connect,
-// what a connection that fails it can do (nothing), and that a stream's sender is the id its
-// handshake named. Real sockets on loopback; the raw clients below stand in for strangers.
+// The TCP transport (tcp_transport.h) on real loopback sockets: the handshake with and without a
+// job secret (who may connect, what a connection that fails it can do: nothing, and that a
+// stream's sender is the id its handshake named), and the receiver's body limit. The raw clients
+// below stand in for strangers.
+#include "transport/tcp_transport.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -11,6 +14,8 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -18,7 +23,6 @@
 
 #include "common/error.h"
 #include "common/job_auth.h"
-#include "transport/tcp_transport.h"
 #include "transport/wire.h"
 
 namespace dtrain::transport {
@@ -28,7 +32,8 @@ constexpr char kSecret[] = "0123456789abcdef-the-job-secret";
 
 // An accepting node: records what reaches it.
 struct Acceptor {
-  explicit Acceptor(const std::string& secret) : transport(Options(secret)) {
+  explicit Acceptor(const std::string& secret, bool same_host = false)
+      : transport(Options(secret, same_host)) {
     transport.SetHandlers(
         [this](Message&& msg) {
           std::lock_guard<std::mutex> lock(mutex);
@@ -43,12 +48,13 @@ struct Acceptor {
     port = transport.Listen("127.0.0.1", 0);
   }
 
-  static TcpOptions Options(const std::string& secret) {
+  static TcpOptions Options(const std::string& secret, bool same_host = false) {
     TcpOptions o;
     o.job_secret = secret;
     o.io_threads = 1;
     o.streams_per_peer = 1;
-    o.same_host_direct = false;
+    o.same_host_direct = same_host;
+    o.direct_min_bytes = 1024;
     o.hello_timeout = Duration(2000);
     return o;
   }
@@ -245,6 +251,39 @@ TEST(TcpAuth, AMessageBeforeTheHandshakeIsDropped) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     EXPECT_TRUE(a.messages.empty()) << "secret: " << !secret.empty();
+    EXPECT_TRUE(a.lost.empty()) << a.lost.front();
+  }
+}
+
+// A body longer than the receiver's limit for that message is never stored: the message arrives
+// without it, flagged, with the reason, and the stream carries on. Inline and same-host bodies.
+TEST(TcpBodyLimit, ABodyLongerThanTheLimitIsDroppedAndTheStreamGoesOn) {
+  for (bool same_host : {false, true}) {
+    Acceptor a(kSecret, same_host);
+    a.transport.SetBodyLimit([](const Header& h) { return h.key == 1 ? size_t{16} : SIZE_MAX; });
+    TcpTransport c(Acceptor::Options(kSecret, same_host));
+    c.Connect(1, {"127.0.0.1", a.port}, 5, Deadline(Duration(10000)));
+    for (auto [key, bytes] : {std::pair<uint64_t, size_t>{1, 1 << 20}, {2, 1 << 20}, {1, 16}}) {
+      Message m = Heartbeat(5);
+      m.header.command = Command::kPush;  // a message that may carry a body
+      m.header.key = key;
+      auto buffer = std::make_shared<std::vector<char>>(bytes, 'x');
+      m.body.data = buffer->data();
+      m.body.size = bytes;
+      m.body.owner = buffer;
+      c.Send(1, std::move(m));
+    }
+    ASSERT_TRUE(a.WaitForMessages(3)) << "same host " << same_host << ": " << a.messages.size()
+                                       << " arrived; lost: " << (a.lost.empty() ? "" : a.lost[0]);
+    const auto& got = a.messages;
+    EXPECT_NE(got[0].header.flags & kFlagBodyRefused, 0u);
+    EXPECT_EQ(got[0].body.size, 0u);
+    EXPECT_EQ(got[0].meta, "its body of 1048576 bytes is more than the 16 expected here");
+    EXPECT_EQ(got[1].header.flags & kFlagBodyRefused, 0u);
+    EXPECT_EQ(got[1].body.size, size_t{1} << 20);
+    EXPECT_EQ(got[1].body.data[12345], 'x');
+    EXPECT_EQ(got[2].header.flags & kFlagBodyRefused, 0u);
+    EXPECT_EQ(got[2].body.size, 16u);
     EXPECT_TRUE(a.lost.empty()) << a.lost.front();
   }
 }
