@@ -30,17 +30,17 @@ std::vector<Interface> ListIPv4Interfaces() {
     char text[INET_ADDRSTRLEN] = {};
     auto* sin = reinterpret_cast<sockaddr_in*>(a->ifa_addr);
     if (inet_ntop(AF_INET, &sin->sin_addr, text, sizeof(text)) == nullptr) continue;
-    out.push_back({a->ifa_name, text, (a->ifa_flags & IFF_UP) != 0,
-                   (a->ifa_flags & IFF_LOOPBACK) != 0});
+    out.push_back(
+        {a->ifa_name, text, (a->ifa_flags & IFF_UP) != 0, (a->ifa_flags & IFF_LOOPBACK) != 0});
   }
   return out;
 }
 
+}  // namespace
+
 bool IsLoopbackHost(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
-
-}  // namespace
 
 std::string InterfaceAddress(const std::string& name) {
   std::set<std::string> names;
@@ -50,8 +50,8 @@ std::string InterfaceAddress(const std::string& name) {
   }
   std::string known;
   for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-  throw ConfigError("DMLC_INTERFACE=" + name + ": no such interface with an IPv4 address (this host has: " +
-                    known + ")");
+  throw ConfigError("DMLC_INTERFACE=" + name +
+                    ": no such interface with an IPv4 address (this host has: " + known + ")");
 }
 
 std::string AnnounceAddress(const Config& config) {

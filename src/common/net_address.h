@@ -7,6 +7,9 @@
 
 namespace dtrain {
 
+// True for "localhost", 127.x.x.x and ::1: an address only this machine can reach.
+bool IsLoopbackHost(const std::string& host);
+
 // The IPv4 address of interface `name`. Throws ConfigError naming DMLC_INTERFACE and listing the
 // interfaces that exist when it has none.
 std::string InterfaceAddress(const std::string& name);

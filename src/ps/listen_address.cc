@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 
 namespace dtrain::ps {
 namespace {
@@ -15,10 +16,8 @@ bool IsIPv4(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &ignored) == 1;
 }
 
-bool IsLoopback(const std::string& host) { return IsIPv4(host) && host.rfind("127.", 0) == 0; }
-
 void WarnOnceIfOpen(const Config& config, const std::string& listening) {
-  if (!config.job_secret.empty() || IsLoopback(listening)) return;
+  if (!config.job_secret.empty() || IsLoopbackHost(listening)) return;
   static std::atomic<bool> warned{false};
   if (warned.exchange(true)) return;
   DTRAIN_LOG(kWarning) << "DTRAIN_JOB_SECRET is not set and this node listens on "
