@@ -7,7 +7,8 @@
 //   1: a hello with a nonce, then the fuzzer's bytes in place of the proof (a stranger that
 //      guesses);
 //   2: the whole handshake, done right with the secret, then the fuzzer's bytes (a member's
-//      stream gone bad).
+//      stream gone bad). Its hello asks for resending (PS_RESEND) as a new stream or, for every
+//      other input, as one resuming, so the node counts and acknowledges what it delivers.
 // The harness then closes its side and waits (bounded) for the node to close or go quiet.
 //
 // Invariants, beyond no crash, no memory error and no undefined behaviour: in modes 0 and 1
@@ -59,8 +60,9 @@ TcpTransport& Node() {
     options.io_threads = 1;
     options.streams_per_peer = 1;
     options.hello_timeout = dtrain::Duration(300);
-    options.max_message_bytes = size_t{1} << 20;  // the fuzzer may announce any length
-    auto* t = new TcpTransport(options);          // lives for the whole run
+    options.resend_window = dtrain::Duration(300);  // a member that does not resume is lost soon
+    options.max_message_bytes = size_t{1} << 20;    // the fuzzer may announce any length
+    auto* t = new TcpTransport(options);            // lives for the whole run
     t->SetHandlers([](Message&&) { ++g_delivered; },
                    [](NodeId, const std::string&, const std::string&) { ++g_lost; });
     g_port = t->Listen("127.0.0.1", 0);
@@ -142,7 +144,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const NodeId self = g_next_member++;
   if (mode >= 1) {
     const std::string nonce = dtrain::auth::NewNonce();
-    const std::string hello_meta = "nonce=" + nonce;
+    const bool resume = (data[0] / 3) % 2 == 1;
+    const std::string hello_meta =
+        (mode == 2 ? std::string(resume ? "stream=0 resume=1 " : "stream=0 ") : "") +
+        "nonce=" + nonce;
     SendAll(fd, HelloFrame(self, hello_meta));
     const std::string challenge = ReadAnswer(fd);
     if (challenge.rfind("dtrain-challenge 1 ", 0) != 0) Fail("no challenge to a good hello");

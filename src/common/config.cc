@@ -141,6 +141,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   r.Millis("DTRAIN_CONNECT_TIMEOUT_MS", &c.connect_timeout);
   r.Millis("DTRAIN_HELLO_TIMEOUT_MS", &c.hello_timeout);
   r.Millis("DTRAIN_LINK_TIMEOUT_MS", &c.link_timeout, 0);
+  r.Millis("DTRAIN_RESEND_WINDOW_MS", &c.resend_window);
   r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
   r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
@@ -194,6 +195,7 @@ std::string Config::Describe() const {
       << " DMLC_NODE_PORT=" << node_port << " DTRAIN_NODE_RANK=" << requested_rank
       << " PS_VERBOSE=" << verbose << " PS_RESEND=" << resend
       << " PS_RESEND_TIMEOUT=" << resend_timeout.count()
+      << " DTRAIN_RESEND_WINDOW_MS=" << resend_window.count()
       << " PS_HEARTBEAT_INTERVAL=" << heartbeat_interval.count()
       << " PS_HEARTBEAT_TIMEOUT=" << heartbeat_timeout.count()
       << " MXNET_KVSTORE_BIGARRAY_BOUND=" << bigarray_bound

@@ -42,9 +42,12 @@ struct Config {
   int requested_rank = -1;      // DTRAIN_NODE_RANK: rank wanted (set by dtrain launch)
 
   // --- logging and reliability (PS_*) ---
-  int verbose = 0;                    // PS_VERBOSE: 0, 1 or 2
-  bool resend = false;                // PS_RESEND
-  Duration resend_timeout{1000};      // PS_RESEND_TIMEOUT (ms)
+  int verbose = 0;  // PS_VERBOSE: 0, 1 or 2
+  // PS_RESEND (on by default): a TCP connection between members that breaks while both live is
+  // re-established and its unacknowledged messages resent (tcp_transport.h).
+  bool resend = true;
+  Duration resend_timeout{1000};      // PS_RESEND_TIMEOUT (ms): the longest pause between attempts
+  Duration resend_window{10000};      // DTRAIN_RESEND_WINDOW_MS: give up reconnecting after this
   Duration heartbeat_interval{1000};  // PS_HEARTBEAT_INTERVAL (ms)
   Duration heartbeat_timeout{15000};  // PS_HEARTBEAT_TIMEOUT (ms)
 

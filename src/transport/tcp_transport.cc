@@ -18,6 +18,8 @@
 #include "common/job_auth.h"
 #include "common/logging.h"
 #include "transport/same_host.h"
+#include "transport/tcp_handshake.h"
+#include "transport/tcp_transport_impl.h"
 
 namespace dtrain::transport {
 
@@ -26,53 +28,18 @@ using asio::ip::tcp;
 namespace {
 
 constexpr size_t kStagingBytes = 64 * 1024;
-// Handshake frames carry a few words (nonces and proofs are 64 hex digits each).
-constexpr size_t kMaxHandshakeMeta = 1024;
-constexpr char kAcceptorLabel[] = "dtrain-acceptor";
-constexpr char kConnectorLabel[] = "dtrain-connector";
+// How long an acceptor may sit on received messages before acknowledging them (PS_RESEND): the
+// sender keeps each message until then, so this bounds what it holds, not what anyone waits for.
+// Each acknowledgement wakes both sides, and a held reply makes a server copy the value before its
+// next update (copy on write), so acknowledging every 1 MB message at once cost 80% of a 1 MB
+// pushpull here, every 5 ms up to 15% at 16 MB; every 20 ms is within the runs' noise.
+constexpr Duration kAckDelay{20};
+// ... unless they carried at least this many body bytes: then at once, bounding what is held.
+constexpr size_t kAckBytes = size_t{64} << 20;
 
-// A refusal by the other side, or a proof that does not check: retrying cannot help, so Connect
-// fails at once with this message instead of retrying until its deadline.
-class HandshakeRefused : public PeerError {
- public:
-  using PeerError::PeerError;
-};
-
-std::string HandshakeFrame(const std::string& meta) {
-  Header h;
-  h.command = Command::kHello;
-  WireHeader wire = EncodeHeader(h, meta.size(), 0);
-  return std::string(wire.begin(), wire.end()) + meta;
-}
-
-// Keepalive: first probe after a third of the timeout idle, then 4 probes spread over the rest;
-// TCP_USER_TIMEOUT bounds how long sent data (or a probe) may stay unacknowledged. Best effort: a
-// failing setsockopt leaves the kernel's defaults.
-void SetLinkTimeout(tcp::socket& socket, Duration timeout) {
-  if (timeout.count() <= 0) return;
-  const int fd = socket.native_handle();
-  const int on = 1;
-  const int idle_s = std::max<int>(1, static_cast<int>(timeout.count() / 3000));
-  const int interval_s = std::max<int>(1, static_cast<int>(timeout.count() / 6000));
-  const int probes = 4;
-  const unsigned user_timeout_ms = static_cast<unsigned>(timeout.count());
-  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
-}
-
-bool IsNonce(const std::string& s) {
-  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
-std::string RemoteOf(const tcp::socket& socket) {
-  std::error_code ec;
-  auto ep = socket.remote_endpoint(ec);
-  if (ec) return "(unknown)";
-  return ep.address().to_string() + ":" + std::to_string(ep.port());
-}
+using tcp_handshake::IsNonce;
+using tcp_handshake::RemoteOf;
+using tcp_handshake::SetLinkTimeout;
 
 }  // namespace
 
@@ -85,187 +52,11 @@ TcpOptions TcpOptions::FromConfig(const Config& config) {
   options.hello_timeout = config.hello_timeout;
   options.link_timeout = config.link_timeout;
   options.job_secret = config.job_secret;
+  options.resend = config.resend;
+  options.resend_timeout = config.resend_timeout;
+  options.resend_window = config.resend_window;
   return options;
 }
-
-struct TcpTransport::Impl {
-  struct OutStream;
-  struct InStream;
-
-  explicit Impl(TcpOptions opts) : options(opts) { limits.max_body_bytes = opts.max_message_bytes; }
-
-  TcpOptions options;
-  Limits limits;
-  asio::io_context io;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::vector<std::thread> threads;
-  tcp::acceptor acceptor{io};
-  MessageHandler on_message;
-  PeerLostHandler on_peer_lost;
-  BodySink body_sink;
-  BodyLimit body_limit;
-
-  mutable std::mutex mutex;  // guards the members below
-  std::map<NodeId, std::vector<std::shared_ptr<OutStream>>> links;
-  std::set<std::shared_ptr<InStream>> incoming;
-  std::set<NodeId> lost;
-  std::set<NodeId> departed;  // said Bye: their closing is not a failure
-  NodeId self = kNoNode;
-  bool stopped = false;
-  std::atomic<bool> shutting_down{false};
-
-  void StartThreads();
-  void Accept();
-  void ReportLost(NodeId peer, const std::string& remote, const std::string& reason);
-  void DropStranger(const std::string& remote, const std::string& reason);
-  std::atomic<uint64_t> strangers_dropped{0};
-  void MarkDeparted(NodeId peer) {
-    std::lock_guard<std::mutex> lock(mutex);
-    departed.insert(peer);
-  }
-  void Forget(const std::shared_ptr<InStream>& stream) {
-    std::lock_guard<std::mutex> lock(mutex);
-    incoming.erase(stream);
-  }
-};
-
-// One connection we write on. Messages queue here; the first one is written at once in the caller's
-// thread (Asio's speculative write) and later ones by the io thread that completes the previous.
-struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
-  OutStream(Impl* impl, NodeId peer, tcp::socket socket, bool direct)
-      : impl(impl),
-        peer(peer),
-        socket(std::move(socket)),
-        remote(RemoteOf(this->socket)),
-        direct(direct) {}
-
-  struct Item {
-    WireHeader header;
-    Message msg;
-    bool remote_body = false;
-    std::array<uint64_t, 2> descriptor{};  // address, token
-  };
-
-  Impl* const impl;
-  const NodeId peer;
-  tcp::socket socket;
-  const std::string remote;
-  std::mutex mutex;
-  std::condition_variable drained;
-  std::deque<Item> queue;
-  bool writing = false;
-  bool failed = false;
-  // Same-host fast path: bodies the peer has not yet acknowledged copying, by token.
-  const bool direct;
-  uint64_t next_token = 1;
-  std::unordered_map<uint64_t, Body> awaiting_ack;
-  std::array<char, 4096> ack_buffer{};
-  size_t ack_have = 0;
-
-  void Enqueue(Message&& msg) {
-    std::unique_lock<std::mutex> lock(mutex);
-    if (failed) {
-      lock.unlock();
-      impl->ReportLost(peer, remote, "the connection to it failed earlier");
-      return;
-    }
-    Item item;
-    if (direct && msg.body.size >= impl->options.direct_min_bytes) {
-      msg.header.flags |= kFlagRemoteBody;
-      item.remote_body = true;
-      item.descriptor = {reinterpret_cast<uint64_t>(msg.body.data), next_token++};
-      // Registered before the descriptor can leave: the acknowledgement may come back before the
-      // write's completion handler runs.
-      awaiting_ack[item.descriptor[1]] = msg.body;
-    }
-    item.header = EncodeHeader(msg.header, msg.meta.size(), msg.body.size);
-    item.msg = std::move(msg);
-    queue.push_back(std::move(item));
-    if (!writing) StartWrite();
-  }
-
-  // Reads the peer's acknowledgements of remote bodies (8-byte tokens), and on every stream notices
-  // at once when the peer's end closes or resets (a stream we only wrote on would learn it at our
-  // next write, which may be long: the scheduler writes to a node rarely). Runs on the socket's
-  // strand; the reactor serialises it with writes initiated from other threads per descriptor.
-  void ReadAcks() {
-    socket.async_read_some(asio::buffer(ack_buffer.data() + ack_have, ack_buffer.size() - ack_have),
-                           [self = shared_from_this()](const std::error_code& ec, size_t n) {
-                             if (ec) return self->OnAckError(ec);
-                             self->ack_have += n;
-                             size_t whole = self->ack_have / 8 * 8;
-                             {
-                               std::lock_guard<std::mutex> lock(self->mutex);
-                               for (size_t i = 0; i < whole; i += 8) {
-                                 uint64_t token;
-                                 std::memcpy(&token, self->ack_buffer.data() + i, 8);
-                                 self->awaiting_ack.erase(token);
-                               }
-                               if (self->queue.empty() && self->awaiting_ack.empty())
-                                 self->drained.notify_all();
-                             }
-                             std::memmove(self->ack_buffer.data(), self->ack_buffer.data() + whole,
-                                          self->ack_have - whole);
-                             self->ack_have -= whole;
-                             self->ReadAcks();
-                           });
-  }
-
-  void OnAckError(const std::error_code& ec) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      failed = true;
-      awaiting_ack.clear();
-      drained.notify_all();
-    }
-    if (ec == asio::error::operation_aborted) return;
-    impl->ReportLost(peer, remote,
-                     ec == asio::error::eof
-                         ? std::string("its connection closed (the process exited or died)")
-                         : "reading from it failed: " + ec.message());
-  }
-
-  // Mutex held. Deque elements stay put while others are pushed, so the buffers remain valid.
-  void StartWrite() {
-    writing = true;
-    Item& item = queue.front();
-    std::array<asio::const_buffer, 3> buffers{
-        asio::buffer(item.header), asio::buffer(item.msg.meta),
-        item.remote_body
-            ? asio::buffer(item.descriptor)
-            : asio::buffer(static_cast<const void*>(item.msg.body.data), item.msg.body.size)};
-    asio::async_write(
-        socket, buffers,
-        [self = shared_from_this()](const std::error_code& ec, size_t) { self->OnWritten(ec); });
-  }
-
-  void OnWritten(const std::error_code& ec) {
-    std::unique_lock<std::mutex> lock(mutex);
-    if (ec) {
-      failed = true;
-      writing = false;
-      queue.clear();
-      awaiting_ack.clear();
-      drained.notify_all();
-      lock.unlock();
-      impl->ReportLost(peer, remote, "sending to it failed: " + ec.message());
-      return;
-    }
-    queue.pop_front();
-    if (queue.empty()) {
-      writing = false;
-      drained.notify_all();
-    } else {
-      StartWrite();
-    }
-  }
-
-  bool WaitDrained(const Deadline& deadline) {
-    std::unique_lock<std::mutex> lock(mutex);
-    return drained.wait_until(lock, deadline.at(),
-                              [this] { return queue.empty() && awaiting_ack.empty(); });
-  }
-};
 
 // One connection we read from: header, meta, body, hand the message over, repeat.
 struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
@@ -273,14 +64,24 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       : impl(impl),
         socket(std::move(socket)),
         remote(RemoteOf(this->socket)),
-        hello_timer(this->socket.get_executor()) {
+        hello_timer(this->socket.get_executor()),
+        ack_timer(this->socket.get_executor()) {
     staging.resize(kStagingBytes);
   }
 
   Impl* const impl;
   tcp::socket socket;
   const std::string remote;
-  asio::steady_timer hello_timer;  // on the socket's strand, as every handler of the stream
+  // On the socket's strand, as every handler of the stream. The hello's deadline, and once the
+  // connection broke, the resend window's (PS_RESEND).
+  asio::steady_timer hello_timer;
+  asio::steady_timer ack_timer;  // PS_RESEND: acknowledges what arrived since it was set
+  bool ack_armed = false;
+  size_t unacked_bytes = 0;
+  // PS_RESEND, when the connector asked for it: which of its link's streams this is, and the
+  // stream's count of messages received, shared with the connections that carried it before.
+  int stream_index = -1;
+  std::shared_ptr<Inbound> inbound;
   std::atomic<NodeId> peer{kNoNode};
   bool said_bye = false;
   bool greeted = false;  // the handshake is complete: messages count from now on
@@ -503,7 +304,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     if (refused) return;
     refused = true;
     impl->DropStranger(remote, reason);
-    Write(HandshakeFrame("dtrain-welcome 1 refused=" + code));
+    Write(tcp_handshake::Frame("dtrain-welcome 1 refused=" + code));
   }
 
   // A hello (before the handshake completed): greet it, or with a job secret, challenge it and then
@@ -527,13 +328,13 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       connector_nonce = nonce;
       acceptor_nonce = auth::NewNonce();
       const std::string proof =
-          auth::Proof(secret, kAcceptorLabel, {connector_nonce, acceptor_nonce});
+          auth::Proof(secret, tcp_handshake::kAcceptorLabel, {connector_nonce, acceptor_nonce});
       hello = std::move(msg);
       return Write(
-          HandshakeFrame("dtrain-challenge 1 nonce=" + acceptor_nonce + " proof=" + proof));
+          tcp_handshake::Frame("dtrain-challenge 1 nonce=" + acceptor_nonce + " proof=" + proof));
     }
     const std::string expected = auth::Proof(
-        secret, kConnectorLabel,
+        secret, tcp_handshake::kConnectorLabel,
         {acceptor_nonce, connector_nonce, std::to_string(hello->header.sender), hello->meta});
     if (!auth::ProofsEqual(expected, auth::WordValue(msg.meta, "proof"))) {
       return Refuse("bad-proof", "it failed authentication (its DTRAIN_JOB_SECRET differs)");
@@ -567,8 +368,81 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     if (impl->options.same_host_direct && !first.meta.empty()) {
       sender_pid = same_host::ProbeHello(first.meta, Ends());
     }
-    Write(HandshakeFrame(sender_pid != 0 ? "dtrain-welcome 1 direct=1"
-                                         : "dtrain-welcome 1 direct=0"));
+    std::string welcome =
+        sender_pid != 0 ? "dtrain-welcome 1 direct=1" : "dtrain-welcome 1 direct=0";
+    if (impl->options.resend) {
+      const std::string index = auth::WordValue(first.meta, "stream");
+      if (!index.empty() && index.size() <= 3 &&
+          index.find_first_not_of("0123456789") == std::string::npos) {
+        stream_index = std::stoi(index);
+        const bool resume = auth::WordValue(first.meta, "resume") == "1";
+        welcome += " resend=1 delivered=" + std::to_string(Carry(first.header.sender, resume));
+      }
+    }
+    Write(tcp_handshake::Frame(welcome));
+  }
+
+  // Makes this connection the carrier of its stream (PS_RESEND): a resumed stream continues its
+  // count, a new one starts at 0. Returns how many messages the stream has delivered.
+  uint64_t Carry(NodeId sender, bool resume) {
+    std::shared_ptr<Inbound> state;
+    if (sender >= 0) {
+      std::lock_guard<std::mutex> lock(impl->mutex);
+      auto& slot = impl->inbound[{sender, stream_index}];
+      if (!slot || !resume) slot = std::make_shared<Inbound>();
+      state = slot;
+    } else {
+      state = std::make_shared<Inbound>();  // registered once the sender's id is known
+    }
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->carrier = this;
+    inbound = state;
+    return state->delivered;
+  }
+
+  // Whether this connection still carries its stream (not resumed on another since).
+  bool Carries() {
+    if (!inbound) return true;
+    std::lock_guard<std::mutex> lock(inbound->mutex);
+    return inbound->carrier == this;
+  }
+
+  // Counts an arriving message (PS_RESEND) and sees that the count reaches the sender soon; false
+  // if another connection carries the stream now, and this one must deliver nothing more (what it
+  // still held is resent there).
+  bool Count(size_t body_bytes) {
+    uint64_t delivered;
+    {
+      std::lock_guard<std::mutex> lock(inbound->mutex);
+      if (inbound->carrier != this) {
+        Close();
+        return false;
+      }
+      delivered = ++inbound->delivered;
+    }
+    unacked_bytes += body_bytes;
+    if (unacked_bytes >= kAckBytes) {
+      unacked_bytes = 0;
+      const uint64_t word = delivered | kDeliveredBit;
+      Write(std::string(reinterpret_cast<const char*>(&word), sizeof word));
+    }
+    if (!ack_armed) {
+      ack_armed = true;
+      ack_timer.expires_after(kAckDelay);
+      ack_timer.async_wait([self = shared_from_this()](const std::error_code& ec) {
+        self->ack_armed = false;
+        self->unacked_bytes = 0;
+        if (ec || !self->socket.is_open()) return;
+        uint64_t word;
+        {
+          std::lock_guard<std::mutex> lock(self->inbound->mutex);
+          if (self->inbound->carrier != self.get()) return;
+          word = self->inbound->delivered | kDeliveredBit;
+        }
+        self->Write(std::string(reinterpret_cast<const char*>(&word), sizeof word));
+      });
+    }
+    return true;
   }
 
   void Dispatch() {
@@ -579,11 +453,18 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       if (msg.header.command == Command::kHello) return OnHandshake(std::move(msg));
       return Fail(std::string("it sent a message before completing the handshake"));
     }
+    if (inbound && !Count(msg.body.size)) return;
     if (msg.header.command == Command::kHello) return;  // a repeated hello changes nothing
     // Identity comes from the connection: the first id it used, never a later claim.
     const NodeId known = peer.load();
     if (known == kNoNode) {
-      if (msg.header.sender >= 0) peer.store(msg.header.sender);
+      if (msg.header.sender >= 0) {
+        peer.store(msg.header.sender);
+        if (inbound) {
+          std::lock_guard<std::mutex> lock(impl->mutex);
+          impl->inbound[{msg.header.sender, stream_index}] = inbound;
+        }
+      }
     } else if (msg.header.sender != known && msg.header.sender != kNoNode) {
       return Fail("it sent a message as node " + std::to_string(msg.header.sender) +
                   " on the connection of node " + std::to_string(known));
@@ -605,21 +486,54 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       Close();
       return;
     }
-    Fail(ec == asio::error::eof ? std::string("its connection closed (the process exited or died)")
-                                : "reading from it failed: " + ec.message());
+    // Even a clean close may be the network's doing (a reset reads as one once a write has taken
+    // the error): with PS_RESEND the peer gets the window to resume. If its process ended, our
+    // own link to it finds nothing listening and reports it at once.
+    Lose(ec == asio::error::eof ? std::string("its connection closed (the process exited or died)")
+                                : "reading from it failed: " + ec.message(),
+         true);
   }
 
-  void Fail(const std::string& reason) {
-    Close();
+  void Fail(const std::string& reason) { Lose(reason, false); }
+
+  void Lose(const std::string& reason, bool may_resume) {
     // A connection that never said Hello is no node of the job (a port scan, a health check, a
     // stray client): its end or its garbage must not count as a member's failure.
-    if (!greeted) return impl->DropStranger(remote, reason);
+    if (!greeted) {
+      Close();
+      return impl->DropStranger(remote, reason);
+    }
+    // One that another connection has taken over from ends quietly.
+    if (!Carries()) return Close();
+    if (may_resume && inbound && peer.load() != kNoNode) return AwaitResume(reason);
+    Close();
     impl->ReportLost(peer.load(), remote, reason);
+  }
+
+  // PS_RESEND: the peer's side re-establishes the stream if it can; it is lost only if it has
+  // not within the window. The stream stays among the incoming ones so that shutdown ends the wait.
+  void AwaitResume(const std::string& reason) {
+    std::error_code ignored;
+    socket.close(ignored);
+    const auto window = impl->options.resend_window;
+    DTRAIN_LOG(kWarning) << "lost the connection from node " << peer.load() << " at " << remote
+                         << " (" << reason << "); waiting up to " << window.count()
+                         << " ms for it to reconnect (PS_RESEND)";
+    hello_timer.expires_after(window);
+    hello_timer.async_wait([self = shared_from_this(), reason, window](const std::error_code& ec) {
+      const bool still_carrier = self->Carries();
+      self->Close();
+      if (ec || !still_carrier) return;  // shut down, or resumed on another connection
+      self->impl->ReportLost(self->peer.load(), self->remote,
+                             reason + "; it did not reconnect within " +
+                                 std::to_string(window.count()) + " ms (DTRAIN_RESEND_WINDOW_MS)");
+    });
   }
 
   void Close() {
     std::error_code ignored;
     hello_timer.cancel();
+    ack_timer.cancel();
     socket.close(ignored);
     impl->Forget(shared_from_this());
   }
@@ -730,113 +644,16 @@ uint16_t TcpTransport::Listen(const std::string& host, uint16_t port) {
   return bound;
 }
 
-namespace {
-
-// Reads exactly buffer's size within the deadline (the peer may be a stranger that stalls).
-void ReadWithDeadline(tcp::socket& socket, asio::mutable_buffer buffer, const Deadline& deadline) {
-  auto done = std::make_shared<std::promise<std::error_code>>();
-  auto result = done->get_future();
-  asio::async_read(socket, buffer,
-                   [done](const std::error_code& e, size_t) { done->set_value(e); });
-  if (result.wait_until(deadline.at()) != std::future_status::ready) {
-    asio::post(socket.get_executor(), [&socket] {
-      std::error_code ignored;
-      socket.cancel(ignored);
-    });
-    result.wait();
-    throw TimeoutError("no answer to the hello");
-  }
-  if (std::error_code ec = result.get()) {
-    throw PeerError("reading the answer to the hello failed: " + ec.message());
-  }
+std::pair<tcp::socket, tcp_handshake::Welcome> TcpTransport::Impl::Open(
+    NodeId peer, const Endpoint& endpoint, NodeId self, tcp_handshake::StreamIdentity stream,
+    const Deadline& deadline) {
+  tcp::socket socket = tcp_handshake::Dial(io, endpoint.host, endpoint.port, deadline);
+  std::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  SetLinkTimeout(socket, options.link_timeout);
+  auto welcome = tcp_handshake::Handshake(socket, peer, self, stream, deadline, options, limits);
+  return {std::move(socket), welcome};
 }
-
-// One handshake frame from the accepting side: its meta.
-std::string ReadHandshakeAnswer(tcp::socket& socket, const Deadline& deadline,
-                                const Limits& limits) {
-  std::array<char, kWireHeaderSize> header{};
-  ReadWithDeadline(socket, asio::buffer(header), deadline);
-  Frame f = DecodeHeader(header.data(), header.size(), limits);
-  if (f.header.command != Command::kHello || f.meta_len > kMaxHandshakeMeta || f.body_len != 0) {
-    throw ProtocolError("the peer answered the hello with something else");
-  }
-  std::string meta(f.meta_len, '\0');
-  ReadWithDeadline(socket, asio::buffer(meta.data(), meta.size()), deadline);
-  return meta;
-}
-
-void WriteFrame(tcp::socket& socket, const Message& msg) {
-  WireHeader header = EncodeHeader(msg.header, msg.meta.size(), 0);
-  std::error_code ec;
-  asio::write(socket,
-              std::array<asio::const_buffer, 2>{asio::buffer(header), asio::buffer(msg.meta)}, ec);
-  if (ec) throw PeerError("sending the hello failed: " + ec.message());
-}
-
-// What a refusal means, said from the connecting side.
-std::string RefusalText(const std::string& code) {
-  if (code == "secret-required") {
-    return "it requires DTRAIN_JOB_SECRET, which is not set here: set the same secret on every "
-           "node of the job";
-  }
-  if (code == "no-secret-here") {
-    return "DTRAIN_JOB_SECRET is set here but not there: set the same secret on every node";
-  }
-  if (code == "bad-proof") return "it rejected our proof: its DTRAIN_JOB_SECRET differs from ours";
-  return "it refused the connection (" + code + ")";
-}
-
-// Sends the hello on a fresh connection, authenticates both ways when there is a job secret, and
-// reads the welcome; true if the same-host fast path is on for the stream. Throws
-// HandshakeRefused when retrying cannot help, another Error on failure or at the deadline.
-bool Handshake(tcp::socket& socket, NodeId peer, NodeId self, const Deadline& deadline,
-               const TcpOptions& options, const Limits& limits) {
-  const std::string& secret = options.job_secret;
-  Message hello;
-  hello.header.command = Command::kHello;
-  hello.header.sender = self;
-  hello.header.recipient = peer;
-  if (options.same_host_direct) hello.meta = same_host::EncodeHello();
-  const std::string nonce = secret.empty() ? "" : auth::NewNonce();
-  if (!secret.empty()) hello.meta += (hello.meta.empty() ? "nonce=" : " nonce=") + nonce;
-  WriteFrame(socket, hello);
-
-  std::string answer = ReadHandshakeAnswer(socket, deadline, limits);
-  if (std::string refusal = auth::WordValue(answer, "refused"); !refusal.empty()) {
-    throw HandshakeRefused(RefusalText(refusal));
-  }
-  if (!secret.empty()) {
-    const std::string their_nonce = auth::WordValue(answer, "nonce");
-    if (answer.rfind("dtrain-challenge 1 ", 0) != 0 || !IsNonce(their_nonce)) {
-      throw HandshakeRefused(
-          "it did not answer our authentication: DTRAIN_JOB_SECRET is not set there, or it is no "
-          "node of this job");
-    }
-    const std::string expected = auth::Proof(secret, kAcceptorLabel, {nonce, their_nonce});
-    if (!auth::ProofsEqual(expected, auth::WordValue(answer, "proof"))) {
-      throw HandshakeRefused(
-          "it does not know this job's DTRAIN_JOB_SECRET (another job's node, or a stranger, "
-          "listens there)");
-    }
-    Message proof;
-    proof.header.command = Command::kHello;
-    proof.header.sender = self;
-    proof.header.recipient = peer;
-    proof.meta = "proof=" + auth::Proof(secret, kConnectorLabel,
-                                        {their_nonce, nonce, std::to_string(self), hello.meta});
-    WriteFrame(socket, proof);
-    answer = ReadHandshakeAnswer(socket, deadline, limits);
-    if (std::string refusal = auth::WordValue(answer, "refused"); !refusal.empty()) {
-      throw HandshakeRefused(RefusalText(refusal));
-    }
-  }
-  if (answer.rfind("dtrain-welcome 1 ", 0) != 0) {
-    throw HandshakeRefused("it answered the hello with something else: is it a dtrain node?");
-  }
-  return auth::WordValue(answer, "direct") == "1";
-}
-
-}  // namespace
 
 void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, Deadline deadline) {
   {
@@ -853,57 +670,26 @@ void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, D
         throw TimeoutError("could not connect to " + endpoint.ToString() + " within " +
                            std::to_string(Seconds(deadline.timeout())) + " s: " + last_error);
       }
-      std::error_code ec;
-      tcp::resolver resolver(impl_->io);
-      auto results = resolver.resolve(endpoint.host, std::to_string(endpoint.port), ec);
-      if (ec) {
-        last_error = "cannot resolve '" + endpoint.host + "': " + ec.message();
-        std::this_thread::sleep_for(std::min(Duration(200), deadline.left()));
-        continue;
-      }
-      auto socket = std::make_shared<tcp::socket>(asio::make_strand(impl_->io));
-      auto done = std::make_shared<std::promise<std::error_code>>();
-      auto result = done->get_future();
-      asio::async_connect(
-          *socket, results,
-          [socket, done](const std::error_code& e, const tcp::endpoint&) { done->set_value(e); });
-      if (result.wait_until(deadline.at()) != std::future_status::ready) {
-        asio::post(socket->get_executor(), [socket] {
-          std::error_code ignored;
-          socket->close(ignored);
-        });
-        result.wait();
-        last_error = "connecting timed out";
-        continue;
-      }
-      ec = result.get();
-      if (ec) {
-        last_error = ec.message();
-        std::this_thread::sleep_for(std::min(Duration(50), deadline.left()));
-        continue;
-      }
-      socket->set_option(tcp::no_delay(true), ec);
-      SetLinkTimeout(*socket, impl_->options.link_timeout);
-      bool direct = false;
       try {
-        direct = Handshake(*socket, peer, self, deadline, impl_->options, impl_->limits);
-      } catch (const HandshakeRefused& e) {
+        auto [socket, welcome] = impl_->Open(peer, endpoint, self, {i, false}, deadline);
+        auto stream = std::make_shared<Impl::OutStream>(impl_.get(), peer, endpoint, i,
+                                                        std::move(socket), welcome);
+        stream->ReadAcks();
+        opened.push_back(std::move(stream));
+        break;
+      } catch (const tcp_handshake::Refused& e) {
         throw PeerError("cannot connect to " + endpoint.ToString() + ": " + e.what());
       } catch (const Error& e) {
-        last_error = e.what();
-        continue;
+        last_error = e.what();  // not listening yet, or the network: try again
+        std::this_thread::sleep_for(std::min(Duration(50), deadline.left()));
       }
-      auto stream =
-          std::make_shared<Impl::OutStream>(impl_.get(), peer, std::move(*socket), direct);
-      stream->ReadAcks();
-      opened.push_back(std::move(stream));
-      break;
     }
   }
   const bool direct = !opened.empty() && opened.front()->direct;
   DTRAIN_LOG(kConnections) << "connected to node " << peer << " at " << endpoint.ToString()
                            << " over " << streams << " stream(s)"
-                           << (direct ? ", same-host direct copies on" : "");
+                           << (direct ? ", same-host direct copies on" : "")
+                           << (!opened.empty() && opened.front()->resend ? ", resending" : "");
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->links[peer] = std::move(opened);
   impl_->lost.erase(peer);
@@ -951,24 +737,33 @@ void TcpTransport::Shutdown(Deadline deadline) {
     stream->Enqueue(std::move(bye));
   }
   for (auto& stream : outs) stream->WaitDrained(deadline);
-  impl_->shutting_down.store(true);
+  std::vector<std::thread> reconnectors;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->shutting_down.store(true);
+    reconnectors.swap(impl_->reconnectors);
+  }
+  impl_->stopping.notify_all();
+  for (auto& t : reconnectors) {
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();  // only if a reconnector's report led to this shutdown
+    } else if (t.joinable()) {
+      t.join();
+    }
+  }
   // Closing on each socket's own strand aborts its pending operations without racing its handlers;
   // once all are closed the io threads run out of work and return.
   asio::post(impl_->acceptor.get_executor(), [impl = impl_.get()] {
     std::error_code ignored;
     impl->acceptor.close(ignored);
   });
-  for (auto& stream : outs) {
-    asio::post(stream->socket.get_executor(), [stream] {
-      std::error_code ignored;
-      stream->socket.close(ignored);
-    });
-  }
+  for (auto& stream : outs) stream->Close();
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     for (auto& stream : impl_->incoming) {
       asio::post(stream->socket.get_executor(), [stream] {
         std::error_code ignored;
+        stream->hello_timer.cancel();  // ends a wait for the peer to resume (PS_RESEND)
         stream->socket.close(ignored);
       });
     }

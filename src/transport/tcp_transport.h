@@ -29,6 +29,18 @@
 // After the handshake, the stream belongs to the node id its hello named (or, for the link to the
 // scheduler opened before the node had an id, the first id it uses): a message claiming another
 // sender closes the stream.
+//
+// PS_RESEND (on by default): the hello also says `stream=I` (the stream's index in its link) and
+// the welcome `resend=1 delivered=N`. The acceptor counts the messages each (node, stream) has
+// delivered and sends the count back on the acknowledgement channel every few milliseconds; the
+// connector keeps each written message until it is counted. When a connection breaks without a
+// Bye (reset, timeout, or closed: a reset can read as a clean close), the connector opens a new one
+// with `resume=1` within the resend window, the acceptor answers the count it has delivered, and
+// the connector resends the rest in order. The acceptor delivers nothing more from the broken
+// connection once the new one has taken over, so every message is delivered exactly once, in
+// order. The acceptor waits the same window for a broken stream to be resumed before it reports
+// the peer lost; the connector gives up at once when nothing listens at the peer's address (its
+// process ended), which is how a dead member is still reported within moments.
 #pragma once
 
 #include <atomic>
@@ -62,10 +74,16 @@ struct TcpOptions {
   // Non-empty: every connection runs the challenge-response of common/job_auth.h before any of its
   // messages counts, in both roles (connecting and accepting).
   std::string job_secret;
+  // PS_RESEND: a stream that breaks between live members is re-established and what the peer had
+  // not received is resent. Attempts back off from 50 ms up to resend_timeout apart, within
+  // resend_window, after which the peer is reported lost.
+  bool resend = true;
+  Duration resend_timeout{1000};
+  Duration resend_window{10000};
 
   // The settings in effect from DTRAIN_STREAMS_PER_PEER, DTRAIN_IO_THREADS,
-  // DTRAIN_MAX_MESSAGE_BYTES, DTRAIN_SAME_HOST, DTRAIN_HELLO_TIMEOUT_MS, DTRAIN_LINK_TIMEOUT_MS and
-  // DTRAIN_JOB_SECRET.
+  // DTRAIN_MAX_MESSAGE_BYTES, DTRAIN_SAME_HOST, DTRAIN_HELLO_TIMEOUT_MS, DTRAIN_LINK_TIMEOUT_MS,
+  // DTRAIN_JOB_SECRET, PS_RESEND, PS_RESEND_TIMEOUT and DTRAIN_RESEND_WINDOW_MS.
   static TcpOptions FromConfig(const Config& config);
 };
 
@@ -86,8 +104,10 @@ class TcpTransport : public Transport {
   bool IsConnected(NodeId peer) const override;
   void Shutdown(Deadline deadline) override;
 
- private:
+  // Defined in tcp_transport_impl.h, which only the transport's own files include.
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

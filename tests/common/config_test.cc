@@ -55,7 +55,8 @@ TEST(ConfigTest, DefaultsWithAnEmptyEnvironment) {
   EXPECT_EQ(c.node_host, "");
   EXPECT_EQ(c.node_port, 0);
   EXPECT_EQ(c.verbose, 0);
-  EXPECT_FALSE(c.resend);
+  EXPECT_TRUE(c.resend);
+  EXPECT_EQ(c.resend_window, Duration(10000));
   EXPECT_EQ(c.resend_timeout, Duration(1000));
   EXPECT_EQ(c.heartbeat_interval, Duration(1000));
   EXPECT_EQ(c.heartbeat_timeout, Duration(15000));
@@ -126,6 +127,7 @@ std::vector<IntegerVar> IntegerVars() {
       {"DMLC_NODE_PORT", 0, 65535, [](const Config& c) { return int64_t{c.node_port}; }},
       {"PS_VERBOSE", 0, 2, [](const Config& c) { return int64_t{c.verbose}; }},
       {"PS_RESEND_TIMEOUT", 1, kMaxMs, ms(&Config::resend_timeout)},
+      {"DTRAIN_RESEND_WINDOW_MS", 1, kMaxMs, ms(&Config::resend_window)},
       {"PS_HEARTBEAT_INTERVAL", 1, kMaxMs, ms(&Config::heartbeat_interval)},
       {"PS_HEARTBEAT_TIMEOUT", 1, kMaxMs, ms(&Config::heartbeat_timeout)},
       {"MXNET_KVSTORE_BIGARRAY_BOUND", 1, std::numeric_limits<int64_t>::max(),

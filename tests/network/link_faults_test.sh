@@ -9,11 +9,19 @@
 #   lossy      2% of packets dropped and 2% sent twice, both ways, all run long (nftables: this
 #              kernel has no netem, so no reordering or delay): every round exact.
 #   link-down  the link down for 2 s mid-run, then up: TCP retransmits, the job ends exact.
-#   reset      every TCP connection between the hosts reset (ss -K) mid-run: no resend yet
-#              (PS_RESEND, issue 10), so every process exits non-zero, naming a peer, promptly.
+#   reset      every TCP connection between the hosts reset (ss -K) mid-run, from B and then from
+#              A: PS_RESEND (on by default) re-establishes each and resends what was not
+#              received, so the job ends exact, every push applied once.
+#   reset-noresend  the same with PS_RESEND=0: every process exits non-zero, naming a peer,
+#              promptly.
 #   blackhole  the link silently drops everything mid-run, heartbeats set to 60 s: the links' own
-#              liveness (DTRAIN_LINK_TIMEOUT_MS=3000) fails the job, naming a peer on the other
-#              host, long before the heartbeat or the request timeout.
+#              liveness (DTRAIN_LINK_TIMEOUT_MS=3000) and the resend window
+#              (DTRAIN_RESEND_WINDOW_MS=3000) fail the job, naming a peer on the other host, long
+#              before the heartbeat or the request timeout.
+#   killed     server 1 killed (SIGKILL) mid-run, with a resend window longer than the processes'
+#              120 s limit: a member whose process is gone is lost at once (its connections close,
+#              and nothing listens at its address), so the others fail naming it, never waiting
+#              out the window.
 #
 # Layout: the scheduler, server 0 and worker 0 on A (10.254.78.1); server 1 and worker 1 on B.
 # Prints one JSON line with what it measured. Exit 77 (skipped) where namespaces cannot be made.
@@ -78,9 +86,15 @@ case $case_name in
     rounds=800
     both_ways "numgen random mod 100 < 2 drop" "numgen random mod 100 < 2 dup to ip daddr" ;;
   link-down | reset) rounds=4000 ;;
+  reset-noresend)
+    rounds=4000
+    extra_env=(PS_RESEND=0) ;;
   blackhole)
     rounds=100000
-    extra_env=(PS_HEARTBEAT_TIMEOUT=60000 DTRAIN_LINK_TIMEOUT_MS=3000) ;;
+    extra_env=(PS_HEARTBEAT_TIMEOUT=60000 DTRAIN_LINK_TIMEOUT_MS=3000 DTRAIN_RESEND_WINDOW_MS=3000) ;;
+  killed)
+    rounds=100000
+    extra_env=(DTRAIN_RESEND_WINDOW_MS=200000) ;;
   *) echo "link_faults_test: unknown case $case_name" >&2; exit 2 ;;
 esac
 
@@ -115,8 +129,16 @@ if [[ $case_name != lossy ]]; then
       ip -n "$b" link set "$veth_b" down
       sleep 2
       ip -n "$b" link set "$veth_b" up ;;
-    reset) ip netns exec "$b" ss -K dst "$addr_a" >/dev/null 2>&1 ;;
+    reset)
+      ip netns exec "$b" ss -K dst "$addr_a" >/dev/null 2>&1
+      sleep 0.5
+      ip netns exec "$a" ss -K dst "$addr_b" >/dev/null 2>&1 ;;
+    reset-noresend) ip netns exec "$b" ss -K dst "$addr_a" >/dev/null 2>&1 ;;
     blackhole) both_ways "drop" ;;
+    killed)
+      for p in $(ip netns pids "$b"); do
+        [[ $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) == *"/dtrain server"* ]] && kill -9 "$p"
+      done ;;
   esac
 fi
 
@@ -139,20 +161,24 @@ fail() {
 }
 [[ -z ${LINK_FAULTS_SHOW_LOGS:-} ]] || show_logs
 case $case_name in
-  lossy | link-down)
+  lossy | link-down | reset)
     for c in "${codes[@]}"; do [[ ${c#*=} == 0 ]] || fail "$c (every process must exit 0)"; done
     for w in worker0 worker1; do
       grep -q "sync OK" "$logs/$w.log" || fail "$w did not report every round exact"
-    done ;;
-  reset | blackhole)
-    for c in "${codes[@]}"; do
+    done
+    if [[ $case_name == reset ]]; then
+      cat "$logs"/*.log | grep -q "re-established the connection" ||
+        fail "no connection was re-established: did the resets reach the job?"
+    fi ;;
+  reset-noresend | blackhole | killed)
+    for i in "${!codes[@]}"; do
+      c=${codes[$i]}
+      [[ ${names[$i]} == server1 && $case_name == killed ]] && continue  # the one killed
       [[ ${c#*=} != 0 ]] || fail "$c: every process must fail loudly"
       [[ ${c#*=} != 124 ]] || fail "$c: hung until the test's timeout"
-    done
-    # Every process says which member it lost, by role and rank and address.
-    for name in "${names[@]}"; do
-      grep -Eq "(scheduler|server [01]|worker [01]) \(10\.254\.78\.[12]:[0-9]+\)" "$logs/$name.log" ||
-        fail "$name does not name the member it lost"
+      # Every process says which member it lost, by role and rank and address.
+      grep -Eq "(scheduler|server [01]|worker [01]) \(10\.254\.78\.[12]:[0-9]+\)" \
+        "$logs/${names[$i]}.log" || fail "${names[$i]} does not name the member it lost"
     done ;;
 esac
 exit 0

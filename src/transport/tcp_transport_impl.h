@@ -1,0 +1,164 @@
+// TcpTransport's insides, shared by tcp_transport.cc (accepting, reading, the public calls) and
+// tcp_out_stream.cc (writing, and re-establishing a broken stream for PS_RESEND).
+#pragma once
+
+#include <asio.hpp>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "transport/tcp_handshake.h"
+#include "transport/tcp_transport.h"
+
+namespace dtrain::transport {
+
+// On the acknowledgement channel (acceptor to connector), an 8-byte word with this bit set carries
+// the count of the stream's messages received (PS_RESEND); one without it is the token of a
+// same-host body that has been copied.
+constexpr uint64_t kDeliveredBit = uint64_t{1} << 63;
+
+struct TcpTransport::Impl {
+  struct OutStream;
+  struct InStream;
+  struct Inbound;
+
+  explicit Impl(TcpOptions opts) : options(opts) { limits.max_body_bytes = opts.max_message_bytes; }
+
+  TcpOptions options;
+  Limits limits;
+  asio::io_context io;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::vector<std::thread> threads;
+  asio::ip::tcp::acceptor acceptor{io};
+  MessageHandler on_message;
+  PeerLostHandler on_peer_lost;
+  BodySink body_sink;
+  BodyLimit body_limit;
+
+  mutable std::mutex mutex;  // guards the members below
+  std::map<NodeId, std::vector<std::shared_ptr<OutStream>>> links;
+  std::set<std::shared_ptr<InStream>> incoming;
+  // PS_RESEND: what each peer's streams to us have delivered, by (peer, stream index), kept across
+  // the connections that carry them.
+  std::map<std::pair<NodeId, int>, std::shared_ptr<Inbound>> inbound;
+  std::vector<std::thread> reconnectors;  // threads re-establishing broken streams
+  std::condition_variable stopping;       // wakes reconnectors' pauses at shutdown
+  std::set<NodeId> lost;
+  std::set<NodeId> departed;  // said Bye: their closing is not a failure
+  NodeId self = kNoNode;
+  bool stopped = false;
+  std::atomic<bool> shutting_down{false};
+
+  void StartThreads();
+  void Accept();
+  void ReportLost(NodeId peer, const std::string& remote, const std::string& reason);
+  void DropStranger(const std::string& remote, const std::string& reason);
+  std::atomic<uint64_t> strangers_dropped{0};
+  void MarkDeparted(NodeId peer) {
+    std::lock_guard<std::mutex> lock(mutex);
+    departed.insert(peer);
+  }
+  bool Departed(NodeId peer) const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return departed.count(peer) != 0;
+  }
+  void Forget(const std::shared_ptr<InStream>& stream) {
+    std::lock_guard<std::mutex> lock(mutex);
+    incoming.erase(stream);
+  }
+  // Opens and greets one stream to `peer` (one attempt, within the deadline), with the socket
+  // options every connection gets. Throws as tcp_handshake::Dial and Handshake do.
+  std::pair<asio::ip::tcp::socket, tcp_handshake::Welcome> Open(
+      NodeId peer, const Endpoint& endpoint, NodeId self, tcp_handshake::StreamIdentity stream,
+      const Deadline& deadline);
+};
+
+// One logical stream from a peer as the accepting side counts it (PS_RESEND): how many of its
+// messages have been handed to the node, and which connection carries it now. A connection that no
+// longer carries it hands over nothing more, so a message resent on the new connection is never
+// delivered twice.
+struct TcpTransport::Impl::Inbound {
+  std::mutex mutex;
+  uint64_t delivered = 0;
+  const void* carrier = nullptr;  // the InStream reading it now
+};
+
+// One stream we write on. Messages queue here; the first one is written at once in the caller's
+// thread (Asio's speculative write) and later ones by the io thread that completes the previous.
+//
+// With PS_RESEND (negotiated in the handshake), a written message stays queued until the peer
+// acknowledges having received it, and each message has a sequence number. When the connection
+// breaks while both ends live, a reconnector thread opens a new one, within the resend window,
+// greeting the peer as the same stream; the peer answers how many messages it has received, and
+// the rest are written again, in order. A peer that refuses the new connection (nothing listens
+// any more: its process ended) or stays unreachable for the window is lost.
+struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
+  OutStream(Impl* impl, NodeId peer, Endpoint endpoint, int index, asio::ip::tcp::socket socket,
+            const tcp_handshake::Welcome& welcome);
+
+  struct Item {
+    uint64_t seq = 0;
+    WireHeader header;
+    Message msg;
+    bool remote_body = false;
+    std::array<uint64_t, 2> descriptor{};  // address, token
+  };
+
+  Impl* const impl;
+  const NodeId peer;
+  const Endpoint endpoint;
+  const int index;  // among the link's streams
+  std::shared_ptr<asio::ip::tcp::socket> socket;
+  std::string remote;
+  std::mutex mutex;  // guards the members below
+  std::condition_variable drained;
+  std::deque<Item> queue;  // the first `written` are written, waiting for the peer's count
+  size_t written = 0;
+  bool writing = false;
+  bool old_closed = true;  // the broken connection is closed: its write no longer reads the queue
+  enum class State { kLive, kReconnecting, kFailed } state = State::kLive;
+  uint64_t generation = 0;  // of the connection: handlers of an abandoned one are ignored
+  bool resend = false;
+  uint64_t next_seq = 0;
+  uint64_t acked = 0;  // the peer has received every message before this one
+  // Same-host fast path: bodies the peer has not yet acknowledged copying, by token.
+  bool direct = false;
+  uint64_t next_token = 1;
+  std::unordered_map<uint64_t, Body> awaiting_ack;
+  std::array<char, 4096> ack_buffer{};
+  size_t ack_have = 0;
+
+  void Enqueue(Message&& msg);
+  void ReadAcks();
+  bool WaitDrained(const Deadline& deadline);
+  // Closes the connection; at shutdown, or once the peer is lost.
+  void Close();
+
+ private:
+  void Encode(Item& item);  // mutex held
+  void StartWrite();        // mutex held
+  void OnWritten(uint64_t gen, const std::error_code& ec);
+  void ReadAcksOn(std::shared_ptr<asio::ip::tcp::socket> on, uint64_t gen);  // mutex held
+  void OnAcks(const std::shared_ptr<asio::ip::tcp::socket>& on, uint64_t gen,
+              const std::error_code& ec, size_t n);
+  void DropAcknowledged();  // mutex held
+  // The connection of generation `gen` failed: resend over a new one, or report the peer lost.
+  // Even a clean close may be the network's doing (a reset can read as one once a write has taken
+  // the error), so it is retried too; a peer whose process ended refuses the new connection.
+  void OnBroken(uint64_t gen, const std::string& reason);
+  void Reconnect(std::string reason);
+  bool Resume(asio::ip::tcp::socket fresh, const tcp_handshake::Welcome& welcome, std::string* why);
+  void GiveUp(const std::string& reason);
+};
+
+}  // namespace dtrain::transport
