@@ -60,9 +60,9 @@ TcpTransport& Node() {
     options.io_threads = 1;
     options.streams_per_peer = 1;
     options.hello_timeout = dtrain::Duration(300);
-    options.resend_window = dtrain::Duration(300);  // a member that does not resume is lost soon
-    options.max_message_bytes = size_t{1} << 20;    // the fuzzer may announce any length
-    auto* t = new TcpTransport(options);            // lives for the whole run
+    options.resend_window = dtrain::Duration(10);  // a member that does not resume is lost soon
+    options.max_message_bytes = size_t{1} << 20;   // the fuzzer may announce any length
+    auto* t = new TcpTransport(options);           // lives for the whole run
     t->SetHandlers([](Message&&) { ++g_delivered; },
                    [](NodeId, const std::string&, const std::string&) { ++g_lost; });
     g_port = t->Listen("127.0.0.1", 0);

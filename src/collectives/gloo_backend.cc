@@ -267,7 +267,8 @@ class GlooBackend final : public Communicator {
     } else {
       if (config.rank == 0)
         server_ =
-            std::make_unique<RendezvousServer>(config.rendezvous_port, size_, config.job_secret);
+            std::make_unique<RendezvousServer>(config.rendezvous_port, size_, config.job_secret,
+                                               Duration(10000), config.rendezvous_host);
       client_ = std::make_unique<RendezvousClient>(config.rendezvous_host, config.rendezvous_port,
                                                    config.rank, config.connect_timeout,
                                                    config.job_secret);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <asio.hpp>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -61,18 +62,50 @@ std::string PeerOf(const tcp::socket& socket) {
 struct RendezvousServer::Impl {
   struct Connection;
 
-  Impl(uint16_t port, int size, std::string job_secret, Duration hello_timeout)
+  Impl(uint16_t port, int size, std::string job_secret, Duration hello_timeout,
+       const std::string& host)
       : size(size), job_secret(std::move(job_secret)), hello_timeout(hello_timeout) {
     std::error_code ec;
-    const tcp::endpoint endpoint(tcp::v4(), port);
+    // The announced address first (a local job then listens on loopback only); an address that is
+    // not this machine's (a name behind NAT) falls back to every interface.
+    if (const auto address = AddressOf(host)) {
+      if (!Bind(tcp::endpoint(*address, port), ec)) {
+        Start();
+        return;
+      }
+      DTRAIN_LOG(kConnections) << "gloo rendezvous: cannot listen on " << host << ":" << port
+                               << " (" << ec.message() << "); listening on every interface";
+    }
+    if (Bind(tcp::endpoint(tcp::v4(), port), ec)) {
+      throw PeerError("rank 0 cannot host the gloo rendezvous on port " + std::to_string(port) +
+                      " (DMLC_PS_ROOT_PORT): " + ec.message());
+    }
+    Start();
+  }
+
+  // Binds and listens; true on failure (ec says why), with the acceptor closed again.
+  bool Bind(const tcp::endpoint& endpoint, std::error_code& ec) {
     acceptor.open(endpoint.protocol(), ec);
     if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor.bind(endpoint, ec);
     if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      throw PeerError("rank 0 cannot host the gloo rendezvous on port " + std::to_string(port) +
-                      " (DMLC_PS_ROOT_PORT): " + ec.message());
-    }
+    if (!ec) return false;
+    std::error_code ignored;
+    acceptor.close(ignored);
+    return true;
+  }
+
+  // The IPv4 address `host` is or resolves to, if any.
+  std::optional<asio::ip::address> AddressOf(const std::string& host) {
+    if (host.empty()) return std::nullopt;
+    std::error_code ec;
+    tcp::resolver resolver(io);
+    const auto results = resolver.resolve(tcp::v4(), host, "", ec);
+    if (ec || results.empty()) return std::nullopt;
+    return results.begin()->endpoint().address();
+  }
+
+  void Start() {
     Accept();
     thread = std::thread([this] { io.run(); });
   }
@@ -312,8 +345,8 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
 }
 
 RendezvousServer::RendezvousServer(uint16_t port, int size, std::string job_secret,
-                                   Duration hello_timeout)
-    : impl_(std::make_unique<Impl>(port, size, std::move(job_secret), hello_timeout)) {}
+                                   Duration hello_timeout, const std::string& host)
+    : impl_(std::make_unique<Impl>(port, size, std::move(job_secret), hello_timeout, host)) {}
 RendezvousServer::~RendezvousServer() = default;
 
 // ---------------------------------------------------------------------------------------------

@@ -36,11 +36,13 @@ namespace dtrain::collectives {
 
 class RendezvousServer {
  public:
-  // Listens on every interface at `port` for a job of `size` ranks; `job_secret` non-empty: clients
-  // must authenticate. A connection that has not said hello (and proved the secret) within
-  // `hello_timeout` is dropped. Throws PeerError naming the port when it cannot listen.
+  // Listens at `port` for a job of `size` ranks, on the address `host` names (DMLC_PS_ROOT_URI) if
+  // it is one of this machine's, else (or with host "") on every interface; `job_secret`
+  // non-empty: clients must authenticate. A connection that has not said hello (and proved the
+  // secret) within `hello_timeout` is dropped. Throws PeerError naming the port when it cannot
+  // listen.
   RendezvousServer(uint16_t port, int size, std::string job_secret = "",
-                   Duration hello_timeout = Duration(10000));
+                   Duration hello_timeout = Duration(10000), const std::string& host = "");
   ~RendezvousServer();  // stops serving and closes every connection
 
   RendezvousServer(const RendezvousServer&) = delete;

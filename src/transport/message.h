@@ -25,6 +25,9 @@ enum class Command : uint16_t {
   // Connection management.
   kHello = 1,  // first message on every connection: who is sending
   kBye = 2,    // the sender closes this connection on purpose; EOF after it is not a failure
+  // PS_RESEND: request_id = how many messages the sender has received on the stream that comes
+  // back the other way (tcp_transport.h); written just before a message, never delivered.
+  kAck = 3,
   // Job control, between nodes and the scheduler.
   kRegister = 10,     // node -> scheduler: role, address (meta: JSON)
   kNodeTable = 11,    // scheduler -> node: ids, roles, ranks, addresses of every node (meta: JSON)

@@ -57,7 +57,19 @@ void OutStream::Enqueue(Message&& msg) {
 void OutStream::StartWrite() {
   writing = true;
   Item& item = queue[written];
-  std::array<asio::const_buffer, 3> buffers{
+  item.ack_first = false;
+  if (const uint64_t count = reverse_delivered.load(); resend && count > reverse_sent) {
+    Header h;
+    h.command = Command::kAck;
+    h.sender = item.msg.header.sender;
+    h.recipient = item.msg.header.recipient;
+    h.request_id = count;
+    item.ack = EncodeHeader(h, 0, 0);
+    item.ack_first = true;
+    reverse_sent = count;
+  }
+  std::array<asio::const_buffer, 4> buffers{
+      asio::buffer(item.ack.data(), item.ack_first ? item.ack.size() : 0),
       asio::buffer(item.header), asio::buffer(item.msg.meta),
       item.remote_body
           ? asio::buffer(item.descriptor)
@@ -134,6 +146,13 @@ void OutStream::OnAcks(const std::shared_ptr<tcp::socket>& on, uint64_t gen,
   std::memmove(ack_buffer.data(), ack_buffer.data() + whole, ack_have - whole);
   ack_have -= whole;
   ReadAcksOn(on, gen);
+}
+
+void OutStream::Acknowledge(uint64_t count) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (count <= acked || count > next_seq) return;
+  acked = count;
+  DropAcknowledged();
 }
 
 bool OutStream::WaitDrained(const Deadline& deadline) {

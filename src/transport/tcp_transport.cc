@@ -28,11 +28,10 @@ using asio::ip::tcp;
 namespace {
 
 constexpr size_t kStagingBytes = 64 * 1024;
-// How long an acceptor may sit on received messages before acknowledging them (PS_RESEND): the
-// sender keeps each message until then, so this bounds what it holds, not what anyone waits for.
-// Each acknowledgement wakes both sides, and a held reply makes a server copy the value before its
-// next update (copy on write), so acknowledging every 1 MB message at once cost 80% of a 1 MB
-// pushpull here, every 5 ms up to 15% at 16 MB; every 20 ms is within the runs' noise.
+// How long an acceptor may sit on received messages before acknowledging them on the
+// acknowledgement channel (PS_RESEND), when no message of ours going back carried the count first:
+// the sender keeps each message until then. Each such acknowledgement wakes both sides (acking
+// every 1 MB message at once cost 80% of a 1 MB pushpull here), so they are rare.
 constexpr Duration kAckDelay{20};
 // ... unless they carried at least this many body bytes: then at once, bounding what is held.
 constexpr size_t kAckBytes = size_t{64} << 20;
@@ -82,6 +81,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   // stream's count of messages received, shared with the connections that carried it before.
   int stream_index = -1;
   std::shared_ptr<Inbound> inbound;
+  std::weak_ptr<OutStream> reverse;  // our stream back to the peer with the same index
   std::atomic<NodeId> peer{kNoNode};
   bool said_bye = false;
   bool greeted = false;  // the handshake is complete: messages count from now on
@@ -400,6 +400,21 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     return state->delivered;
   }
 
+  // The stream we write back to the peer on with this stream's index: requests and their replies
+  // take the same index both ways, so the counts it carries are what the peer waits on.
+  std::shared_ptr<OutStream> Reverse() {
+    if (auto out = reverse.lock()) return out;
+    const NodeId from = peer.load();
+    if (from == kNoNode) return nullptr;
+    std::lock_guard<std::mutex> lock(impl->mutex);
+    auto it = impl->links.find(from);
+    if (it == impl->links.end() || stream_index >= static_cast<int>(it->second.size())) {
+      return nullptr;
+    }
+    reverse = it->second[stream_index];
+    return it->second[stream_index];
+  }
+
   // Whether this connection still carries its stream (not resumed on another since).
   bool Carries() {
     if (!inbound) return true;
@@ -420,6 +435,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       }
       delivered = ++inbound->delivered;
     }
+    if (auto out = Reverse()) out->reverse_delivered.store(delivered);
     unacked_bytes += body_bytes;
     if (unacked_bytes >= kAckBytes) {
       unacked_bytes = 0;
@@ -452,6 +468,12 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     if (!greeted) {
       if (msg.header.command == Command::kHello) return OnHandshake(std::move(msg));
       return Fail(std::string("it sent a message before completing the handshake"));
+    }
+    if (msg.header.command == Command::kAck) {  // not counted: it is no message of the stream
+      if (stream_index >= 0) {
+        if (auto out = Reverse()) out->Acknowledge(msg.header.request_id);
+      }
+      return;
     }
     if (inbound && !Count(msg.body.size)) return;
     if (msg.header.command == Command::kHello) return;  // a repeated hello changes nothing

@@ -32,15 +32,17 @@
 //
 // PS_RESEND (on by default): the hello also says `stream=I` (the stream's index in its link) and
 // the welcome `resend=1 delivered=N`. The acceptor counts the messages each (node, stream) has
-// delivered and sends the count back on the acknowledgement channel every few milliseconds; the
-// connector keeps each written message until it is counted. When a connection breaks without a
-// Bye (reset, timeout, or closed: a reset can read as a clean close), the connector opens a new one
-// with `resume=1` within the resend window, the acceptor answers the count it has delivered, and
-// the connector resends the rest in order. The acceptor delivers nothing more from the broken
-// connection once the new one has taken over, so every message is delivered exactly once, in
-// order. The acceptor waits the same window for a broken stream to be resumed before it reports
-// the peer lost; the connector gives up at once when nothing listens at the peer's address (its
-// process ended), which is how a dead member is still reported within moments.
+// delivered and sends the count back: as a kAck frame ahead of its next message on its own stream
+// to that node with the same index (replies travel on their request's index, so the count arrives
+// just before the next request), and on the acknowledgement channel every 20 ms while messages
+// arrive. The connector keeps each written message until it is counted. When a connection breaks
+// without a Bye (reset, timeout, or closed: a reset can read as a clean close), the connector opens
+// a new one with `resume=1` within the resend window, the acceptor answers the count it has
+// delivered, and the connector resends the rest in order. The acceptor delivers nothing more from
+// the broken connection once the new one has taken over, so every message is delivered exactly
+// once, in order. The acceptor waits the same window for a broken stream to be resumed before it
+// reports the peer lost; the connector gives up at once when nothing listens at the peer's address
+// (its process ended), which is how a dead member is still reported within moments.
 #pragma once
 
 #include <atomic>

@@ -108,6 +108,8 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
 
   struct Item {
     uint64_t seq = 0;
+    bool ack_first = false;  // a kAck frame goes just before this message
+    WireHeader ack;
     WireHeader header;
     Message msg;
     bool remote_body = false;
@@ -131,6 +133,11 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   bool resend = false;
   uint64_t next_seq = 0;
   uint64_t acked = 0;  // the peer has received every message before this one
+  // What we have received on the stream that comes back from the peer with our index (its replies
+  // to what we send here), set by that InStream; written to the peer ahead of our next message,
+  // so that the peer releases what it holds for resending before it handles that message.
+  std::atomic<uint64_t> reverse_delivered{0};
+  uint64_t reverse_sent = 0;
   // Same-host fast path: bodies the peer has not yet acknowledged copying, by token.
   bool direct = false;
   uint64_t next_token = 1;
@@ -139,6 +146,8 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   size_t ack_have = 0;
 
   void Enqueue(Message&& msg);
+  // The peer has received our first `count` messages (PS_RESEND).
+  void Acknowledge(uint64_t count);
   void ReadAcks();
   bool WaitDrained(const Deadline& deadline);
   // Closes the connection; at shutdown, or once the peer is lost.

@@ -38,6 +38,7 @@ bool IsKnownCommand(uint16_t raw) {
   switch (static_cast<Command>(raw)) {
     case Command::kHello:
     case Command::kBye:
+    case Command::kAck:
     case Command::kRegister:
     case Command::kNodeTable:
     case Command::kReady:
@@ -66,6 +67,8 @@ std::string_view CommandName(Command c) {
       return "hello";
     case Command::kBye:
       return "bye";
+    case Command::kAck:
+      return "ack";
     case Command::kRegister:
       return "register";
     case Command::kNodeTable:

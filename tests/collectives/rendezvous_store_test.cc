@@ -7,7 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "../integration/subprocess.h"
@@ -253,6 +256,38 @@ TEST(RendezvousStoreAuth, ASilentConnectionIsDroppedAtTheHelloDeadline) {
   member.set("still", Bytes("here"));
   EXPECT_EQ(member.get("still"), Bytes("here"));
   EXPECT_TRUE(member.LostRanks(Duration(2000)).empty());
+}
+
+// The address a socket listening on `port` is bound to, as /proc/net/tcp gives it (hex, host byte
+// order of the kernel: 127.0.0.1 reads 0100007F); "" if none listens there.
+std::string ListeningAddress(int port) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // the column names
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    const auto colon = local.find(':');
+    if (colon == std::string::npos || state != "0A") continue;  // 0A: LISTEN
+    if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) return local.substr(0, colon);
+  }
+  return "";
+}
+
+// Rank 0 listens on the address the job announces for it (DMLC_PS_ROOT_URI), not on every
+// interface; with no address, on every interface as before.
+TEST(RendezvousStore, ListensOnTheAnnouncedAddressOnly) {
+  const int port = FreePort();
+  {
+    RendezvousServer server(static_cast<uint16_t>(port), 1, "", Duration(10000), "127.0.0.1");
+    EXPECT_EQ(ListeningAddress(port), "0100007F");
+    RendezvousClient client("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000), "");
+    EXPECT_TRUE(client.LostRanks(Duration(1000)).empty());
+  }
+  const int other = FreePort();
+  RendezvousServer anywhere(static_cast<uint16_t>(other), 1);
+  EXPECT_EQ(ListeningAddress(other), "00000000");
 }
 
 }  // namespace
