@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Scaling across hosts on an emulated cluster: H hosts are network namespaces on one bridge, each
+# with a real sshd and its link shaped with tc (token bucket, both directions) to --link-mbit.
+# Each case is one job started by dtrain's own launcher over ssh, its workers running
+# bench/step_bench (real layer shapes of --model scaled by --scale, compute emulated by sleeping
+# --compute-ms per step). One JSON line per case:
+#   mode, workers, servers, link_mbit, model, compute_ms, step_ms, bound_ms, samples_per_s,
+#   efficiency, cpu_busy (this machine's CPU busy share during the case)
+# Modes, for N in --workers:
+#   dist_sync_colocated  S = N servers, one server and one worker per host (N hosts)
+#   dist_sync_1server    one server on a host of its own (N + 1 hosts)
+#   dist_sync_separate   S = N servers on hosts of their own (2N hosts)
+#   horovod_gloo         allreduce over Gloo (-s 0, N hosts)
+# bound_ms is step_bench's: the larger of the compute and the bytes through the busiest link at
+# the link's rate (bench/step_bench.cc says how, per layout).
+#
+#   bash bench/cluster_bench.sh                  # every mode, N = 1 2 4 8 (needs root)
+#   bash bench/cluster_bench.sh --quick          # N = 1 2 4, dist_sync_colocated and horovod_gloo
+#   bash bench/cluster_bench.sh --workers "2 4" --modes horovod_gloo --link-mbit 500
+#
+# Everything it makes (namespaces, bridge, sshds, jobs) is removed on every exit path, Ctrl-C
+# included.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build
+workers_list="1 2 4 8"
+modes="dist_sync_colocated dist_sync_1server dist_sync_separate horovod_gloo"
+link_mbit=200
+model=resnet50
+scale=0.1
+compute_ms=200
+steps=5
+while (($#)); do
+  case "$1" in
+    --quick) workers_list="1 2 4"; modes="dist_sync_colocated horovod_gloo"; shift ;;
+    --workers) workers_list=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
+    --link-mbit) link_mbit=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --scale) scale=$2; shift 2 ;;
+    --compute-ms) compute_ms=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "cluster_bench: unknown option $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "cluster_bench: needs root (ip netns, tc, sshd)" >&2; exit 2; }
+for tool in ip tc ssh ssh-keygen /usr/sbin/sshd; do
+  command -v "$tool" >/dev/null || { echo "cluster_bench: $tool is missing" >&2; exit 2; }
+done
+dtrain=$PWD/$build/src/tools/dtrain
+step_bench=$PWD/$build/bench/step_bench
+for bin in "$dtrain" "$step_bench"; do
+  [[ -x $bin ]] || { echo "cluster_bench: $bin is missing: bash scripts/build.sh" >&2; exit 2; }
+done
+
+max_hosts=0
+for n in $workers_list; do ((2 * n > max_hosts)) && max_hosts=$((2 * n)); done
+
+tag=$$
+bridge=dcb$tag
+dir=$(mktemp -d /tmp/cluster_bench.XXXXXX)
+hosts=()
+sshd_pids=()
+source "scripts/netns.sh"
+cleanup() {
+  for p in "${sshd_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  delete_netns "${hosts[@]}"
+  ip link del "$bridge" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- the cluster ---
+ssh-keygen -q -t ed25519 -N "" -f "$dir/host_key"
+ssh-keygen -q -t ed25519 -N "" -f "$dir/client_key"
+cp "$dir/client_key.pub" "$dir/authorized_keys"
+cat >"$dir/ssh_config" <<EOF
+Host *
+  User root
+  IdentityFile $dir/client_key
+  IdentitiesOnly yes
+  UserKnownHostsFile /dev/null
+  StrictHostKeyChecking no
+  LogLevel ERROR
+EOF
+mkdir -p /run/sshd
+ip link add "$bridge" type bridge
+ip addr add 10.253.0.1/16 dev "$bridge"
+ip link set "$bridge" up
+shape() {  # NS DEV: DEV's egress to the link rate
+  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "${link_mbit}mbit" burst 256kb \
+    latency 100ms
+}
+for ((i = 0; i < max_hosts; i++)); do
+  ns=dcb-$tag-$i
+  address=10.253.1.$((i + 2))
+  ip netns add "$ns"
+  hosts+=("$ns")
+  ip link add "dcb${tag}r$i" type veth peer name "dcb${tag}h$i"
+  ip link set "dcb${tag}h$i" netns "$ns"
+  # Inside, the link takes the bridge's name, so that one --interface fits the scheduler (here, on
+  # the bridge) and every host.
+  ip -n "$ns" link set "dcb${tag}h$i" name "$bridge"
+  ip link set "dcb${tag}r$i" master "$bridge"
+  ip link set "dcb${tag}r$i" up
+  ip -n "$ns" addr add "$address/16" dev "$bridge"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set "$bridge" up
+  # Both directions of the host's link: its own egress, and the bridge's egress toward it.
+  shape "$ns" "$bridge"
+  tc qdisc replace dev "dcb${tag}r$i" root tbf rate "${link_mbit}mbit" burst 256kb latency 100ms
+  cat >"$dir/sshd_$i" <<EOF
+ListenAddress $address:22
+HostKey $dir/host_key
+PidFile none
+AuthorizedKeysFile $dir/authorized_keys
+StrictModes no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+UseDNS no
+MaxStartups 100
+MaxSessions 100
+LogLevel ERROR
+EOF
+  ip netns exec "$ns" /usr/sbin/sshd -D -e -f "$dir/sshd_$i" >"$dir/sshd_$i.log" 2>&1 &
+  sshd_pids+=($!)
+done
+for ((i = 0; i < max_hosts; i++)); do  # every sshd answers, or the bench stops here
+  for _ in $(seq 50); do
+    ssh -F "$dir/ssh_config" -o ConnectTimeout=2 "10.253.1.$((i + 2))" true 2>/dev/null && break
+    sleep 0.2
+  done
+  ssh -F "$dir/ssh_config" -o ConnectTimeout=2 "10.253.1.$((i + 2))" true ||
+    { echo "cluster_bench: sshd on host $i does not answer" >&2; cat "$dir/sshd_$i.log" >&2; exit 1; }
+done
+
+# --- the cases ---
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+run_case() {  # MODE N
+  local mode=$1 n=$2 s layout hosts_needed kvstore
+  case $mode in
+    dist_sync_colocated) s=$n; layout=colocated; hosts_needed=$n; kvstore=dist_sync ;;
+    dist_sync_1server) s=1; layout=separate; hosts_needed=$((n + 1)); kvstore=dist_sync ;;
+    dist_sync_separate) s=$n; layout=separate; hosts_needed=$((2 * n)); kvstore=dist_sync ;;
+    horovod_gloo) s=0; layout=ring; hosts_needed=$n; kvstore=horovod ;;
+    *) echo "cluster_bench: unknown mode $mode" >&2; exit 2 ;;
+  esac
+  : >"$dir/hostfile"
+  for ((i = 0; i < hosts_needed; i++)); do echo "10.253.1.$((i + 2))" >>"$dir/hostfile"; done
+  read -r busy0 total0 < <(cpu_ticks)
+  local out
+  out=$(timeout 600 "$dtrain" launch -n "$n" -s "$s" --launcher ssh -H "$dir/hostfile" \
+    --ssh-opts "-F $dir/ssh_config" --interface "$bridge" --env DTRAIN_COLLECTIVES:gloo \
+    --no-summary -- "$step_bench" --kvstore "$kvstore" --model "$model" --scale "$scale" \
+    --compute-ms "$compute_ms" --steps "$steps" --warmup 1 --link-mbit "$link_mbit" \
+    --layout "$layout" 2>"$dir/case.log") || {
+    echo "cluster_bench: $mode with $n workers failed:" >&2
+    tail -n 20 "$dir/case.log" >&2
+    return 1
+  }
+  read -r busy1 total1 < <(cpu_ticks)
+  local cpu
+  cpu=$(awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) 'BEGIN { printf "%.2f", t ? b / t : 0 }')
+  grep -o '{"bound_ms".*}\|{.*"mode".*}' <<<"$out" | tail -n 1 |
+    sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"/"
+}
+
+for mode in $modes; do
+  for n in $workers_list; do
+    [[ $mode == dist_sync_1server && $n -eq 1 ]] && continue  # the same as colocated at N = 1
+    run_case "$mode" "$n"
+  done
+done

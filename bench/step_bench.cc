@@ -1,0 +1,149 @@
+// An emulated training step across a job, for bench/cluster_bench.sh: the step's compute is
+// emulated (--compute-ms, asleep or busy, standing in for an accelerator) and its gradients have
+// the real parameter shapes of a well-known model (model_shapes.h, scaled by --scale so that the
+// links, not this machine's CPU, are the bottleneck). They go through the KVStore as in real
+// training: forward takes a third of the compute, then backward produces the gradients last layer
+// first, each pushed (pushpull) as soon as it exists, and the step ends when every parameter's new
+// value is back.
+//
+// Run on every worker of a job; rank 0 prints one JSON line:
+//   mode, workers, servers, link_mbit, model, scale, params, bytes, compute_ms, step_ms (median),
+//   p90_ms, bound_ms, samples_per_s, efficiency
+// efficiency = compute_ms / step_ms: one worker alone takes compute_ms per step, so N workers at
+// this efficiency train N * efficiency times as fast.
+// bound_ms = the larger of compute_ms and the bytes through the busiest link at the link's rate,
+// by --layout:
+//   colocated  a server on every worker's host (S = N): each host sends and receives
+//              2 * bytes * (N - 1) / N (its pushes to the other servers and their answers, and the
+//              same for its own server's share)
+//   separate   servers on hosts of their own: a worker's link carries `bytes` each way, a server's
+//              bytes * N / S
+//   ring       allreduce: 2 * bytes * (N - 1) / N each way per host
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "kvstore/kvstore.h"
+#include "model_shapes.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::duration<double, std::milli>;
+
+void Spend(double ms, bool busy) {
+  if (ms <= 0) return;
+  if (!busy) return std::this_thread::sleep_for(Ms(ms));
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(Ms(ms));
+  while (Clock::now() < until) {
+  }
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+// The communication bound of one step, in ms (see the file's comment).
+double LinkBoundMs(const std::string& layout, double bytes, int workers, int servers,
+                   double link_mbit) {
+  if (link_mbit <= 0) return 0;
+  const double n = workers;
+  double busiest = 0;
+  if (layout == "colocated" || layout == "ring") {
+    busiest = 2 * bytes * (n - 1) / n;
+  } else if (layout == "separate") {
+    busiest = std::max(bytes, bytes * n / std::max(1, servers));
+  } else {
+    throw dtrain::InvalidArgument("--layout must be colocated, separate or ring, not " + layout);
+  }
+  return busiest * 8 / (link_mbit * 1e6) * 1e3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"an emulated training step: real layer shapes, emulated compute"};
+  std::string model = "resnet50", kvstore = "dist_sync", layout = "colocated", compute = "sleep";
+  double scale = 1.0, compute_ms = 100, link_mbit = 0;
+  int steps = 10, warmup = 2, batch = 32;
+  app.add_option("--model", model, "lenet, resnet18, resnet50, vgg16, bert-base");
+  app.add_option("--scale", scale, "multiply every tensor's size by this");
+  app.add_option("--kvstore", kvstore, "dist_sync, dist_async or horovod");
+  app.add_option("--compute-ms", compute_ms, "emulated forward+backward time per step");
+  app.add_option("--compute", compute, "sleep or busy");
+  app.add_option("--steps", steps);
+  app.add_option("--warmup", warmup);
+  app.add_option("--batch", batch, "samples per worker per step (for samples_per_s)");
+  app.add_option("--link-mbit", link_mbit, "each host's link rate, for bound_ms (0: none)");
+  app.add_option("--layout", layout, "colocated, separate or ring, for bound_ms");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const bool busy = compute == "busy";
+    if (!busy && compute != "sleep") throw dtrain::InvalidArgument("--compute: sleep or busy");
+    std::vector<dtrain::Array> params, grads;
+    int64_t total = 0;
+    auto kv = dtrain::KVStore::Create(kvstore);
+    std::vector<int64_t> sizes;
+    for (const auto& t : dtrain::bench::ModelParameters(model)) {
+      sizes.push_back(std::max<int64_t>(1, static_cast<int64_t>(t.elements * scale)));
+      total += sizes.back();
+    }
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      params.emplace_back(std::vector<int64_t>{sizes[k]});
+      grads.emplace_back(std::vector<int64_t>{sizes[k]});
+      params.back().Fill(0.0f);
+      grads.back().Fill(1e-3f);
+      kv->Init(static_cast<dtrain::Key>(k), params.back());
+    }
+    kv->Barrier();
+    const double forward_ms = compute_ms / 3;
+    const double backward_ms = compute_ms - forward_ms;
+    std::vector<double> step_ms;
+    for (int s = 0; s < warmup + steps; ++s) {
+      const auto start = Clock::now();
+      Spend(forward_ms, busy);
+      std::vector<dtrain::Operation> pending;
+      for (size_t k = sizes.size(); k-- > 0;) {  // backward: last layer first
+        Spend(backward_ms * static_cast<double>(sizes[k]) / static_cast<double>(total), busy);
+        pending.push_back(kv->PushPull(static_cast<dtrain::Key>(k), {grads[k]}, {params[k]}));
+      }
+      for (auto& op : pending) op.Wait();
+      if (s >= warmup) step_ms.push_back(Ms(Clock::now() - start).count());
+    }
+    kv->Barrier();
+    if (kv->rank() == 0) {
+      const char* servers_env = std::getenv("DMLC_NUM_SERVER");
+      const int servers = servers_env ? std::atoi(servers_env) : 0;
+      const int workers = kv->num_workers();
+      const double bytes = static_cast<double>(total) * sizeof(float);
+      const double median = Percentile(step_ms, 0.5);
+      nlohmann::json line = {{"mode", kvstore == "horovod" ? "horovod" : kvstore},
+                             {"workers", workers},
+                             {"servers", servers},
+                             {"link_mbit", link_mbit},
+                             {"model", model},
+                             {"scale", scale},
+                             {"params", total},
+                             {"bytes", bytes},
+                             {"compute_ms", compute_ms},
+                             {"step_ms", median},
+                             {"p90_ms", Percentile(step_ms, 0.9)},
+                             {"bound_ms", std::max(compute_ms, LinkBoundMs(layout, bytes, workers,
+                                                                           servers, link_mbit))},
+                             {"samples_per_s", workers * batch / (median / 1e3)},
+                             {"efficiency", compute_ms / median}};
+      std::cout << line.dump() << std::endl;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "step_bench: " << e.what() << "\n";
+    return 1;
+  }
+}
