@@ -11,11 +11,15 @@
 #   dist_sync_1server    one server on a host of its own (N + 1 hosts)
 #   dist_sync_separate   S = N servers on hosts of their own (2N hosts)
 #   horovod_gloo         allreduce over Gloo (-s 0, N hosts)
+#   horovod_mpi          allreduce over Open MPI (TCP), started by dtrain launch --launcher mpi
+#                        (mpirun reaching the hosts through the same ssh; N hosts)
+#   ddp                  PyTorch DistributedDataParallel over gloo on the same emulated step
+#                        (bench/ddp_step.py; N hosts)
 # bound_ms is step_bench's: the larger of the compute and the bytes through the busiest link at
 # the link's rate (bench/step_bench.cc says how, per layout).
 #
 #   bash bench/cluster_bench.sh                  # every mode, N = 1 2 4 8 (needs root)
-#   bash bench/cluster_bench.sh --quick          # N = 1 2 4, dist_sync_colocated and horovod_gloo
+#   bash bench/cluster_bench.sh --quick          # N = 1 2 4: dist_sync_colocated, horovod_gloo, ddp
 #   bash bench/cluster_bench.sh --workers "2 4" --modes horovod_gloo --link-mbit 500
 #
 # Everything it makes (namespaces, bridge, sshds, jobs) is removed on every exit path, Ctrl-C
@@ -25,7 +29,7 @@ cd "$(dirname "$0")/.."
 
 build=build
 workers_list="1 2 4 8"
-modes="dist_sync_colocated dist_sync_1server dist_sync_separate horovod_gloo"
+modes="dist_sync_colocated dist_sync_1server dist_sync_separate horovod_gloo horovod_mpi ddp"
 link_mbit=200
 model=resnet50
 scale=0.1
@@ -33,7 +37,7 @@ compute_ms=200
 steps=5
 while (($#)); do
   case "$1" in
-    --quick) workers_list="1 2 4"; modes="dist_sync_colocated horovod_gloo"; shift ;;
+    --quick) workers_list="1 2 4"; modes="dist_sync_colocated horovod_gloo ddp"; shift ;;
     --workers) workers_list=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --link-mbit) link_mbit=$2; shift 2 ;;
@@ -148,18 +152,28 @@ run_case() {  # MODE N
     dist_sync_colocated) s=$n; layout=colocated; hosts_needed=$n; kvstore=dist_sync ;;
     dist_sync_1server) s=1; layout=separate; hosts_needed=$((n + 1)); kvstore=dist_sync ;;
     dist_sync_separate) s=$n; layout=separate; hosts_needed=$((2 * n)); kvstore=dist_sync ;;
-    horovod_gloo) s=0; layout=ring; hosts_needed=$n; kvstore=horovod ;;
+    horovod_gloo | horovod_mpi | ddp) s=0; layout=ring; hosts_needed=$n; kvstore=horovod ;;
     *) echo "cluster_bench: unknown mode $mode" >&2; exit 2 ;;
   esac
   : >"$dir/hostfile"
   for ((i = 0; i < hosts_needed; i++)); do echo "10.253.1.$((i + 2))" >>"$dir/hostfile"; done
   read -r busy0 total0 < <(cpu_ticks)
-  local out
-  out=$(timeout 600 "$dtrain" launch -n "$n" -s "$s" --launcher ssh -H "$dir/hostfile" \
-    --ssh-opts "-F $dir/ssh_config" --interface "$bridge" --env DTRAIN_COLLECTIVES:gloo \
-    --no-summary -- "$step_bench" --kvstore "$kvstore" --model "$model" --scale "$scale" \
-    --compute-ms "$compute_ms" --steps "$steps" --warmup 1 --link-mbit "$link_mbit" \
-    --layout "$layout" 2>"$dir/case.log") || {
+  local out step=(--model "$model" --scale "$scale" --compute-ms "$compute_ms" --steps "$steps"
+    --warmup 1 --link-mbit "$link_mbit")
+  if [[ $mode == ddp ]]; then
+    step=(python3 "$PWD/bench/ddp_step.py" --step-bench "$step_bench" "${step[@]}")
+  else
+    step=("$step_bench" --kvstore "$kvstore" --layout "$layout" "${step[@]}")
+  fi
+  local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo)
+  if [[ $mode == horovod_mpi ]]; then
+    launcher=(--launcher mpi)
+    # mpirun starts its daemons over our ssh and keeps its own traffic on the bridge.
+    export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config" OMPI_MCA_btl_tcp_if_include=$bridge
+    export OMPI_MCA_oob_tcp_if_include=$bridge OMPI_MCA_btl=self,tcp
+  fi
+  out=$(timeout 600 "$dtrain" launch -n "$n" -s "$s" "${launcher[@]}" -H "$dir/hostfile" \
+    --interface "$bridge" --no-summary -- "${step[@]}" 2>"$dir/case.log") || {
     echo "cluster_bench: $mode with $n workers failed:" >&2
     tail -n 20 "$dir/case.log" >&2
     return 1

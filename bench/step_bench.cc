@@ -66,6 +66,10 @@ double LinkBoundMs(const std::string& layout, double bytes, int workers, int ser
   return busiest * 8 / (link_mbit * 1e6) * 1e3;
 }
 
+int64_t ScaledElements(const dtrain::bench::ParameterTensor& t, double scale) {
+  return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(t.elements) * scale));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,8 +87,19 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "samples per worker per step (for samples_per_s)");
   app.add_option("--link-mbit", link_mbit, "each host's link rate, for bound_ms (0: none)");
   app.add_option("--layout", layout, "colocated, separate or ring, for bound_ms");
+  bool print_shapes = false;
+  app.add_flag("--print-shapes", print_shapes,
+               "print the scaled tensors as JSON and exit (bench/ddp_step.py uses them)");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (print_shapes) {
+      nlohmann::json tensors = nlohmann::json::array();
+      for (const auto& t : dtrain::bench::ModelParameters(model)) {
+        tensors.push_back({{"name", t.name}, {"elements", ScaledElements(t, scale)}});
+      }
+      std::cout << tensors.dump() << std::endl;
+      return 0;
+    }
     const bool busy = compute == "busy";
     if (!busy && compute != "sleep") throw dtrain::InvalidArgument("--compute: sleep or busy");
     std::vector<dtrain::Array> params, grads;
@@ -92,7 +107,7 @@ int main(int argc, char** argv) {
     auto kv = dtrain::KVStore::Create(kvstore);
     std::vector<int64_t> sizes;
     for (const auto& t : dtrain::bench::ModelParameters(model)) {
-      sizes.push_back(std::max<int64_t>(1, static_cast<int64_t>(t.elements * scale)));
+      sizes.push_back(ScaledElements(t, scale));
       total += sizes.back();
     }
     for (size_t k = 0; k < sizes.size(); ++k) {
