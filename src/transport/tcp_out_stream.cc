@@ -137,11 +137,10 @@ void OutStream::OnAcks(const std::shared_ptr<tcp::socket>& on, uint64_t gen,
     std::memcpy(&word, ack_buffer.data() + i, 8);
     if ((word & kDeliveredBit) == 0) {
       awaiting_ack.erase(word);
-    } else if (const uint64_t count = word & ~kDeliveredBit; count > acked && count <= next_seq) {
-      acked = count;
+    } else {
+      AdvanceAcked(word & ~kDeliveredBit);
     }
   }
-  DropAcknowledged();
   if (written == queue.size() && awaiting_ack.empty()) drained.notify_all();
   std::memmove(ack_buffer.data(), ack_buffer.data() + whole, ack_have - whole);
   ack_have -= whole;
@@ -150,6 +149,12 @@ void OutStream::OnAcks(const std::shared_ptr<tcp::socket>& on, uint64_t gen,
 
 void OutStream::Acknowledge(uint64_t count) {
   std::lock_guard<std::mutex> lock(mutex);
+  AdvanceAcked(count);
+}
+
+// A count beyond what was sent is the peer's error, and one below what it said before changes
+// nothing: both are ignored.
+void OutStream::AdvanceAcked(uint64_t count) {
   if (count <= acked || count > next_seq) return;
   acked = count;
   DropAcknowledged();

@@ -439,8 +439,7 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
     unacked_bytes += body_bytes;
     if (unacked_bytes >= kAckBytes) {
       unacked_bytes = 0;
-      const uint64_t word = delivered | kDeliveredBit;
-      Write(std::string(reinterpret_cast<const char*>(&word), sizeof word));
+      WriteDelivered(delivered);
     }
     if (!ack_armed) {
       ack_armed = true;
@@ -449,16 +448,22 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
         self->ack_armed = false;
         self->unacked_bytes = 0;
         if (ec || !self->socket.is_open()) return;
-        uint64_t word;
+        uint64_t delivered;
         {
           std::lock_guard<std::mutex> lock(self->inbound->mutex);
           if (self->inbound->carrier != self.get()) return;
-          word = self->inbound->delivered | kDeliveredBit;
+          delivered = self->inbound->delivered;
         }
-        self->Write(std::string(reinterpret_cast<const char*>(&word), sizeof word));
+        self->WriteDelivered(delivered);
       });
     }
     return true;
+  }
+
+  // The stream's count of messages received, on the acknowledgement channel.
+  void WriteDelivered(uint64_t delivered) {
+    const uint64_t word = delivered | kDeliveredBit;
+    Write(std::string(reinterpret_cast<const char*>(&word), sizeof word));
   }
 
   void Dispatch() {

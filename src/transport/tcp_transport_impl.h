@@ -160,7 +160,8 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   void ReadAcksOn(std::shared_ptr<asio::ip::tcp::socket> on, uint64_t gen);  // mutex held
   void OnAcks(const std::shared_ptr<asio::ip::tcp::socket>& on, uint64_t gen,
               const std::error_code& ec, size_t n);
-  void DropAcknowledged();  // mutex held
+  void DropAcknowledged();            // mutex held
+  void AdvanceAcked(uint64_t count);  // mutex held: the peer has our first `count` messages
   // The connection of generation `gen` failed: resend over a new one, or report the peer lost.
   // Even a clean close may be the network's doing (a reset can read as one once a write has taken
   // the error), so it is retried too; a peer whose process ended refuses the new connection.
