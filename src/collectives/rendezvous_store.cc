@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <asio.hpp>
+#include <atomic>
 #include <map>
 #include <optional>
 #include <set>
@@ -40,6 +41,8 @@ constexpr size_t kMaxKey = 4096;
 constexpr uint32_t kMaxKeysPerCheck = 1u << 16;
 constexpr size_t kMaxStoredBytes = size_t{256} << 20;
 constexpr size_t kMissingKeysReported = 8;
+// How long rank 0's server keeps answering, after a rank was lost, for the ranks still connected.
+constexpr Duration kLingerAfterLoss(2000);
 
 std::vector<char> Frame(ByteWriter& body) {
   ByteWriter frame;
@@ -125,6 +128,9 @@ struct RendezvousServer::Impl {
   size_t stored_bytes = 0;
   std::vector<int> lost;  // ranks whose connection dropped without a goodbye, in order
   std::set<std::shared_ptr<Connection>> connections;
+  // Read by the destructor's thread: whether a rank was lost, and how many ranks are connected.
+  std::atomic<bool> any_lost{false};
+  std::atomic<int> ranks_connected{0};
 };
 
 struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connection> {
@@ -185,15 +191,28 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
     Closed();
   }
 
+  void Admit(int as_rank) {
+    rank = as_rank;
+    ++server->ranks_connected;
+  }
+
   void Closed() {
     hello_timer.cancel();  // else its handler keeps the io thread (and ~Impl) waiting
-    if (rank >= 0 && !goodbye &&
+    if (closed) return;    // both the read and the write side may report the end
+    closed = true;
+    if (rank >= 0) RankLeft();
+    server->connections.erase(shared_from_this());
+  }
+
+  void RankLeft() {
+    if (!goodbye &&
         std::find(server->lost.begin(), server->lost.end(), rank) == server->lost.end()) {
       DTRAIN_LOG(kConnections) << "gloo rendezvous: rank " << rank << " (" << peer
                                << ") disconnected without a goodbye";
       server->lost.push_back(rank);
+      server->any_lost = true;
     }
-    server->connections.erase(shared_from_this());
+    --server->ranks_connected;
   }
 
   Impl* server;
@@ -202,6 +221,7 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
   std::string peer;
   int rank = -1;  // set once the hello (and, with a secret, the proof) checked out
   bool goodbye = false;
+  bool closed = false;
   std::string refused;  // non-empty: the reply refuses the client, and the connection closes
   // With a secret, between the hello and the proof:
   int claimed_rank = -1;
@@ -213,6 +233,12 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
 };
 
 RendezvousServer::Impl::~Impl() {
+  // After a rank was lost the others are failing too, and each asks who left: keep answering until
+  // they have gone (within a bound), else they would find rank 0 gone and name it instead.
+  const Deadline linger(kLingerAfterLoss);
+  while (any_lost && ranks_connected > 0 && !linger.passed()) {
+    std::this_thread::sleep_for(Duration(10));
+  }
   asio::post(io, [this] {
     std::error_code ec;
     acceptor.close(ec);
@@ -261,7 +287,7 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
       const bool offers_proof = !in.done();
       if (job_secret.empty()) {
         if (offers_proof) return refuse("DTRAIN_JOB_SECRET is set there but not on rank 0");
-        c.rank = rank;
+        c.Admit(rank);
         out.U8(kOk);
         break;
       }
@@ -284,7 +310,7 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
       if (!auth::ProofsEqual(expected, proof)) {
         return refuse("its DTRAIN_JOB_SECRET differs from rank 0's");
       }
-      c.rank = c.claimed_rank;
+      c.Admit(c.claimed_rank);
       out.U8(kOk);
       break;
     }

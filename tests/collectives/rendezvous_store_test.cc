@@ -183,6 +183,25 @@ TEST(RendezvousStore, AClientLearnsWhenRankZeroIsGone) {
   EXPECT_THROW(c.LostRanks(Duration(1000)), PeerError);
 }
 
+// Rank 0 failing after a rank died must not make the others name rank 0: its server, going away,
+// keeps answering who left until the ranks still connected have asked and gone.
+TEST(RendezvousStore, AfterALossRankZeroAnswersTheOthersBeforeItGoes) {
+  const int port = FreePort();
+  auto server = std::make_unique<RendezvousServer>(static_cast<uint16_t>(port), 3);
+  auto survivor = std::make_unique<RendezvousClient>("127.0.0.1", static_cast<uint16_t>(port), 2,
+                                                     Duration(5000));
+  RawSocket crash(port);
+  crash.SendFrame(Hello(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  crash.Close();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread rank_zero_exits([&] { server.reset(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 is on its way out
+  EXPECT_EQ(survivor->LostRanks(Duration(1000)), std::vector<int>{1});
+  survivor.reset();  // says goodbye: rank 0 may go now
+  rank_zero_exits.join();
+}
+
 constexpr char kSecret[] = "the-secret-of-this-job-0123";
 
 // The error text of a client that says hello as rank 1 with `secret`; "" if it was admitted.
