@@ -70,7 +70,11 @@ struct Config {
   int streams_per_peer = 2;              // DTRAIN_STREAMS_PER_PEER: TCP connections per peer
   int io_threads = 2;                    // DTRAIN_IO_THREADS
   size_t chunk_bytes = size_t{4} << 20;  // DTRAIN_CHUNK_BYTES: values travel in pieces this big
-  bool same_host_direct = true;          // DTRAIN_SAME_HOST: one-copy path between local processes
+  // DTRAIN_PARTITION_BYTES: a key under the big-array bound but bigger than this is split into
+  // parts of at most this size, each placed on the least loaded server (BytePS's
+  // BYTEPS_PARTITION_BYTES), so that no server's link carries much more than its share.
+  size_t partition_bytes = size_t{1} << 20;
+  bool same_host_direct = true;  // DTRAIN_SAME_HOST: one-copy path between local processes
   size_t max_message_bytes = size_t{1} << 32;  // DTRAIN_MAX_MESSAGE_BYTES: larger is rejected
   // DTRAIN_JOB_SECRET: when set, every connection proves knowledge of it (common/job_auth.h) before
   // any message counts. Never printed. `dtrain launch` sets a fresh one per job.

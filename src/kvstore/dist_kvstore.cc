@@ -49,7 +49,8 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
       config_(config),
       node_(config, Role::kWorker, std::move(transport), ps::Node::Options{exit_on_failure}),
       client_(node_),
-      partition_(config.num_servers, config.bigarray_bound, config.chunk_bytes) {
+      partition_(config.num_servers, config.bigarray_bound, config.chunk_bytes,
+                 config.partition_bytes) {
   try {
     node_.Start();
   } catch (...) {

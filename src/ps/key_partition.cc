@@ -7,15 +7,19 @@
 
 namespace dtrain::ps {
 
-KeyPartition::KeyPartition(int num_servers, int64_t bigarray_bound, size_t chunk_bytes)
+KeyPartition::KeyPartition(int num_servers, int64_t bigarray_bound, size_t chunk_bytes,
+                           size_t partition_bytes)
     : num_servers_(num_servers),
       bigarray_bound_(bigarray_bound),
       chunk_bytes_(chunk_bytes),
+      partition_bytes_(partition_bytes),
       bytes_per_server_(std::max(num_servers, 0), 0) {  // the check below runs after this
   if (num_servers < 1) throw InvalidArgument("a job needs at least one server");
-  if (chunk_bytes < kCompressionAlignment * sizeof(double)) {
-    throw InvalidArgument("slots must hold at least " + std::to_string(kCompressionAlignment) +
-                          " elements; " + std::to_string(chunk_bytes) + " bytes is too small");
+  for (size_t bytes : {chunk_bytes, partition_bytes == 0 ? chunk_bytes : partition_bytes}) {
+    if (bytes < kCompressionAlignment * sizeof(double)) {
+      throw InvalidArgument("slots must hold at least " + std::to_string(kCompressionAlignment) +
+                            " elements; " + std::to_string(bytes) + " bytes is too small");
+    }
   }
 }
 
@@ -46,17 +50,33 @@ void KeyPartition::Cut(int server, int64_t offset, int64_t length, size_t elem_s
   bytes_per_server_[server] += static_cast<uint64_t>(length) * elem_size;
 }
 
+int KeyPartition::LeastLoadedServer() const {
+  return static_cast<int>(std::min_element(bytes_per_server_.begin(), bytes_per_server_.end()) -
+                          bytes_per_server_.begin());
+}
+
 const std::vector<Slot>& KeyPartition::Add(uint64_t key, int64_t elements, DType dtype) {
   if (slots_.count(key) != 0) {
     throw InvalidArgument("key " + std::to_string(key) + " is already initialised");
   }
   const size_t elem_size = DTypeSize(dtype);
   std::vector<Slot> slots;
-  if (elements < bigarray_bound_ || num_servers_ == 1) {
-    const int server =
-        static_cast<int>(std::min_element(bytes_per_server_.begin(), bytes_per_server_.end()) -
-                         bytes_per_server_.begin());
-    Cut(server, 0, elements, elem_size, &slots);
+  if (num_servers_ == 1) {
+    Cut(0, 0, elements, elem_size, &slots);
+  } else if (elements < bigarray_bound_) {
+    const uint64_t bytes = static_cast<uint64_t>(elements) * elem_size;
+    const int64_t words = (elements + kCompressionAlignment - 1) / kCompressionAlignment;
+    const int64_t parts =
+        partition_bytes_ == 0
+            ? 1
+            : std::clamp<int64_t>(
+                  static_cast<int64_t>((bytes + partition_bytes_ - 1) / partition_bytes_), 1,
+                  std::max<int64_t>(1, words));
+    for (int64_t i = 0; i < parts; ++i) {
+      const int64_t begin = AlignedBoundary(elements, i, parts);
+      const int64_t end = AlignedBoundary(elements, i + 1, parts);
+      Cut(LeastLoadedServer(), begin, end - begin, elem_size, &slots);
+    }
   } else {
     for (int s = 0; s < num_servers_; ++s) {
       const int64_t begin = AlignedBoundary(elements, s, num_servers_);

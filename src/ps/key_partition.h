@@ -1,8 +1,11 @@
 // KeyPartition: where each part of each key lives.
 //
-// A key smaller than MXNET_KVSTORE_BIGARRAY_BOUND elements goes whole to one server, the one with
-// the fewest bytes so far, so servers get an even share of bytes (MXNet picks at random). A bigger
-// key is split into num_servers nearly equal ranges, one per server. Then every range is cut into
+// A key smaller than MXNET_KVSTORE_BIGARRAY_BOUND elements goes to the server with the fewest bytes
+// so far, so servers get an even share of bytes (MXNet picks at random); if it is bigger than
+// DTRAIN_PARTITION_BYTES it is first split into nearly equal parts no bigger than that, each placed
+// so (BytePS's partitioning): whole keys of a few MB would otherwise load one server's link well
+// past the others' when there are many servers. A key at or over the bound is split into
+// num_servers nearly equal ranges, one per server, as in MXNet. Then every part is cut into
 // pieces of at most DTRAIN_CHUNK_BYTES (rounded down to whole words of compressed values): each
 // piece is a "slot" the server treats on its own, so a server can answer the first pieces of a big
 // value while the last ones are still arriving, and pieces travel over different TCP streams in
@@ -36,8 +39,10 @@ struct Slot {
 
 class KeyPartition {
  public:
-  // Throws InvalidArgument for no servers, or chunk_bytes under 256 (32 float64 elements).
-  KeyPartition(int num_servers, int64_t bigarray_bound, size_t chunk_bytes);
+  // Throws InvalidArgument for no servers, or chunk_bytes or a non-zero partition_bytes under 256
+  // (32 float64 elements). partition_bytes 0: keys under the bound go whole to one server.
+  KeyPartition(int num_servers, int64_t bigarray_bound, size_t chunk_bytes,
+               size_t partition_bytes = 0);
 
   // Places a new key; returns its slots (in order of offset).
   const std::vector<Slot>& Add(uint64_t key, int64_t elements, DType dtype);
@@ -48,10 +53,12 @@ class KeyPartition {
 
  private:
   void Cut(int server, int64_t offset, int64_t length, size_t elem_size, std::vector<Slot>* out);
+  int LeastLoadedServer() const;
 
   const int num_servers_;
   const int64_t bigarray_bound_;
   const size_t chunk_bytes_;
+  const size_t partition_bytes_;
   std::vector<uint64_t> bytes_per_server_;
   std::unordered_map<uint64_t, std::vector<Slot>> slots_;
 };

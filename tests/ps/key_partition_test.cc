@@ -172,10 +172,47 @@ TEST(KeyPartition, AddingAKeyTwiceThrowsAndChangesNothing) {
   EXPECT_EQ(p.Find(3)->size(), 1u);
 }
 
+TEST(KeyPartition, KeysOverThePartitionBytesAreSplitOverTheLeastLoadedServers) {
+  // 3 servers, bound 1,000,000 elements, parts of at most 4,096 bytes (1,024 floats).
+  KeyPartition p(3, 1000000, /*chunk_bytes=*/1 << 20, /*partition_bytes=*/4096);
+  EXPECT_EQ(p.Add(0, 1024, DType::kFloat32).size(), 1u);  // exactly one part: whole
+  EXPECT_EQ(p.bytes_per_server(), (std::vector<uint64_t>{4096, 0, 0}));
+  EXPECT_EQ(p.Add(5, 8, DType::kFloat32)[0].server, 1);
+  const auto& slots = p.Add(1, 3000, DType::kFloat32);    // 12,000 bytes: 3 parts
+  CheckSlots(slots, 3000, DType::kFloat32, 3, 4096 + kCompressionAlignment * 4);
+  ASSERT_EQ(slots.size(), 3u);
+  // Each part (992, 992, 1,016 elements) goes to the server with the fewest bytes at that moment:
+  // 2 (empty), 1 (32 bytes), then 2 again (3,968 bytes against 4,000 and 4,096).
+  EXPECT_EQ(slots[0].server, 2);
+  EXPECT_EQ(slots[1].server, 1);
+  EXPECT_EQ(slots[2].server, 2);
+  for (const Slot& slot : slots) EXPECT_EQ(slot.offset % kCompressionAlignment, 0);
+}
+
+TEST(KeyPartition, PartitioningEvensOutServersWhenKeysAreLargeAgainstTheirShare) {
+  // Many small keys and a few of up to 2.4 MB, over 8 servers (a share is 1.2 MB). Whole keys leave
+  // one server with twice its share; parts of a fifth of a share keep every server close to it.
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 40; ++i) sizes.push_back(64 + 256 * (i % 7));
+  for (int64_t big : {589824, 2359296, 1048576, 524288, 2359296, 262144, 2048000, 147456}) {
+    sizes.push_back(big / 4);  // elements of float32 tensors of those bytes
+  }
+  auto imbalance = [&](size_t partition_bytes) {
+    KeyPartition p(8, 1000000, 4 << 20, partition_bytes);
+    for (size_t k = 0; k < sizes.size(); ++k) p.Add(k, sizes[k], DType::kFloat32);
+    const auto& bytes = p.bytes_per_server();
+    const double total = std::accumulate(bytes.begin(), bytes.end(), 0.0);
+    return static_cast<double>(*std::max_element(bytes.begin(), bytes.end())) / (total / 8);
+  };
+  EXPECT_GT(imbalance(0), 1.9);
+  EXPECT_LT(imbalance(256 << 10), 1.15);
+}
+
 TEST(KeyPartition, AJobWithoutServersIsRefused) {
   EXPECT_THROW(KeyPartition(0, 1000, 1024), InvalidArgument);
   EXPECT_THROW(KeyPartition(-1, 1000, 1024), InvalidArgument);
   EXPECT_THROW(KeyPartition(2, 1000, 128), InvalidArgument);  // not 32 float64 elements
+  EXPECT_THROW(KeyPartition(2, 1000, 1024, 128), InvalidArgument);
 }
 
 TEST(KeyPartition, BoundariesFallOnWholeWordsOfCompressedValues) {
