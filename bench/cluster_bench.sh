@@ -10,6 +10,7 @@
 #   dist_sync_colocated  S = N servers, one server and one worker per host (N hosts)
 #   dist_sync_1server    one server on a host of its own (N + 1 hosts)
 #   dist_sync_separate   S = N servers on hosts of their own (2N hosts)
+#   dist_sync_2to1       S = 2N servers on hosts of their own (3N hosts; the seed's 2:1 case)
 #   horovod_gloo         allreduce over Gloo (-s 0, N hosts)
 #   horovod_mpi          allreduce over Open MPI (TCP), started by dtrain launch --launcher mpi
 #                        (mpirun reaching the hosts through the same ssh; N hosts)
@@ -17,6 +18,9 @@
 #                        (bench/ddp_step.py; N hosts)
 # bound_ms is step_bench's: the larger of the compute and the bytes through the busiest link at
 # the link's rate (bench/step_bench.cc says how, per layout).
+# The size thresholds that decide how keys are placed and cut scale with the model, so that the
+# scaled model is placed as the full one would be: MXNET_KVSTORE_BIGARRAY_BOUND (10^6 elements),
+# DTRAIN_PARTITION_BYTES (1 MiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale.
 #
 #   bash bench/cluster_bench.sh                  # every mode, N = 1 2 4 8 (needs root)
 #   bash bench/cluster_bench.sh --quick          # N = 1 2 4: dist_sync_colocated, horovod_gloo, ddp
@@ -61,7 +65,14 @@ for bin in "$dtrain" "$step_bench"; do
 done
 
 max_hosts=0
-for n in $workers_list; do ((2 * n > max_hosts)) && max_hosts=$((2 * n)); done
+for n in $workers_list; do
+  hosts_for_n=$((2 * n))
+  [[ " $modes " == *" dist_sync_2to1 "* ]] && hosts_for_n=$((3 * n))
+  ((hosts_for_n > max_hosts)) && max_hosts=$hosts_for_n
+done
+scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
+thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
+  --env "DTRAIN_PARTITION_BYTES:$(scaled 1048576 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)")
 
 tag=$$
 bridge=dcb$tag
@@ -152,6 +163,7 @@ run_case() {  # MODE N
     dist_sync_colocated) s=$n; layout=colocated; hosts_needed=$n; kvstore=dist_sync ;;
     dist_sync_1server) s=1; layout=separate; hosts_needed=$((n + 1)); kvstore=dist_sync ;;
     dist_sync_separate) s=$n; layout=separate; hosts_needed=$((2 * n)); kvstore=dist_sync ;;
+    dist_sync_2to1) s=$((2 * n)); layout=separate; hosts_needed=$((3 * n)); kvstore=dist_sync ;;
     horovod_gloo | horovod_mpi | ddp) s=0; layout=ring; hosts_needed=$n; kvstore=horovod ;;
     *) echo "cluster_bench: unknown mode $mode" >&2; exit 2 ;;
   esac
@@ -165,7 +177,8 @@ run_case() {  # MODE N
   else
     step=("$step_bench" --kvstore "$kvstore" --layout "$layout" "${step[@]}")
   fi
-  local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo)
+  local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo
+    "${thresholds[@]}")
   if [[ $mode == horovod_mpi ]]; then
     launcher=(--launcher mpi)
     # mpirun starts its daemons over our ssh and keeps its own traffic on the bridge.

@@ -3,8 +3,11 @@
 // the real parameter shapes of a well-known model (model_shapes.h, scaled by --scale so that the
 // links, not this machine's CPU, are the bottleneck). They go through the KVStore as in real
 // training: forward takes a third of the compute, then backward produces the gradients last layer
-// first, each pushed (pushpull) as soon as it exists, and the step ends when every parameter's new
-// value is back.
+// first, each pushed (pushpull) as soon as it exists, with MXNet's priority -index (the layers
+// nearest the input first). With --overlap (the default, as MXNet's engine and BytePS run) the
+// next forward starts each layer as soon as that layer's new value is back, so the tail of the
+// communication overlaps the next step; without it a step waits for every value first (as
+// DDP's optimizer step does). step_ms is the time from one step's start to the next one's.
 //
 // Run on every worker of a job; rank 0 prints one JSON line:
 //   mode, workers, servers, link_mbit, model, scale, params, bytes, compute_ms, step_ms (median),
@@ -87,6 +90,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "samples per worker per step (for samples_per_s)");
   app.add_option("--link-mbit", link_mbit, "each host's link rate, for bound_ms (0: none)");
   app.add_option("--layout", layout, "colocated, separate or ring, for bound_ms");
+  bool overlap = true;
+  app.add_flag("--overlap,!--no-overlap", overlap,
+               "start each layer's next forward when its value is back (default), or wait for all");
   bool print_shapes = false;
   app.add_flag("--print-shapes", print_shapes,
                "print the scaled tensors as JSON and exit (bench/ddp_step.py uses them)");
@@ -120,17 +126,31 @@ int main(int argc, char** argv) {
     kv->Barrier();
     const double forward_ms = compute_ms / 3;
     const double backward_ms = compute_ms - forward_ms;
-    std::vector<double> step_ms;
+    auto share = [&](size_t k) {
+      return static_cast<double>(sizes[k]) / static_cast<double>(total);
+    };
+    std::vector<dtrain::Operation> updated(sizes.size());  // each layer's pushpull of the last step
+    std::vector<Clock::time_point> starts;
     for (int s = 0; s < warmup + steps; ++s) {
-      const auto start = Clock::now();
-      Spend(forward_ms, busy);
-      std::vector<dtrain::Operation> pending;
-      for (size_t k = sizes.size(); k-- > 0;) {  // backward: last layer first
-        Spend(backward_ms * static_cast<double>(sizes[k]) / static_cast<double>(total), busy);
-        pending.push_back(kv->PushPull(static_cast<dtrain::Key>(k), {grads[k]}, {params[k]}));
+      starts.push_back(Clock::now());
+      for (size_t k = 0; k < sizes.size(); ++k) {  // forward: first layer first
+        if (overlap) updated[k].Wait();
+        Spend(forward_ms * share(k), busy);
       }
-      for (auto& op : pending) op.Wait();
-      if (s >= warmup) step_ms.push_back(Ms(Clock::now() - start).count());
+      for (size_t k = sizes.size(); k-- > 0;) {  // backward: last layer first
+        Spend(backward_ms * share(k), busy);
+        updated[k] = kv->PushPull(static_cast<dtrain::Key>(k), {grads[k]}, {params[k]},
+                                  -static_cast<int>(k));
+      }
+      if (!overlap) {
+        for (auto& op : updated) op.Wait();
+      }
+    }
+    for (auto& op : updated) op.Wait();
+    starts.push_back(Clock::now());
+    std::vector<double> step_ms;
+    for (size_t s = warmup; s + 1 < starts.size(); ++s) {
+      step_ms.push_back(Ms(starts[s + 1] - starts[s]).count());
     }
     kv->Barrier();
     if (kv->rank() == 0) {
@@ -148,6 +168,7 @@ int main(int argc, char** argv) {
                              {"params", total},
                              {"bytes", bytes},
                              {"compute_ms", compute_ms},
+                             {"overlap", overlap},
                              {"step_ms", median},
                              {"p90_ms", Percentile(step_ms, 0.9)},
                              {"bound_ms", std::max(compute_ms, LinkBoundMs(layout, bytes, workers,

@@ -74,6 +74,9 @@ struct Config {
   // parts of at most this size, each placed on the least loaded server (BytePS's
   // BYTEPS_PARTITION_BYTES), so that no server's link carries much more than its share.
   size_t partition_bytes = size_t{1} << 20;
+  // DTRAIN_TCP_NOTSENT_LOWAT: unsent bytes a TCP connection's kernel buffer takes (0: no limit);
+  // small enough that a high-priority push overtakes what waits, large enough to fill the link.
+  size_t tcp_notsent_lowat = 256 * 1024;
   bool same_host_direct = true;  // DTRAIN_SAME_HOST: one-copy path between local processes
   size_t max_message_bytes = size_t{1} << 32;  // DTRAIN_MAX_MESSAGE_BYTES: larger is rejected
   // DTRAIN_JOB_SECRET: when set, every connection proves knowledge of it (common/job_auth.h) before

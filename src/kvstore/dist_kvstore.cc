@@ -329,7 +329,7 @@ std::shared_ptr<OperationState> DistKVStore::Track(std::string what, int parts) 
 }
 
 Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>& values,
-                             const std::vector<Array>& outs) {
+                             const std::vector<Array>& outs, int priority) {
   const char* op = command == Command::kPush   ? "push"
                    : command == Command::kPull ? "pull"
                                                : "pushpull";
@@ -364,6 +364,7 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   }
   for (const auto& slot : info.slots) {
     Message msg;
+    msg.priority = priority;
     msg.header.command = command;
     msg.header.key = static_cast<uint64_t>(key);
     msg.header.part = slot.part;
@@ -398,16 +399,17 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   return Operation(state);
 }
 
-Operation DistKVStore::Push(Key key, std::vector<Array> values, int) {
-  return Issue(key, Command::kPush, values, {});
+Operation DistKVStore::Push(Key key, std::vector<Array> values, int priority) {
+  return Issue(key, Command::kPush, values, {}, priority);
 }
 
-Operation DistKVStore::Pull(Key key, std::vector<Array> outs, int) {
-  return Issue(key, Command::kPull, {}, outs);
+Operation DistKVStore::Pull(Key key, std::vector<Array> outs, int priority) {
+  return Issue(key, Command::kPull, {}, outs, priority);
 }
 
-Operation DistKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs, int) {
-  return Issue(key, Command::kPushPull, values, outs);
+Operation DistKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
+                                int priority) {
+  return Issue(key, Command::kPushPull, values, outs, priority);
 }
 
 void DistKVStore::WaitAll() {

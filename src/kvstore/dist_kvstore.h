@@ -81,7 +81,7 @@ class DistKVStore : public KVStore {
   transport::Body Compressed(const KeyInfo& info, const transport::Body& source,
                              const CompressionSpec& spec) const;
   Operation Issue(Key key, transport::Command command, const std::vector<Array>& values,
-                  const std::vector<Array>& outs);
+                  const std::vector<Array>& outs, int priority);
   std::shared_ptr<OperationState> Track(std::string what, int parts);
   std::string ServersOf(const std::vector<ps::Slot>& slots) const;
   // Sends one request per slot to the servers and waits for all replies (Init, SetOptimizer).

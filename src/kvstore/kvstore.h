@@ -52,6 +52,11 @@ class KVStore {
   virtual void Init(Key key, const Array& value) = 0;
   virtual void Init(std::span<const Key> keys, std::span<const Array> values);
 
+  // `priority` (MXNet's): in dist stores, of the requests waiting to go to a server, those with the
+  // highest priority go first (requests for one key keep their order). MXNet's modules pass
+  // -index, so that the layers nearest the input, which the next forward needs first, come back
+  // first. Local and collective stores ignore it.
+  //
   // Adds the sum of `values` (one per local device, all the key's shape) to this round of `key`.
   virtual Operation Push(Key key, std::vector<Array> values, int priority = 0) = 0;
   // Copies the key's current value into every array of `outs`.

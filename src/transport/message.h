@@ -97,6 +97,10 @@ struct Message {
   Header header;
   std::string meta;
   Body body;
+  // The sender's order of urgency, never on the wire: of the messages waiting to be written on a
+  // connection, the highest priority goes first (equal ones in the order they were sent). The
+  // KVStore passes MXNet's push/pull `priority` (-layer index: layers nearest the input first).
+  int priority = 0;
 };
 
 // "push key=3 part=0 from 5 to 1 req=77 body=4096B" for PS_VERBOSE=2 and error messages.

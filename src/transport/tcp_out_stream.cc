@@ -45,17 +45,48 @@ void OutStream::Enqueue(Message&& msg) {
     return;
   }
   Item item;
-  item.seq = next_seq++;
   item.msg = std::move(msg);
   Encode(item);
-  queue.push_back(std::move(item));
+  const int priority = PlaceInLine(item.msg);
+  waiting.emplace(priority, std::move(item));
   // While reconnecting, messages wait here and go out once the stream is re-established.
   if (state == State::kLive && !writing) StartWrite();
 }
 
-// Deque elements stay put while others are pushed, so the buffers remain valid.
+namespace {
+
+// A request for values (push, pull, pushpull): the only messages that may overtake others.
+bool IsValueRequest(const Message& msg) {
+  const Command c = msg.header.command;
+  return !msg.header.is_response() &&
+         (c == Command::kPush || c == Command::kPull || c == Command::kPushPull);
+}
+
+}  // namespace
+
+// A value request overtakes waiting value requests of lower priority for other keys; it never
+// overtakes one for the same key (a pull must see the push before it), and no other message (a
+// command, a reply, the goodbye) overtakes anything: returns the priority that keeps those rules.
+int OutStream::PlaceInLine(const Message& msg) const {
+  int priority = msg.priority;
+  const bool value_request = IsValueRequest(msg);
+  for (const auto& [ahead, item] : waiting) {
+    if (!value_request || !IsValueRequest(item.msg) || item.msg.header.key == msg.header.key) {
+      priority = std::min(priority, ahead);
+    }
+  }
+  return priority;
+}
+
+// Deque elements stay put while others are pushed, so the buffers remain valid; a message gets its
+// sequence number when its writing starts, so that the numbers follow the order on the wire.
 void OutStream::StartWrite() {
   writing = true;
+  if (written == queue.size()) {
+    auto next = waiting.extract(waiting.begin());
+    next.mapped().seq = next_seq++;
+    queue.push_back(std::move(next.mapped()));
+  }
   Item& item = queue[written];
   item.ack_first = false;
   if (const uint64_t count = reverse_delivered.load(); resend && count > reverse_sent) {
@@ -92,9 +123,13 @@ void OutStream::OnWritten(uint64_t gen, const std::error_code& ec) {
   } else {
     queue.pop_front();
   }
-  if (written < queue.size()) return StartWrite();
+  if (written < queue.size() || !waiting.empty()) return StartWrite();
   writing = false;
   drained.notify_all();
+}
+
+bool OutStream::Drained() const {
+  return written == queue.size() && waiting.empty() && awaiting_ack.empty();
 }
 
 void OutStream::DropAcknowledged() {
@@ -141,7 +176,7 @@ void OutStream::OnAcks(const std::shared_ptr<tcp::socket>& on, uint64_t gen,
       AdvanceAcked(word & ~kDeliveredBit);
     }
   }
-  if (written == queue.size() && awaiting_ack.empty()) drained.notify_all();
+  if (Drained()) drained.notify_all();
   std::memmove(ack_buffer.data(), ack_buffer.data() + whole, ack_have - whole);
   ack_have -= whole;
   ReadAcksOn(on, gen);
@@ -162,9 +197,8 @@ void OutStream::AdvanceAcked(uint64_t count) {
 
 bool OutStream::WaitDrained(const Deadline& deadline) {
   std::unique_lock<std::mutex> lock(mutex);
-  return drained.wait_until(lock, deadline.at(), [this] {
-    return state == State::kFailed || (written == queue.size() && awaiting_ack.empty());
-  });
+  return drained.wait_until(lock, deadline.at(),
+                            [this] { return state == State::kFailed || Drained(); });
 }
 
 void OutStream::Close() {
@@ -195,6 +229,7 @@ void OutStream::OnBroken(uint64_t gen, const std::string& reason) {
     self->old_closed = true;
     if (self->state == State::kFailed) {
       self->queue.clear();
+      self->waiting.clear();
       self->written = 0;
     }
     self->drained.notify_all();
@@ -288,6 +323,7 @@ bool OutStream::Resume(tcp::socket fresh, const tcp_handshake::Welcome& welcome,
   direct = welcome.direct;
   awaiting_ack.clear();
   for (Item& item : queue) Encode(item);
+  for (auto& [priority, item] : waiting) Encode(item);
   socket = std::make_shared<tcp::socket>(std::move(fresh));
   remote = tcp_handshake::RemoteOf(*socket);
   ack_have = 0;
@@ -295,7 +331,7 @@ bool OutStream::Resume(tcp::socket fresh, const tcp_handshake::Welcome& welcome,
   state = State::kLive;
   *why = std::to_string(queue.size()) + " message(s) it had not received are being resent";
   ReadAcksOn(socket, generation);
-  if (!queue.empty()) StartWrite();
+  if (!queue.empty() || !waiting.empty()) StartWrite();
   return true;
 }
 
@@ -306,6 +342,7 @@ void OutStream::GiveUp(const std::string& reason) {
     if (state != State::kReconnecting) return;
     state = State::kFailed;
     queue.clear();
+    waiting.clear();
     written = 0;
     awaiting_ack.clear();
     drained.notify_all();

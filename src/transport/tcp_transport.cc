@@ -54,6 +54,7 @@ TcpOptions TcpOptions::FromConfig(const Config& config) {
   options.resend = config.resend;
   options.resend_timeout = config.resend_timeout;
   options.resend_window = config.resend_window;
+  options.notsent_lowat = config.tcp_notsent_lowat;
   return options;
 }
 
@@ -679,6 +680,10 @@ std::pair<tcp::socket, tcp_handshake::Welcome> TcpTransport::Impl::Open(
   socket.set_option(tcp::no_delay(true), ignored);
   SetLinkTimeout(socket, options.link_timeout);
   auto welcome = tcp_handshake::Handshake(socket, peer, self, stream, deadline, options, limits);
+  if (options.notsent_lowat > 0) {  // our data goes out on this socket (see OutStream)
+    const int lowat = static_cast<int>(std::min<size_t>(options.notsent_lowat, INT32_MAX));
+    ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
+  }
   return {std::move(socket), welcome};
 }
 

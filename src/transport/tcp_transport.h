@@ -82,10 +82,14 @@ struct TcpOptions {
   bool resend = true;
   Duration resend_timeout{1000};
   Duration resend_window{10000};
+  // TCP_NOTSENT_LOWAT of the connections we write on: the kernel takes no more than about this
+  // many bytes beyond what it is sending, so urgent messages overtake (OutStream). 0: no limit.
+  size_t notsent_lowat = 256 * 1024;
 
   // The settings in effect from DTRAIN_STREAMS_PER_PEER, DTRAIN_IO_THREADS,
   // DTRAIN_MAX_MESSAGE_BYTES, DTRAIN_SAME_HOST, DTRAIN_HELLO_TIMEOUT_MS, DTRAIN_LINK_TIMEOUT_MS,
-  // DTRAIN_JOB_SECRET, PS_RESEND, PS_RESEND_TIMEOUT and DTRAIN_RESEND_WINDOW_MS.
+  // DTRAIN_JOB_SECRET, PS_RESEND, PS_RESEND_TIMEOUT, DTRAIN_RESEND_WINDOW_MS and
+  // DTRAIN_TCP_NOTSENT_LOWAT.
   static TcpOptions FromConfig(const Config& config);
 };
 

@@ -93,8 +93,11 @@ struct TcpTransport::Impl::Inbound {
   const void* carrier = nullptr;  // the InStream reading it now
 };
 
-// One stream we write on. Messages queue here; the first one is written at once in the caller's
-// thread (Asio's speculative write) and later ones by the io thread that completes the previous.
+// One stream we write on. Messages wait here, the highest priority first; one is written at once
+// in the caller's thread (Asio's speculative write) and later ones by the io thread that completes
+// the previous. The socket's TCP_NOTSENT_LOWAT keeps the kernel from taking much more than it can
+// send soon, so that an urgent message overtakes the ones waiting instead of queueing behind
+// megabytes in the kernel's buffer.
 //
 // With PS_RESEND (negotiated in the handshake), a written message stays queued until the peer
 // acknowledges having received it, and each message has a sequence number. When the connection
@@ -124,8 +127,12 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   std::string remote;
   std::mutex mutex;  // guards the members below
   std::condition_variable drained;
-  std::deque<Item> queue;  // the first `written` are written, waiting for the peer's count
+  // Messages whose writing has started, in the order of their sequence numbers; the first `written`
+  // are written, waiting for the peer's count (PS_RESEND).
+  std::deque<Item> queue;
   size_t written = 0;
+  // Messages not yet started, the highest priority first, equal ones in the order they came.
+  std::multimap<int, Item, std::greater<int>> waiting;
   bool writing = false;
   bool old_closed = true;  // the broken connection is closed: its write no longer reads the queue
   enum class State { kLive, kReconnecting, kFailed } state = State::kLive;
@@ -154,8 +161,10 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   void Close();
 
  private:
-  void Encode(Item& item);  // mutex held
-  void StartWrite();        // mutex held
+  void Encode(Item& item);                    // mutex held
+  void StartWrite();                          // mutex held; something is left to write
+  bool Drained() const;                       // mutex held: everything written and acknowledged
+  int PlaceInLine(const Message& msg) const;  // mutex held
   void OnWritten(uint64_t gen, const std::error_code& ec);
   void ReadAcksOn(std::shared_ptr<asio::ip::tcp::socket> on, uint64_t gen);  // mutex held
   void OnAcks(const std::shared_ptr<asio::ip::tcp::socket>& on, uint64_t gen,
