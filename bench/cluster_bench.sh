@@ -7,6 +7,9 @@
 #   mode, workers, servers, link_mbit, model, compute_ms, step_ms, bound_ms, samples_per_s,
 #   efficiency, cpu_busy (this machine's CPU busy share during the case)
 # Modes, for N in --workers:
+#   wire                 the links themselves (bench/link_probe.py): each of N hosts sends a TCP
+#                        stream to the next for 3 s; achieved_mbit is the slowest receiver's rate,
+#                        the physical bound (one line, N >= 2)
 #   dist_sync_colocated  S = N servers, one server and one worker per host (N hosts)
 #   dist_sync_1server    one server on a host of its own (N + 1 hosts)
 #   dist_sync_separate   S = N servers on hosts of their own (2N hosts)
@@ -25,6 +28,9 @@
 #   bash bench/cluster_bench.sh                  # every mode, N = 1 2 4 8 (needs root)
 #   bash bench/cluster_bench.sh --quick          # N = 1 2 4: dist_sync_colocated, horovod_gloo, ddp
 #   bash bench/cluster_bench.sh --workers "2 4" --modes horovod_gloo --link-mbit 500
+#   bash bench/cluster_bench.sh --no-overlap --env DTRAIN_TCP_NOTSENT_LOWAT:0   # A/B a feature
+# --env NAME:VALUE (repeatable) goes to every process of every job; --no-overlap makes each step
+# wait for all of its values before the next forward (step_bench --no-overlap).
 #
 # Everything it makes (namespaces, bridge, sshds, jobs) is removed on every exit path, Ctrl-C
 # included.
@@ -33,15 +39,17 @@ cd "$(dirname "$0")/.."
 
 build=build
 workers_list="1 2 4 8"
-modes="dist_sync_colocated dist_sync_1server dist_sync_separate horovod_gloo horovod_mpi ddp"
+modes="wire dist_sync_colocated dist_sync_1server dist_sync_separate horovod_gloo horovod_mpi ddp"
 link_mbit=200
 model=resnet50
 scale=0.1
 compute_ms=200
 steps=5
+extra_env=()
+overlap=--overlap
 while (($#)); do
   case "$1" in
-    --quick) workers_list="1 2 4"; modes="dist_sync_colocated horovod_gloo ddp"; shift ;;
+    --quick) workers_list="1 2 4"; modes="wire dist_sync_colocated horovod_gloo ddp"; shift ;;
     --workers) workers_list=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --link-mbit) link_mbit=$2; shift 2 ;;
@@ -50,6 +58,8 @@ while (($#)); do
     --compute-ms) compute_ms=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --env) extra_env+=(--env "$2"); shift 2 ;;
+    --no-overlap) overlap=--no-overlap; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster_bench: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
@@ -175,12 +185,12 @@ run_case() {  # MODE N
   if [[ $mode == ddp ]]; then
     step=(python3 "$PWD/bench/ddp_step.py" --step-bench "$step_bench" "${step[@]}")
   else
-    step=("$step_bench" --kvstore "$kvstore" --layout "$layout" "${step[@]}")
+    step=("$step_bench" --kvstore "$kvstore" --layout "$layout" "$overlap" "${step[@]}")
   fi
   local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo
-    "${thresholds[@]}")
+    "${thresholds[@]}" ${extra_env[@]+"${extra_env[@]}"})
   if [[ $mode == horovod_mpi ]]; then
-    launcher=(--launcher mpi)
+    launcher=(--launcher mpi ${extra_env[@]+"${extra_env[@]}"})
     # mpirun starts its daemons over our ssh and keeps its own traffic on the bridge.
     export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config" OMPI_MCA_btl_tcp_if_include=$bridge
     export OMPI_MCA_oob_tcp_if_include=$bridge OMPI_MCA_btl=self,tcp
@@ -198,7 +208,30 @@ run_case() {  # MODE N
     sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"/"
 }
 
+run_wire() {  # N: every host streams to the next at once; the slowest receiver's rate
+  local n=$1 i rates=() pids=()
+  for ((i = 0; i < n; i++)); do
+    ip netns exec "${hosts[i]}" python3 bench/link_probe.py --listen 5201 --seconds 3 \
+      >"$dir/wire_$i" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < n; i++)); do
+    ip netns exec "${hosts[i]}" python3 bench/link_probe.py --seconds 3 \
+      --send "10.253.1.$(((i + 1) % n + 2)):5201" >/dev/null 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || true; done
+  for ((i = 0; i < n; i++)); do rates+=("$(cat "$dir/wire_$i")"); done
+  printf '%s\n' "${rates[@]}" | awk -v n="$n" -v link="$link_mbit" '
+    { if (NR == 1 || $1 < min) min = $1; sum += $1 }
+    END { printf "{\"case\":\"wire\",\"workers\":%d,\"link_mbit\":%s,\"achieved_mbit\":%.1f,\"mean_mbit\":%.1f,\"link_efficiency\":%.3f}\n", n, link, min, sum / NR, min / link }'
+}
+
 for mode in $modes; do
+  if [[ $mode == wire ]]; then
+    for n in $workers_list; do ((n >= 2)) && { run_wire "$n"; break; }; done
+    continue
+  fi
   for n in $workers_list; do
     [[ $mode == dist_sync_1server && $n -eq 1 ]] && continue  # the same as colocated at N = 1
     run_case "$mode" "$n"

@@ -22,6 +22,24 @@ import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 
+class Compute:
+    """The emulated accelerator's clock, as step_bench's: each short sleep ends at a due time that
+    advances by the compute spent, so that wake-up delays do not add up over hundreds of layers."""
+
+    due = time.perf_counter()
+
+    @classmethod
+    def start_step(cls):
+        cls.due = max(cls.due, time.perf_counter())
+
+    @classmethod
+    def spend(cls, seconds):
+        cls.due += seconds
+        left = cls.due - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+
 class EmulatedLayer(torch.autograd.Function):
     """Passes x through; in backward, spends the layer's share of compute and yields p's gradient."""
 
@@ -33,7 +51,7 @@ class EmulatedLayer(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        time.sleep(ctx.backward_s)
+        Compute.spend(ctx.backward_s)
         return grad, torch.full(ctx.shape, 1e-3), None
 
 
@@ -82,7 +100,8 @@ def main():
     step_ms = []
     for step in range(args.warmup + args.steps):
         start = time.perf_counter()
-        time.sleep(forward_ms / 1e3)
+        Compute.start_step()  # the last step ended with DDP waiting for its allreduces
+        Compute.spend(forward_ms / 1e3)
         ddp(x).backward()
         for p in model.weights:  # the update a real step makes with the averaged gradient
             p.grad = None
