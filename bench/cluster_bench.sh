@@ -19,6 +19,10 @@
 #                        (mpirun reaching the hosts through the same ssh; N hosts)
 #   ddp                  PyTorch DistributedDataParallel over gloo on the same emulated step
 #                        (bench/ddp_step.py; N hosts)
+#   train_lenet          real training, not emulated: dtrain-train, LeNet on Fashion-MNIST, one
+#   train_mlp            epoch (--train-batch per worker), dist_sync with S = N, a server on each
+#                        worker's host; prints samples_per_s (all workers) and test_acc. The CPU
+#                        of this one machine, shared by every host, bounds these
 # bound_ms is step_bench's: the larger of the compute and the bytes through the busiest link at
 # the link's rate (bench/step_bench.cc says how, per layout).
 # The size thresholds that decide how keys are placed and cut scale with the model, so that the
@@ -39,12 +43,15 @@ cd "$(dirname "$0")/.."
 
 build=build
 workers_list="1 2 4 8"
-modes="wire dist_sync_colocated dist_sync_1server dist_sync_separate horovod_gloo horovod_mpi ddp"
+modes="wire dist_sync_colocated dist_sync_1server dist_sync_separate dist_sync_2to1 horovod_gloo horovod_mpi
+  ddp train_lenet train_mlp"
 link_mbit=200
+queue_ms=100
 model=resnet50
 scale=0.1
 compute_ms=200
 steps=5
+train_batch=64
 extra_env=()
 overlap=--overlap
 while (($#)); do
@@ -53,12 +60,14 @@ while (($#)); do
     --workers) workers_list=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --link-mbit) link_mbit=$2; shift 2 ;;
+    --queue-ms) queue_ms=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --scale) scale=$2; shift 2 ;;
     --compute-ms) compute_ms=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --env) extra_env+=(--env "$2"); shift 2 ;;
+    --train-batch) train_batch=$2; shift 2 ;;
     --no-overlap) overlap=--no-overlap; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster_bench: unknown option $1 (--help)" >&2; exit 2 ;;
@@ -68,8 +77,9 @@ done
 for tool in ip tc ssh ssh-keygen /usr/sbin/sshd; do
   command -v "$tool" >/dev/null || { echo "cluster_bench: $tool is missing" >&2; exit 2; }
 done
-dtrain=$PWD/$build/src/tools/dtrain
-step_bench=$PWD/$build/bench/step_bench
+[[ $build == /* ]] || build=$PWD/$build
+dtrain=$build/src/tools/dtrain
+step_bench=$build/bench/step_bench
 for bin in "$dtrain" "$step_bench"; do
   [[ -x $bin ]] || { echo "cluster_bench: $bin is missing: bash scripts/build.sh" >&2; exit 2; }
 done
@@ -118,7 +128,7 @@ ip addr add 10.253.0.1/16 dev "$bridge"
 ip link set "$bridge" up
 shape() {  # NS DEV: DEV's egress to the link rate
   ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "${link_mbit}mbit" burst 256kb \
-    latency 100ms
+    latency "${queue_ms}ms"
 }
 for ((i = 0; i < max_hosts; i++)); do
   ns=dcb-$tag-$i
@@ -137,7 +147,8 @@ for ((i = 0; i < max_hosts; i++)); do
   ip -n "$ns" link set "$bridge" up
   # Both directions of the host's link: its own egress, and the bridge's egress toward it.
   shape "$ns" "$bridge"
-  tc qdisc replace dev "dcb${tag}r$i" root tbf rate "${link_mbit}mbit" burst 256kb latency 100ms
+  tc qdisc replace dev "dcb${tag}r$i" root tbf rate "${link_mbit}mbit" burst 256kb \
+    latency "${queue_ms}ms"
   cat >"$dir/sshd_$i" <<EOF
 ListenAddress $address:22
 HostKey $dir/host_key
@@ -208,6 +219,29 @@ run_case() {  # MODE N
     sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"/"
 }
 
+run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and test accuracy
+  local network=$1 n=$2 out
+  : >"$dir/hostfile"
+  for ((i = 0; i < n; i++)); do echo "10.253.1.$((i + 2))" >>"$dir/hostfile"; done
+  read -r busy0 total0 < <(cpu_ticks)
+  out=$(timeout 900 "$dtrain" launch -n "$n" -s "$n" --launcher ssh --ssh-opts "-F $dir/ssh_config" \
+    -H "$dir/hostfile" --interface "$bridge" --no-summary ${extra_env[@]+"${extra_env[@]}"} -- \
+    "$build/src/train/dtrain-train" --dataset fashion-mnist --network "$network" \
+    --kvstore dist_sync --epochs 1 --batch-size "$train_batch" --threads 1 2>"$dir/case.log") || {
+    echo "cluster_bench: train_$network with $n workers failed:" >&2
+    tail -n 20 "$dir/case.log" >&2
+    return 1
+  }
+  read -r busy1 total1 < <(cpu_ticks)
+  local cost acc speed cpu
+  cost=$(grep -o '^\[worker 0\] Epoch\[0\] Time cost=[0-9.]*' <<<"$out" | sed 's/.*=//')
+  speed=$(grep -o '^\[worker 0\] Epoch\[0\] Time cost=.*(\([0-9.]*\) samples' <<<"$out" |
+    sed 's/.*(\([0-9.]*\) samples/\1/')
+  acc=$(grep -o '^\[worker 0\] Epoch 0: Test_acc [0-9.]*' <<<"$out" | sed 's/.* //')
+  cpu=$(awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) 'BEGIN { printf "%.2f", t ? b / t : 0 }')
+  echo "{\"case\":\"train_$network\",\"workers\":$n,\"servers\":$n,\"link_mbit\":$link_mbit,\"model\":\"$network\",\"batch\":$train_batch,\"epoch_s\":$cost,\"samples_per_s\":$(awk -v s="$speed" -v n="$n" 'BEGIN { printf "%.1f", s * n }'),\"test_acc\":$acc,\"cpu_busy\":$cpu}"
+}
+
 run_wire() {  # N: every host streams to the next at once; the slowest receiver's rate
   local n=$1 i rates=() pids=()
   for ((i = 0; i < n; i++)); do
@@ -230,6 +264,10 @@ run_wire() {  # N: every host streams to the next at once; the slowest receiver'
 for mode in $modes; do
   if [[ $mode == wire ]]; then
     for n in $workers_list; do ((n >= 2)) && { run_wire "$n"; break; }; done
+    continue
+  fi
+  if [[ $mode == train_* ]]; then
+    for n in $workers_list; do run_train "${mode#train_}" "$n"; done
     continue
   fi
   for n in $workers_list; do

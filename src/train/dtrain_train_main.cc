@@ -259,7 +259,8 @@ int Train(const Flags& f, KVStore* kv_ptr) {
   for (int epoch = 0; epoch < f.epochs; ++epoch) {
     const auto indices = sampler.EpochIndices(epoch);
     const auto index_tensor = torch::tensor(indices, torch::kInt64);
-    auto window_start = std::chrono::steady_clock::now();
+    const auto epoch_start = std::chrono::steady_clock::now();
+    auto window_start = epoch_start;
     int64_t window_correct = 0, window_samples = 0, window_first = 0;
     double window_loss = 0;
     for (int64_t step = 0; step < steps; ++step) {
@@ -306,6 +307,11 @@ int Train(const Flags& f, KVStore* kv_ptr) {
       }
     }
     trainer.WaitAll();
+    // As MXNet's fit prints it; the samples are this worker's.
+    const double epoch_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+    std::printf("Epoch[%d] Time cost=%.3f (%.1f samples/sec)\n", epoch, epoch_s,
+                static_cast<double>(steps * f.batch_size) / epoch_s);
     std::printf("Epoch %d: Test_acc %f\n", epoch, Evaluate(*replicas[0], test));
     std::fflush(stdout);
   }
