@@ -27,7 +27,7 @@
 # the link's rate (bench/step_bench.cc says how, per layout).
 # The size thresholds that decide how keys are placed and cut scale with the model, so that the
 # scaled model is placed as the full one would be: MXNET_KVSTORE_BIGARRAY_BOUND (10^6 elements),
-# DTRAIN_PARTITION_BYTES (1 MiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale.
+# DTRAIN_PARTITION_BYTES (512 KiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale.
 #
 #   bash bench/cluster_bench.sh                  # every mode, N = 1 2 4 8 (needs root)
 #   bash bench/cluster_bench.sh --quick          # N = 1 2 4: dist_sync_colocated, horovod_gloo, ddp
@@ -92,7 +92,7 @@ for n in $workers_list; do
 done
 scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
 thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
-  --env "DTRAIN_PARTITION_BYTES:$(scaled 1048576 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)")
+  --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)")
 
 tag=$$
 bridge=dcb$tag

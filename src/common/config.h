@@ -73,7 +73,7 @@ struct Config {
   // DTRAIN_PARTITION_BYTES: a key under the big-array bound but bigger than this is split into
   // parts of at most this size, each placed on the least loaded server (BytePS's
   // BYTEPS_PARTITION_BYTES), so that no server's link carries much more than its share.
-  size_t partition_bytes = size_t{1} << 20;
+  size_t partition_bytes = size_t{512} << 10;
   // DTRAIN_TCP_NOTSENT_LOWAT: unsent bytes a TCP connection's kernel buffer takes (0: no limit);
   // small enough that a high-priority push overtakes what waits, large enough to fill the link.
   size_t tcp_notsent_lowat = 256 * 1024;
