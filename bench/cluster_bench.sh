@@ -33,7 +33,8 @@
 #   bash bench/cluster_bench.sh --quick          # N = 1 2 4: dist_sync_colocated, horovod_gloo, ddp
 #   bash bench/cluster_bench.sh --workers "2 4" --modes horovod_gloo --link-mbit 500
 #   bash bench/cluster_bench.sh --no-overlap --env DTRAIN_TCP_NOTSENT_LOWAT:0   # A/B a feature
-# --env NAME:VALUE (repeatable) goes to every process of every job; --no-overlap makes each step
+# --env NAME:VALUE (repeatable) goes to every process of every job; --sysctl NAME=VALUE
+# (repeatable) is set in every host's namespace (net.* settings are per namespace); --no-overlap makes each step
 # wait for all of its values before the next forward (step_bench --no-overlap).
 #
 # Everything it makes (namespaces, bridge, sshds, jobs) is removed on every exit path, Ctrl-C
@@ -53,6 +54,7 @@ compute_ms=200
 steps=5
 train_batch=64
 extra_env=()
+sysctls=()
 overlap=--overlap
 while (($#)); do
   case "$1" in
@@ -67,6 +69,7 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --env) extra_env+=(--env "$2"); shift 2 ;;
+    --sysctl) sysctls+=("$2"); shift 2 ;;
     --train-batch) train_batch=$2; shift 2 ;;
     --no-overlap) overlap=--no-overlap; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -147,6 +150,7 @@ for ((i = 0; i < max_hosts; i++)); do
   ip -n "$ns" link set "$bridge" up
   # Both directions of the host's link: its own egress, and the bridge's egress toward it.
   shape "$ns" "$bridge"
+  for setting in ${sysctls[@]+"${sysctls[@]}"}; do ip netns exec "$ns" sysctl -qw "$setting"; done
   tc qdisc replace dev "dcb${tag}r$i" root tbf rate "${link_mbit}mbit" burst 256kb \
     latency "${queue_ms}ms"
   cat >"$dir/sshd_$i" <<EOF

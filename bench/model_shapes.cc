@@ -30,6 +30,15 @@ Tensors LeNet() {
   return t;
 }
 
+// dtrain-train's MLP (src/train/models/mlp.cc) on 28 x 28 images.
+Tensors Mlp() {
+  Tensors t;
+  Linear(t, "fc1", 28 * 28, 512);
+  Linear(t, "fc2", 512, 512);
+  Linear(t, "fc3", 512, 10);
+  return t;
+}
+
 // torchvision's ResNets: basic blocks (18) or bottlenecks (50), a 1x1 projection where the shape
 // changes.
 Tensors ResNet(bool bottleneck, const std::vector<int>& blocks) {
@@ -106,11 +115,12 @@ Tensors BertBase() {
 }  // namespace
 
 std::vector<std::string> KnownModels() {
-  return {"lenet", "resnet18", "resnet50", "vgg16", "bert-base"};
+  return {"lenet", "mlp", "resnet18", "resnet50", "vgg16", "bert-base"};
 }
 
 std::vector<ParameterTensor> ModelParameters(const std::string& model) {
   if (model == "lenet") return LeNet();
+  if (model == "mlp") return Mlp();
   if (model == "resnet18") return ResNet(false, {2, 2, 2, 2});
   if (model == "resnet50") return ResNet(true, {3, 4, 6, 3});
   if (model == "vgg16") return Vgg16();

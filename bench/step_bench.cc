@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   std::string model = "resnet50", kvstore = "dist_sync", layout = "colocated", compute = "sleep";
   double scale = 1.0, compute_ms = 100, link_mbit = 0;
   int steps = 10, warmup = 2, batch = 32;
-  app.add_option("--model", model, "lenet, resnet18, resnet50, vgg16, bert-base");
+  app.add_option("--model", model, "lenet, mlp, resnet18, resnet50, vgg16, bert-base");
   app.add_option("--scale", scale, "multiply every tensor's size by this");
   app.add_option("--kvstore", kvstore, "dist_sync, dist_async or horovod");
   app.add_option("--compute-ms", compute_ms, "emulated forward+backward time per step");

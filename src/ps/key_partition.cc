@@ -50,9 +50,16 @@ void KeyPartition::Cut(int server, int64_t offset, int64_t length, size_t elem_s
   bytes_per_server_[server] += static_cast<uint64_t>(length) * elem_size;
 }
 
-int KeyPartition::LeastLoadedServer() const {
-  return static_cast<int>(std::min_element(bytes_per_server_.begin(), bytes_per_server_.end()) -
-                          bytes_per_server_.begin());
+int KeyPartition::LeastLoadedServerWithout(std::vector<bool>* holds_part) const {
+  if (std::find(holds_part->begin(), holds_part->end(), false) == holds_part->end()) {
+    holds_part->assign(holds_part->size(), false);  // every server has one: a new round
+  }
+  int best = -1;
+  for (int s = 0; s < num_servers_; ++s) {
+    if (!(*holds_part)[s] && (best < 0 || bytes_per_server_[s] < bytes_per_server_[best])) best = s;
+  }
+  (*holds_part)[best] = true;
+  return best;
 }
 
 const std::vector<Slot>& KeyPartition::Add(uint64_t key, int64_t elements, DType dtype) {
@@ -66,16 +73,18 @@ const std::vector<Slot>& KeyPartition::Add(uint64_t key, int64_t elements, DType
   } else if (elements < bigarray_bound_) {
     const uint64_t bytes = static_cast<uint64_t>(elements) * elem_size;
     const int64_t words = (elements + kCompressionAlignment - 1) / kCompressionAlignment;
-    const int64_t parts =
-        partition_bytes_ == 0
-            ? 1
-            : std::clamp<int64_t>(
-                  static_cast<int64_t>((bytes + partition_bytes_ - 1) / partition_bytes_), 1,
-                  std::max<int64_t>(1, words));
+    int64_t parts = 1;
+    if (partition_bytes_ > 0 && bytes > partition_bytes_) {
+      // At least one part per server: a key big enough to split loads every server's link evenly.
+      parts = std::max<int64_t>(
+          num_servers_, static_cast<int64_t>((bytes + partition_bytes_ - 1) / partition_bytes_));
+      parts = std::clamp<int64_t>(parts, 1, std::max<int64_t>(1, words));
+    }
+    std::vector<bool> holds_part(num_servers_, false);
     for (int64_t i = 0; i < parts; ++i) {
       const int64_t begin = AlignedBoundary(elements, i, parts);
       const int64_t end = AlignedBoundary(elements, i + 1, parts);
-      Cut(LeastLoadedServer(), begin, end - begin, elem_size, &slots);
+      Cut(LeastLoadedServerWithout(&holds_part), begin, end - begin, elem_size, &slots);
     }
   } else {
     for (int s = 0; s < num_servers_; ++s) {

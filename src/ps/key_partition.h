@@ -2,9 +2,11 @@
 //
 // A key smaller than MXNET_KVSTORE_BIGARRAY_BOUND elements goes to the server with the fewest bytes
 // so far, so servers get an even share of bytes (MXNet picks at random); if it is bigger than
-// DTRAIN_PARTITION_BYTES it is first split into nearly equal parts no bigger than that, each placed
-// so (BytePS's partitioning): whole keys of a few MB would otherwise load one server's link well
-// past the others' when there are many servers. A key at or over the bound is split into
+// DTRAIN_PARTITION_BYTES it is first split into nearly equal parts, as many as there are servers
+// or more so that none is bigger than that (BytePS's partitioning), each on the least loaded
+// server that holds no other part of it yet: whole keys of a few hundred KB to a few MB would
+// otherwise load one server's link well past the others', and a key spread over every server
+// moves through every link at once. A key at or over the bound is split into
 // num_servers nearly equal ranges, one per server, as in MXNet. Then every part is cut into
 // pieces of at most DTRAIN_CHUNK_BYTES (rounded down to whole words of compressed values): each
 // piece is a "slot" the server treats on its own, so a server can answer the first pieces of a big
@@ -53,7 +55,9 @@ class KeyPartition {
 
  private:
   void Cut(int server, int64_t offset, int64_t length, size_t elem_size, std::vector<Slot>* out);
-  int LeastLoadedServer() const;
+  // The server with the fewest bytes among those not marked in `holds_part` (all of them once
+  // every one is marked); marks it.
+  int LeastLoadedServerWithout(std::vector<bool>* holds_part) const;
 
   const int num_servers_;
   const int64_t bigarray_bound_;

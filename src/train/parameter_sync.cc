@@ -303,10 +303,10 @@ void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
   b.finished = false;
   // The exchange may complete at once (local store); no lock is needed by the store itself.
   lock.unlock();
-  // MXNet's priority: buckets follow the parameters from the input on, and the next forward needs
-  // the first ones first.
+  // The next forward needs the parameters nearest the input first, and buckets are numbered in
+  // backward order (PlanBuckets), so the last bucket is the most urgent (MXNet's -index).
   Operation op = kv_.PushPull(static_cast<Key>(b.key), std::move(grads), std::move(outs),
-                              -static_cast<int>(b.key));
+                              static_cast<int>(b.key));
   lock.lock();
   b.op = op;
 }

@@ -178,15 +178,25 @@ TEST(KeyPartition, KeysOverThePartitionBytesAreSplitOverTheLeastLoadedServers) {
   EXPECT_EQ(p.Add(0, 1024, DType::kFloat32).size(), 1u);  // exactly one part: whole
   EXPECT_EQ(p.bytes_per_server(), (std::vector<uint64_t>{4096, 0, 0}));
   EXPECT_EQ(p.Add(5, 8, DType::kFloat32)[0].server, 1);
-  const auto& slots = p.Add(1, 3000, DType::kFloat32);    // 12,000 bytes: 3 parts
+  const auto& slots = p.Add(1, 3000, DType::kFloat32);  // 12,000 bytes: 3 parts
   CheckSlots(slots, 3000, DType::kFloat32, 3, 4096 + kCompressionAlignment * 4);
   ASSERT_EQ(slots.size(), 3u);
-  // Each part (992, 992, 1,016 elements) goes to the server with the fewest bytes at that moment:
-  // 2 (empty), 1 (32 bytes), then 2 again (3,968 bytes against 4,000 and 4,096).
+  // One part (992, 992, 1,016 elements) per server, the least loaded first: 2 (empty), 1 (32
+  // bytes), then 0, although 2 has fewer bytes by then: a part on every server.
   EXPECT_EQ(slots[0].server, 2);
   EXPECT_EQ(slots[1].server, 1);
-  EXPECT_EQ(slots[2].server, 2);
+  EXPECT_EQ(slots[2].server, 0);
   for (const Slot& slot : slots) EXPECT_EQ(slot.offset % kCompressionAlignment, 0);
+  // Just over the partition size: still one part per server. Far over it: parts of at most that
+  // size, every server holding one before any holds two.
+  EXPECT_EQ(p.Add(2, 1040, DType::kFloat32).size(), 3u);
+  const auto& many = p.Add(3, 7 * 1024, DType::kFloat32);
+  ASSERT_EQ(many.size(), 7u);
+  std::vector<int> parts_on(3, 0);
+  for (size_t i = 0; i < many.size(); ++i) {
+    ++parts_on[many[i].server];
+    if (i == 2 || i == 5) EXPECT_EQ(parts_on, std::vector<int>(3, static_cast<int>(i + 1) / 3));
+  }
 }
 
 TEST(KeyPartition, PartitioningEvensOutServersWhenKeysAreLargeAgainstTheirShare) {
