@@ -34,8 +34,9 @@
 #   bash bench/cluster_bench.sh --workers "2 4" --modes horovod_gloo --link-mbit 500
 #   bash bench/cluster_bench.sh --no-overlap --env DTRAIN_TCP_NOTSENT_LOWAT:0   # A/B a feature
 # --env NAME:VALUE (repeatable) goes to every process of every job; --sysctl NAME=VALUE
-# (repeatable) is set in every host's namespace (net.* settings are per namespace); --no-overlap makes each step
-# wait for all of its values before the next forward (step_bench --no-overlap).
+# (repeatable) is set in every host's namespace (net.* settings are per namespace);
+# --no-overlap makes each step wait for all of its values before the next forward (step_bench
+# --no-overlap); --queue-ms sets the tc queue of each link (100 ms).
 #
 # Everything it makes (namespaces, bridge, sshds, jobs) is removed on every exit path, Ctrl-C
 # included.
@@ -182,6 +183,16 @@ done
 
 # --- the cases ---
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+cpu_busy_since() {  # BUSY0 TOTAL0 (cpu_ticks at the start): this machine's busy share since then
+  local busy total
+  read -r busy total < <(cpu_ticks)
+  awk -v b=$((busy - $1)) -v t=$((total - $2)) 'BEGIN { printf "%.2f", t ? b / t : 0 }'
+}
+use_hosts() {  # N: the job's hostfile lists the first N hosts
+  local i
+  : >"$dir/hostfile"
+  for ((i = 0; i < $1; i++)); do echo "10.253.1.$((i + 2))" >>"$dir/hostfile"; done
+}
 run_case() {  # MODE N
   local mode=$1 n=$2 s layout hosts_needed kvstore
   case $mode in
@@ -192,8 +203,7 @@ run_case() {  # MODE N
     horovod_gloo | horovod_mpi | ddp) s=0; layout=ring; hosts_needed=$n; kvstore=horovod ;;
     *) echo "cluster_bench: unknown mode $mode" >&2; exit 2 ;;
   esac
-  : >"$dir/hostfile"
-  for ((i = 0; i < hosts_needed; i++)); do echo "10.253.1.$((i + 2))" >>"$dir/hostfile"; done
+  use_hosts "$hosts_needed"
   read -r busy0 total0 < <(cpu_ticks)
   local out step=(--model "$model" --scale "$scale" --compute-ms "$compute_ms" --steps "$steps"
     --warmup 1 --link-mbit "$link_mbit")
@@ -216,17 +226,15 @@ run_case() {  # MODE N
     tail -n 20 "$dir/case.log" >&2
     return 1
   }
-  read -r busy1 total1 < <(cpu_ticks)
   local cpu
-  cpu=$(awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) 'BEGIN { printf "%.2f", t ? b / t : 0 }')
+  cpu=$(cpu_busy_since "$busy0" "$total0")
   grep -o '{"bound_ms".*}\|{.*"mode".*}' <<<"$out" | tail -n 1 |
     sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"/"
 }
 
 run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and test accuracy
   local network=$1 n=$2 out
-  : >"$dir/hostfile"
-  for ((i = 0; i < n; i++)); do echo "10.253.1.$((i + 2))" >>"$dir/hostfile"; done
+  use_hosts "$n"
   read -r busy0 total0 < <(cpu_ticks)
   out=$(timeout 900 "$dtrain" launch -n "$n" -s "$n" --launcher ssh --ssh-opts "-F $dir/ssh_config" \
     -H "$dir/hostfile" --interface "$bridge" --no-summary ${extra_env[@]+"${extra_env[@]}"} -- \
@@ -236,13 +244,12 @@ run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and 
     tail -n 20 "$dir/case.log" >&2
     return 1
   }
-  read -r busy1 total1 < <(cpu_ticks)
   local cost acc speed cpu
   cost=$(grep -o '^\[worker 0\] Epoch\[0\] Time cost=[0-9.]*' <<<"$out" | sed 's/.*=//')
   speed=$(grep -o '^\[worker 0\] Epoch\[0\] Time cost=.*(\([0-9.]*\) samples' <<<"$out" |
     sed 's/.*(\([0-9.]*\) samples/\1/')
   acc=$(grep -o '^\[worker 0\] Epoch 0: Test_acc [0-9.]*' <<<"$out" | sed 's/.* //')
-  cpu=$(awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) 'BEGIN { printf "%.2f", t ? b / t : 0 }')
+  cpu=$(cpu_busy_since "$busy0" "$total0")
   echo "{\"case\":\"train_$network\",\"workers\":$n,\"servers\":$n,\"link_mbit\":$link_mbit,\"model\":\"$network\",\"batch\":$train_batch,\"epoch_s\":$cost,\"samples_per_s\":$(awk -v s="$speed" -v n="$n" 'BEGIN { printf "%.1f", s * n }'),\"test_acc\":$acc,\"cpu_busy\":$cpu}"
 }
 
