@@ -27,7 +27,9 @@
 # the link's rate (bench/step_bench.cc says how, per layout).
 # The size thresholds that decide how keys are placed and cut scale with the model, so that the
 # scaled model is placed as the full one would be: MXNET_KVSTORE_BIGARRAY_BOUND (10^6 elements),
-# DTRAIN_PARTITION_BYTES (512 KiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale.
+# DTRAIN_PARTITION_BYTES (512 KiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale; so does the
+# allreduce modes' HOROVOD_FUSION_THRESHOLD, from 10 MiB (not Horovod's 64 MiB: a smaller fusion
+# buffer lets the first layers' gradients overtake the backlog sooner; docs/performance.md).
 #
 #   bash bench/cluster_bench.sh                  # every mode, N = 1 2 4 8 (needs root)
 #   bash bench/cluster_bench.sh --quick          # N = 1 2 4: dist_sync_colocated, horovod_gloo, ddp
@@ -96,7 +98,8 @@ for n in $workers_list; do
 done
 scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
 thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
-  --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)")
+  --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)"
+  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)")
 
 tag=$$
 bridge=dcb$tag
@@ -215,7 +218,7 @@ run_case() {  # MODE N
   local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo
     "${thresholds[@]}" ${extra_env[@]+"${extra_env[@]}"})
   if [[ $mode == horovod_mpi ]]; then
-    launcher=(--launcher mpi ${extra_env[@]+"${extra_env[@]}"})
+    launcher=(--launcher mpi "${thresholds[@]}" ${extra_env[@]+"${extra_env[@]}"})
     # mpirun starts its daemons over our ssh and keeps its own traffic on the bridge.
     export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config" OMPI_MCA_btl_tcp_if_include=$bridge
     export OMPI_MCA_oob_tcp_if_include=$bridge OMPI_MCA_btl=self,tcp

@@ -11,7 +11,8 @@
 //
 // Run on every worker of a job; rank 0 prints one JSON line:
 //   mode, workers, servers, link_mbit, model, scale, params, bytes, compute_ms, step_ms (median),
-//   p90_ms, bound_ms, samples_per_s, efficiency
+//   p90_ms, idle_ms (median time a step's emulated device stood waiting for values),
+//   idle_first_ms (the part of it before the first layer), bound_ms, samples_per_s, efficiency
 // efficiency = compute_ms / step_ms: one worker alone takes compute_ms per step, so N workers at
 // this efficiency train N * efficiency times as fast.
 // bound_ms = the larger of compute_ms and the bytes through the busiest link at the link's rate,
@@ -52,10 +53,14 @@ class Compute {
     while (Clock::now() < due_) {
     }
   }
-  void Wait(const dtrain::Operation& op) {
-    if (op.done()) return;
+  // Waits for op; returns how long the emulated device stood idle for it (ms).
+  double Wait(const dtrain::Operation& op) {
+    if (op.done()) return 0;
     op.Wait();
-    due_ = std::max(due_, Clock::now());
+    const auto now = Clock::now();
+    const double idle = std::max(0.0, Ms(now - due_).count());
+    due_ = std::max(due_, now);
+    return idle;
   }
 
  private:
@@ -146,11 +151,16 @@ int main(int argc, char** argv) {
     };
     std::vector<dtrain::Operation> updated(sizes.size());  // each layer's pushpull of the last step
     std::vector<Clock::time_point> starts;
+    // Per measured step: how long the device stood idle waiting for values, before the first
+    // layer and in all (where a step loses its time: the urgent first layers or the bulk).
+    std::vector<double> idle_first_ms, idle_ms;
     Compute device(busy);
     for (int s = 0; s < warmup + steps; ++s) {
       starts.push_back(Clock::now());
+      double idle_first = 0, idle = 0;
       for (size_t k = 0; k < sizes.size(); ++k) {  // forward: first layer first
-        if (overlap) device.Wait(updated[k]);
+        if (overlap) idle += device.Wait(updated[k]);
+        if (k == 0) idle_first = idle;
         device.Spend(forward_ms * share(k));
       }
       for (size_t k = sizes.size(); k-- > 0;) {  // backward: last layer first
@@ -159,7 +169,11 @@ int main(int argc, char** argv) {
                                   -static_cast<int>(k));
       }
       if (!overlap) {
-        for (auto& op : updated) device.Wait(op);
+        for (auto& op : updated) idle += device.Wait(op);
+      }
+      if (s >= warmup) {  // a step's forward waits for the last step's values
+        idle_first_ms.push_back(idle_first);
+        idle_ms.push_back(idle);
       }
     }
     for (auto& op : updated) op.Wait();
@@ -175,22 +189,25 @@ int main(int argc, char** argv) {
       const int workers = kv->num_workers();
       const double bytes = static_cast<double>(total) * sizeof(float);
       const double median = Percentile(step_ms, 0.5);
-      nlohmann::json line = {{"mode", kvstore == "horovod" ? "horovod" : kvstore},
-                             {"workers", workers},
-                             {"servers", servers},
-                             {"link_mbit", link_mbit},
-                             {"model", model},
-                             {"scale", scale},
-                             {"params", total},
-                             {"bytes", bytes},
-                             {"compute_ms", compute_ms},
-                             {"overlap", overlap},
-                             {"step_ms", median},
-                             {"p90_ms", Percentile(step_ms, 0.9)},
-                             {"bound_ms", std::max(compute_ms, LinkBoundMs(layout, bytes, workers,
-                                                                           servers, link_mbit))},
-                             {"samples_per_s", workers * batch / (median / 1e3)},
-                             {"efficiency", compute_ms / median}};
+      nlohmann::json line = {
+          {"mode", kvstore == "horovod" ? "horovod" : kvstore},
+          {"workers", workers},
+          {"servers", servers},
+          {"link_mbit", link_mbit},
+          {"model", model},
+          {"scale", scale},
+          {"params", total},
+          {"bytes", bytes},
+          {"compute_ms", compute_ms},
+          {"overlap", overlap},
+          {"step_ms", median},
+          {"p90_ms", Percentile(step_ms, 0.9)},
+          {"idle_ms", idle_ms.empty() ? 0 : Percentile(idle_ms, 0.5)},
+          {"idle_first_ms", idle_first_ms.empty() ? 0 : Percentile(idle_first_ms, 0.5)},
+          {"bound_ms",
+           std::max(compute_ms, LinkBoundMs(layout, bytes, workers, servers, link_mbit))},
+          {"samples_per_s", workers * batch / (median / 1e3)},
+          {"efficiency", compute_ms / median}};
       std::cout << line.dump() << std::endl;
     }
     return 0;

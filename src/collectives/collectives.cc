@@ -63,8 +63,9 @@ int Size() { return TheEngine()->backend().size(); }
 int LocalRank() { return TheEngine()->backend().local_rank(); }
 int LocalSize() { return TheEngine()->backend().local_size(); }
 
-Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op) {
-  return TheEngine()->Allreduce(name, in, out, op);
+Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op,
+                      int priority) {
+  return TheEngine()->Allreduce(name, in, out, op, priority);
 }
 Handle AllgatherAsync(const std::string& name, const Array& in) {
   return TheEngine()->Allgather(name, in);

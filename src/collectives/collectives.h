@@ -84,8 +84,12 @@ int LocalRank();  // rank among the processes on this host
 int LocalSize();
 
 // Asynchronous, by name. A name must be unique among the collectives in flight. `in` and `out`
-// may be the same array (in place); they must stay untouched until the handle is done.
-Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op);
+// may be the same array (in place); they must stay untouched until the handle is done. Among the
+// allreduces ready on every rank, those of higher `priority` (rank 0's) run first; equal ones in
+// the order they became ready (the KVStore passes MXNet's priority: layers nearest the input,
+// needed first by the next forward, overtake the backlog).
+Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op,
+                      int priority = 0);
 // Every rank's `in`, concatenated along the first dimension in rank order; the other dimensions
 // must agree.
 Handle AllgatherAsync(const std::string& name, const Array& in);

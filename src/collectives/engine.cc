@@ -84,7 +84,6 @@ struct FusionGroup {
   DType wire = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   bool compress = false;  // float32 sent as float16
-  std::vector<Request*> members;
 };
 
 }  // namespace
@@ -167,7 +166,11 @@ struct Engine::Impl {
   // --- background thread only ---
   std::vector<RoundMessage> Exchange(const RoundMessage& mine);
   void Execute(std::vector<ReadyCollective>& ready);
-  void AddToFusionGroup(std::vector<FusionGroup>& groups, Request& r) const;
+  // Runs one fusion batch of `runnable`: the allreduce of highest priority and those after it, in
+  // order of priority, that fit in the same buffer; the rest wait for the next round, where
+  // allreduces that have become ready since may overtake them.
+  void RunFirstBatch();
+  FusionGroup GroupOf(const Request& r) const;
   void ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group);
   // Completes this rank's pending Join, if any: with the last rank to join, or with `error`.
   void CompleteJoin(std::exception_ptr error, int last_rank = -1);
@@ -200,6 +203,8 @@ struct Engine::Impl {
 
   NegotiationTable table;
   std::unordered_map<std::string, Request> pending;  // announced, not yet run
+  // Allreduces every rank has submitted (or joined), not yet run: the same list on every rank.
+  std::vector<ReadyCollective> runnable;
   std::vector<char> fusion;
   std::vector<char> send_slot, recv_slots, overflow;
   Clock::time_point last_describe{};
@@ -273,15 +278,16 @@ void Engine::Impl::Run() {
       const bool quiet =
           std::all_of(round.begin(), round.end(), [](const RoundMessage& m) { return m.empty(); });
       auto ready = table.Apply(round, now);
-      if (!ready.empty()) Execute(ready);
+      if (!ready.empty() || !runnable.empty()) Execute(ready);
       if (const auto last = table.TakeJoinCompleted()) CompleteJoin(nullptr, *last);
       // When to start the next round (a submission starts one sooner, see Submit):
       //  - right away while some rank announced something: the others are likely in their next
-      //    round already, waiting for what this one will submit;
+      //    round already, waiting for what this one will submit; or while allreduces are left to
+      //    run (every rank has the same left, so all come back at once);
       //  - after a cycle when a round was quiet but collectives are pending (a rank is late);
       //  - after kIdleCycle with nothing pending: rounds then only serve a late rank's stall
       //    check and shutdown, and the CPU belongs to the training.
-      if (!quiet) {
+      if (!quiet || !runnable.empty()) {
         next_cycle = now;
       } else if (table.pending() > 0) {
         next_cycle = now + config.cycle_time;
@@ -293,7 +299,7 @@ void Engine::Impl::Run() {
       for (int r = 0; r < size; ++r) {
         if (!round[r].shutting_down) not_shutting_down.push_back(r);
       }
-      if (not_shutting_down.empty()) break;
+      if (not_shutting_down.empty() && runnable.empty()) break;
     }
   } catch (const std::exception& e) {
     const Failure f = Failure::From(e);
@@ -376,21 +382,14 @@ std::vector<RoundMessage> Engine::Impl::Exchange(const RoundMessage& mine) {
 }
 
 void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
-  // Every rank has the same `ready` list, so every rank forms the same groups and batches and
-  // makes the same backend calls in the same order.
-  std::vector<FusionGroup> groups;
+  // Every rank has the same `ready` list, so every rank makes the same decisions below and the
+  // same backend calls in the same order.
   std::vector<std::pair<Request*, const ReadyCollective*>> singles;
-  std::deque<Request> stand_ins;  // allreduces this rank joins with zeros, having run out of data
-  for (const auto& c : ready) {
+  for (auto& c : ready) {
     if (!c.joined.empty() && c.joined[rank]) {
-      if (!c.mismatch.empty()) continue;  // the ranks that submitted it are told why it failed
-      Request& zero = stand_ins.emplace_back();
-      zero.name = c.name;
-      zero.desc = c.descriptors[rank];
-      zero.in = zero.out = Array(zero.desc.shape, zero.desc.dtype);
-      zero.state = std::make_shared<Handle::State>("allreduce '" + c.name + "' (joined)",
-                                                   config.collective_timeout);
-      AddToFusionGroup(groups, zero);
+      // An allreduce this rank joins with zeros, having run out of data (the ranks that submitted
+      // a mismatched one are told why it failed).
+      if (c.mismatch.empty()) runnable.push_back(std::move(c));
       continue;
     }
     auto it = pending.find(c.name);
@@ -407,24 +406,9 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
       singles.emplace_back(&r, &c);
       continue;
     }
-    AddToFusionGroup(groups, r);
+    runnable.push_back(std::move(c));
   }
-
-  for (const auto& group : groups) {
-    std::vector<Request*> batch;
-    size_t batch_bytes = 0;
-    for (Request* r : group.members) {
-      const size_t bytes = static_cast<size_t>(r->in.size()) * DTypeSize(group.wire);
-      if (!batch.empty() && batch_bytes + bytes > config.fusion_threshold_bytes) {
-        ReduceBatch(batch, group);
-        batch.clear();
-        batch_bytes = 0;
-      }
-      batch.push_back(r);
-      batch_bytes += bytes;
-    }
-    if (!batch.empty()) ReduceBatch(batch, group);
-  }
+  RunFirstBatch();
 
   for (auto [r, c] : singles) {
     switch (r->desc.kind) {
@@ -448,16 +432,56 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
   }
 }
 
-void Engine::Impl::AddToFusionGroup(std::vector<FusionGroup>& groups, Request& r) const {
+void Engine::Impl::RunFirstBatch() {
+  if (runnable.empty()) return;
+  // Highest priority first (rank 0's: every rank sorts the same list the same way); equal ones in
+  // the order they became ready.
+  std::stable_sort(runnable.begin(), runnable.end(),
+                   [](const ReadyCollective& a, const ReadyCollective& b) {
+                     return a.descriptors[0].priority > b.descriptors[0].priority;
+                   });
+  std::deque<Request> stand_ins;
+  std::vector<Request*> batch;
+  FusionGroup group;
+  size_t batch_bytes = 0;
+  std::vector<ReadyCollective> later;
+  for (auto& c : runnable) {
+    Request* r = nullptr;
+    if (!c.joined.empty() && c.joined[rank]) {
+      Request& zero = stand_ins.emplace_back();
+      zero.name = c.name;
+      zero.desc = c.descriptors[rank];
+      zero.in = zero.out = Array(zero.desc.shape, zero.desc.dtype);
+      zero.state = std::make_shared<Handle::State>("allreduce '" + c.name + "' (joined)",
+                                                   config.collective_timeout);
+      r = &zero;
+    } else {
+      r = &pending.at(c.name);  // Execute checked that it is there
+    }
+    const FusionGroup key = GroupOf(*r);
+    const size_t bytes = static_cast<size_t>(r->in.size()) * DTypeSize(key.wire);
+    const bool fits = batch.empty() || (key.wire == group.wire && key.op == group.op &&
+                                        key.compress == group.compress &&
+                                        batch_bytes + bytes <= config.fusion_threshold_bytes);
+    if (!fits) {
+      if (r == &stand_ins.back()) stand_ins.pop_back();
+      later.push_back(std::move(c));
+      continue;
+    }
+    if (batch.empty()) group = key;
+    batch.push_back(r);
+    batch_bytes += bytes;
+  }
+  runnable = std::move(later);
+  ReduceBatch(batch, group);
+}
+
+FusionGroup Engine::Impl::GroupOf(const Request& r) const {
   FusionGroup key;
   key.compress = config.fp16_allreduce && r.desc.dtype == DType::kFloat32;
   key.wire = key.compress ? DType::kFloat16 : r.desc.dtype;
   key.op = r.desc.op;
-  auto group = std::find_if(groups.begin(), groups.end(), [&](const FusionGroup& g) {
-    return g.wire == key.wire && g.op == key.op && g.compress == key.compress;
-  });
-  if (group == groups.end()) group = groups.insert(groups.end(), key);
-  group->members.push_back(&r);
+  return key;
 }
 
 void Engine::Impl::CompleteJoin(std::exception_ptr error, int last_rank) {
@@ -632,6 +656,7 @@ void Engine::Impl::FailAll(const Failure& f) {
   CompleteJoin(f.For("join"));
   for (auto& [name, r] : pending) failed.push_back(std::move(r));
   pending.clear();
+  runnable.clear();
   for (auto& r : failed) Finish(r, f.For(r.state->what));
 }
 
@@ -678,9 +703,11 @@ Engine::~Engine() {
   backend_->SetPeerLostListener(nullptr);
 }
 
-Handle Engine::Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op) {
+Handle Engine::Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op,
+                         int priority) {
   Request r =
       MakeRequest(name, OpKind::kAllreduce, in, out, op, 0, impl_->config.collective_timeout);
+  r.desc.priority = priority;
   if (out.size() != in.size() || out.dtype() != in.dtype() || (out.size() > 0 && !out.defined())) {
     throw InvalidArgument(r.state->what + ": output " + ShapeToString(out.shape()) + " " +
                           std::string(DTypeName(out.dtype())) + " does not match input " +

@@ -66,7 +66,8 @@ class Engine {
 
   // See collectives.h. Throw InvalidArgument for a bad argument or a name already in flight; a
   // failure after submission is reported by the handle.
-  Handle Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op);
+  Handle Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op,
+                   int priority = 0);
   Handle Allgather(const std::string& name, const Array& in);
   Handle Broadcast(const std::string& name, const Array& inout, int root);
   // Completes once every rank has called Barrier as often (barriers are numbered per process).

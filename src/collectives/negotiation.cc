@@ -10,11 +10,11 @@
 namespace dtrain::collectives {
 namespace {
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;  // 2: a priority after each descriptor's shape
 constexpr uint8_t kShuttingDown = 1;
 constexpr uint8_t kJoined = 2;
 // The smallest encodings, to bound counts read off the wire before allocating for them.
-constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1;
+constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1 + 4;
 constexpr size_t kNumberBytes = 4;
 
 bool SameExceptFirstDimension(const Descriptor& a, const Descriptor& b) {
@@ -23,6 +23,11 @@ bool SameExceptFirstDimension(const Descriptor& a, const Descriptor& b) {
 }
 
 }  // namespace
+
+bool Descriptor::SameWork(const Descriptor& other) const {
+  return kind == other.kind && dtype == other.dtype && op == other.op && root == other.root &&
+         shape == other.shape;
+}
 
 const char* OpKindName(OpKind kind) {
   switch (kind) {
@@ -61,6 +66,7 @@ std::vector<char> EncodeRound(const RoundMessage& message) {
     out.I32(d.root);
     out.U8(static_cast<uint8_t>(d.shape.size()));
     for (int64_t dim : d.shape) out.I64(dim);
+    out.I32(d.priority);
   }
   out.U32(static_cast<uint32_t>(message.numbered.size()));
   for (uint32_t number : message.numbered) out.U32(number);
@@ -104,6 +110,7 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
       dim = in.I64("dimension");
       if (dim < 0) in.Fail("dimension", std::to_string(dim));
     }
+    d.priority = in.I32("priority");
     m.named.emplace_back(std::move(name), std::move(d));
   }
   const uint32_t numbered = in.U32("numbered count");
@@ -228,7 +235,8 @@ std::string NegotiationTable::Mismatch(const std::string& name,
                                        const std::vector<Descriptor>& d) const {
   bool agree = true;
   for (int r = 1; r < size_ && agree; ++r) {
-    agree = d[0].kind == OpKind::kAllgather ? SameExceptFirstDimension(d[0], d[r]) : d[0] == d[r];
+    agree = d[0].kind == OpKind::kAllgather ? SameExceptFirstDimension(d[0], d[r])
+                                            : d[0].SameWork(d[r]);
   }
   if (agree) return {};
   std::ostringstream out;

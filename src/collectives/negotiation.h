@@ -32,16 +32,20 @@ enum class OpKind : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kB
 
 const char* OpKindName(OpKind kind);
 
-// What one rank submitted under a name. Ranks must agree on all of it, except that allgather
-// inputs may differ in their first dimension.
+// What one rank submitted under a name. Ranks must agree on all of it (SameWork), except that
+// allgather inputs may differ in their first dimension, and the priority, a scheduling hint:
+// rank 0's decides.
 struct Descriptor {
   OpKind kind = OpKind::kAllreduce;
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;  // allreduce only
   int32_t root = 0;              // broadcast only
   Shape shape;
+  int32_t priority = 0;  // allreduce only: among those ready, the highest runs first
 
   bool operator==(const Descriptor&) const = default;
+  // Everything but the priority.
+  bool SameWork(const Descriptor& other) const;
   std::string ToString() const;  // "allreduce(average) float32 (4,3)"
 };
 

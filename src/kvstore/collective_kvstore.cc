@@ -71,7 +71,7 @@ CollectiveKVStore::Slot& CollectiveKVStore::Find(Key key, const char* call) cons
 }
 
 Operation CollectiveKVStore::StartPush(Key key, Slot& slot, const std::vector<Array>& values,
-                                       std::vector<Array> outs, const char* call) {
+                                       std::vector<Array> outs, const char* call, int priority) {
   CheckArrays(call, key, slot.value, values, "value");
   if (!outs.empty()) CheckArrays(call, key, slot.value, outs, "out");
   std::shared_ptr<Optimizer> optimizer;
@@ -112,7 +112,7 @@ Operation CollectiveKVStore::StartPush(Key key, Slot& slot, const std::vector<Ar
     AddInto(slot.merged.data(), values[i].data(), slot.merged.size(), slot.merged.dtype());
   }
   const collectives::Handle handle = collectives::AllreduceAsync(
-      CollectiveName(key), slot.merged, slot.merged, collectives::ReduceOp::kSum);
+      CollectiveName(key), slot.merged, slot.merged, collectives::ReduceOp::kSum, priority);
   // Applied on the engine's thread as soon as the sum is in: no hand-off to another thread
   // before the training thread, waiting on the operation, can go on.
   Slot* s = &slot;
@@ -134,13 +134,13 @@ Operation CollectiveKVStore::StartPush(Key key, Slot& slot, const std::vector<Ar
   return Operation(op);
 }
 
-Operation CollectiveKVStore::Push(Key key, std::vector<Array> values, int /*priority*/) {
-  return StartPush(key, Find(key, "Push"), values, {}, "Push");
+Operation CollectiveKVStore::Push(Key key, std::vector<Array> values, int priority) {
+  return StartPush(key, Find(key, "Push"), values, {}, "Push", priority);
 }
 
 Operation CollectiveKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
-                                      int /*priority*/) {
-  return StartPush(key, Find(key, "PushPull"), values, std::move(outs), "PushPull");
+                                      int priority) {
+  return StartPush(key, Find(key, "PushPull"), values, std::move(outs), "PushPull", priority);
 }
 
 // A pull returns the value once this worker's pushes of the key are applied: it waits for the

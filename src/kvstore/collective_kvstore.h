@@ -70,9 +70,10 @@ class CollectiveKVStore final : public KVStore {
 
   Slot& Find(Key key, const char* call) const;
   // Allreduces the local sum of `values`; when it is in, applies it and copies the key's value
-  // into `outs` (on the engine's thread), then completes the returned operation.
+  // into `outs` (on the engine's thread), then completes the returned operation. `priority` orders
+  // the allreduce among those ready (collectives.h).
   Operation StartPush(Key key, Slot& slot, const std::vector<Array>& values,
-                      std::vector<Array> outs, const char* call);
+                      std::vector<Array> outs, const char* call, int priority);
   void ShareLoadedOptimizerState();
 
   const Duration timeout_;

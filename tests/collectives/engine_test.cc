@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <functional>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "../integration/subprocess.h"
@@ -129,6 +132,48 @@ TEST(Engine, AFusionThresholdOfZeroSendsEveryTensorAlone) {
         c.fusion_threshold_bytes = 0;
         c.cycle_time = std::chrono::milliseconds(20);
       });
+}
+
+TEST(Engine, AllreducesReadyTogetherRunHighestPriorityFirst) {
+  RunRanks(
+      2,
+      [](Engine& engine, int) {
+        // Every rank submits the six from the engine's own thread (the gate's completion), so
+        // they are announced in one round and become ready together.
+        std::mutex mutex;
+        std::condition_variable all_finished;
+        std::vector<std::string> finished;
+        std::vector<Array> arrays;
+        for (int i = 0; i < 6; ++i) arrays.push_back(Filled(10, 1.0f));
+        std::vector<Handle> handles;
+        std::promise<void> submitted;
+        Array gate = Filled(1, 1.0f);
+        engine.Allreduce("gate", gate, gate, ReduceOp::kSum).OnDone([&](std::exception_ptr) {
+          const std::vector<std::pair<std::string, int>> order = {
+              {"low0", 0}, {"low1", 0}, {"mid", 5}, {"low2", 0}, {"urgent", 10}, {"low3", 0}};
+          for (size_t i = 0; i < order.size(); ++i) {
+            const std::string name = order[i].first;
+            handles.push_back(
+                engine.Allreduce(name, arrays[i], arrays[i], ReduceOp::kSum, order[i].second));
+            handles.back().OnDone([&, name](std::exception_ptr) {
+              std::lock_guard<std::mutex> lock(mutex);
+              finished.push_back(name);
+              all_finished.notify_all();
+            });
+          }
+          submitted.set_value();
+        });
+        submitted.get_future().wait();
+        for (auto& h : handles) h.Wait();
+        // A handle's waiters wake before its completion callback runs.
+        std::unique_lock<std::mutex> lock(mutex);
+        ASSERT_TRUE(all_finished.wait_for(lock, std::chrono::seconds(10),
+                                          [&] { return finished.size() == 6; }));
+        EXPECT_EQ(finished,
+                  (std::vector<std::string>{"urgent", "mid", "low0", "low1", "low2", "low3"}));
+        for (const Array& a : arrays) EXPECT_EQ(a.ToVector(), std::vector<float>(10, 2.0f));
+      },
+      [](CollectivesConfig& c) { c.fusion_threshold_bytes = 0; });  // one tensor a batch
 }
 
 TEST(Engine, AllgatherAndBroadcast) {

@@ -131,6 +131,28 @@ TEST(Negotiation, RanksThatDisagreeGetOneDescriptionOfEveryRanksVersion) {
       << ready[0].mismatch;
 }
 
+TEST(Negotiation, PrioritiesTravelAreNoMismatchAndAChangeIsAnnouncedAgain) {
+  Ranks ranks(2);
+  Descriptor urgent = Reduce({4});
+  urgent.priority = 7;
+  Descriptor other = Reduce({4});
+  other.priority = -3;
+  ranks.Submit(0, "p", urgent);
+  ranks.Submit(1, "p", other);  // a hint: rank 0's decides, the ranks need not agree
+  auto ready = ranks.Round();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].mismatch, "");
+  EXPECT_EQ(ready[0].descriptors[0].priority, 7);
+  EXPECT_EQ(ready[0].descriptors[1].priority, -3);
+  // Rank 0 changes its priority: sent in full again, so the new one is what the others see.
+  urgent.priority = 9;
+  ranks.Submit(0, "p", urgent);
+  ranks.Submit(1, "p", other);
+  ready = ranks.Round();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].descriptors[0].priority, 9);
+}
+
 TEST(Negotiation, AllgatherInputsMayDifferOnlyInTheFirstDimension) {
   Ranks ranks(2);
   Descriptor a;
