@@ -107,7 +107,12 @@ dir=$(mktemp -d /tmp/cluster_bench.XXXXXX)
 hosts=()
 sshd_pids=()
 source "scripts/netns.sh"
+job_pid=""
 cleanup() {
+  if [[ -n $job_pid ]]; then  # a job under way: dtrain launch tears it down on SIGTERM
+    kill -TERM "$job_pid" 2>/dev/null || true
+    wait "$job_pid" 2>/dev/null || true
+  fi
   for p in "${sshd_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   delete_netns "${hosts[@]}"
   ip link del "$bridge" 2>/dev/null || true
@@ -191,6 +196,18 @@ cpu_busy_since() {  # BUSY0 TOTAL0 (cpu_ticks at the start): this machine's busy
   read -r busy total < <(cpu_ticks)
   awk -v b=$((busy - $1)) -v t=$((total - $2)) 'BEGIN { printf "%.2f", t ? b / t : 0 }'
 }
+# SECONDS OUT LOG COMMAND...: runs COMMAND under a deadline, stdout to OUT and stderr to LOG. In the
+# background, waited for: bash runs a signal's trap only between commands, and `wait` is one it
+# interrupts, so a Ctrl-C stops the job at once (cleanup) instead of after it ends.
+run_job() {
+  local seconds=$1 out=$2 log=$3 rc=0
+  shift 3
+  timeout "$seconds" "$@" >"$out" 2>"$log" &
+  job_pid=$!
+  wait "$job_pid" || rc=$?
+  job_pid=""
+  return "$rc"
+}
 use_hosts() {  # N: the job's hostfile lists the first N hosts
   local i
   : >"$dir/hostfile"
@@ -223,14 +240,15 @@ run_case() {  # MODE N
     export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config" OMPI_MCA_btl_tcp_if_include=$bridge
     export OMPI_MCA_oob_tcp_if_include=$bridge OMPI_MCA_btl=self,tcp
   fi
-  out=$(timeout 600 "$dtrain" launch -n "$n" -s "$s" "${launcher[@]}" -H "$dir/hostfile" \
-    --interface "$bridge" --no-summary -- "${step[@]}" 2>"$dir/case.log") || {
+  run_job 600 "$dir/case.out" "$dir/case.log" "$dtrain" launch -n "$n" -s "$s" "${launcher[@]}" \
+    -H "$dir/hostfile" --interface "$bridge" --no-summary -- "${step[@]}" || {
     echo "cluster_bench: $mode with $n workers failed:" >&2
     tail -n 20 "$dir/case.log" >&2
     return 1
   }
   local cpu
   cpu=$(cpu_busy_since "$busy0" "$total0")
+  out=$(cat "$dir/case.out")
   grep -o '{"bound_ms".*}\|{.*"mode".*}' <<<"$out" | tail -n 1 |
     sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"/"
 }
@@ -239,15 +257,16 @@ run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and 
   local network=$1 n=$2 out
   use_hosts "$n"
   read -r busy0 total0 < <(cpu_ticks)
-  out=$(timeout 900 "$dtrain" launch -n "$n" -s "$n" --launcher ssh --ssh-opts "-F $dir/ssh_config" \
-    -H "$dir/hostfile" --interface "$bridge" --no-summary ${extra_env[@]+"${extra_env[@]}"} -- \
-    "$build/src/train/dtrain-train" --dataset fashion-mnist --network "$network" \
-    --kvstore dist_sync --epochs 1 --batch-size "$train_batch" --threads 1 2>"$dir/case.log") || {
+  run_job 900 "$dir/case.out" "$dir/case.log" "$dtrain" launch -n "$n" -s "$n" --launcher ssh \
+    --ssh-opts "-F $dir/ssh_config" -H "$dir/hostfile" --interface "$bridge" --no-summary \
+    ${extra_env[@]+"${extra_env[@]}"} -- "$build/src/train/dtrain-train" --dataset fashion-mnist \
+    --network "$network" --kvstore dist_sync --epochs 1 --batch-size "$train_batch" --threads 1 || {
     echo "cluster_bench: train_$network with $n workers failed:" >&2
     tail -n 20 "$dir/case.log" >&2
     return 1
   }
   local cost acc speed cpu
+  out=$(cat "$dir/case.out")
   cost=$(grep -o '^\[worker 0\] Epoch\[0\] Time cost=[0-9.]*' <<<"$out" | sed 's/.*=//')
   speed=$(grep -o '^\[worker 0\] Epoch\[0\] Time cost=.*(\([0-9.]*\) samples' <<<"$out" |
     sed 's/.*(\([0-9.]*\) samples/\1/')

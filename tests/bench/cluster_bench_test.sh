@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # bench/cluster_bench.sh end to end on a tiny case, then bench/plot_cluster.py on what it printed:
 # two namespace hosts with sshd, the wire probe, dist_sync and horovod over Gloo with 1 and 2
-# workers on LeNet's shapes; every line must be there with sane numbers, and the plot a PNG.
+# workers on LeNet's shapes; every line must be there with sane numbers, and the plot a PNG. Then a
+# Ctrl-C in the middle of a job: the bench must stop within seconds, leaving no namespace and no
+# process behind.
 # Skipped (77) where namespaces cannot be made (not root). Usage: cluster_bench_test.sh BUILD_DIR
 set -euo pipefail
 build=$1
 cd "$(dirname "$0")/../.."
 [[ $(id -u) -eq 0 ]] || { echo "needs root for ip netns"; exit 77; }
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+bench=""
+trap '[[ -z $bench ]] || kill -KILL "$bench" 2>/dev/null; rm -rf "$out"' EXIT
 timeout 300 bash bench/cluster_bench.sh --build "$build" --workers "1 2" \
   --modes "wire dist_sync_colocated horovod_gloo" --model lenet --compute-ms 20 --steps 2 \
   --link-mbit 200 >"$out/results.jsonl"
@@ -35,3 +38,26 @@ width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:2
 assert width >= 800 and height >= 600, (width, height)
 print("cluster_bench_test: OK", width, "x", height)
 PY
+
+namespaces_before=$(ip netns list | grep -c '^dcb-' || true)
+timeout 300 bash bench/cluster_bench.sh --build "$build" --workers 2 --modes dist_sync_colocated \
+  --model lenet --compute-ms 20 --steps 1000000 --link-mbit 200 >/dev/null 2>"$out/interrupted.log" &
+bench=$!
+job_running() { pgrep -f "step_bench --kvstore dist_sync" >/dev/null; }
+for ((i = 0; i < 600; i++)); do job_running && break; sleep 0.1; done
+job_running || { echo "the interrupted bench's job never started"; cat "$out/interrupted.log"; exit 1; }
+sleep 1
+kill -INT "$bench"
+start=$(date +%s)
+rc=0
+wait "$bench" || rc=$?
+bench=""
+took=$(($(date +%s) - start))
+echo "cluster_bench_test: interrupted in a job, exit $rc after $took s"
+[[ $rc -ne 0 && $rc -ne 124 ]] || { echo "the bench did not stop on the interrupt"; exit 1; }
+((took <= 30)) || { echo "the bench took $took s to stop"; exit 1; }
+! job_running || { echo "step_bench processes outlived the bench"; exit 1; }
+namespaces_after=$(ip netns list | grep -c '^dcb-' || true)
+[[ $namespaces_after -eq $namespaces_before ]] ||
+  { echo "namespaces left behind:"; ip netns list; exit 1; }
+echo "cluster_bench_test: interrupt OK"
