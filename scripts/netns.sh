@@ -5,7 +5,7 @@
 delete_netns() {
   local ns
   for ns in "$@"; do
-    if ip netns list 2>/dev/null | grep -q "^$ns\b"; then
+    if grep -q "^$ns\b" <<<"$(ip netns list 2>/dev/null)"; then  # not piped: under pipefail, grep -q stopping early can fail the pipe
       ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
       ip netns del "$ns" 2>/dev/null || true
     fi
