@@ -5,7 +5,8 @@
 delete_netns() {
   local ns
   for ns in "$@"; do
-    if grep -q "^$ns\b" <<<"$(ip netns list 2>/dev/null)"; then  # not piped: under pipefail, grep -q stopping early can fail the pipe
+    # Not piped: under pipefail, grep -q stopping at its match can fail the pipe (SIGPIPE).
+    if grep -q "^$ns\b" <<<"$(ip netns list 2>/dev/null)"; then
       ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
       ip netns del "$ns" 2>/dev/null || true
     fi

@@ -170,7 +170,7 @@ struct Engine::Impl {
   // order of priority, that fit in the same buffer; the rest wait for the next round, where
   // allreduces that have become ready since may overtake them.
   void RunFirstBatch();
-  FusionGroup GroupOf(const Request& r) const;
+  FusionGroup GroupOf(const Descriptor& d) const;
   void ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group);
   // Completes this rank's pending Join, if any: with the last rank to join, or with `error`.
   void CompleteJoin(std::exception_ptr error, int last_rank = -1);
@@ -446,27 +446,28 @@ void Engine::Impl::RunFirstBatch() {
   size_t batch_bytes = 0;
   std::vector<ReadyCollective> later;
   for (auto& c : runnable) {
+    // This rank's descriptor: what it submitted, or what it stands in for.
+    const Descriptor& mine = c.descriptors[rank];
+    const FusionGroup key = GroupOf(mine);
+    const size_t bytes = static_cast<size_t>(NumElements(mine.shape)) * DTypeSize(key.wire);
+    const bool fits = batch.empty() || (key.wire == group.wire && key.op == group.op &&
+                                        key.compress == group.compress &&
+                                        batch_bytes + bytes <= config.fusion_threshold_bytes);
+    if (!fits) {
+      later.push_back(std::move(c));
+      continue;
+    }
     Request* r = nullptr;
     if (!c.joined.empty() && c.joined[rank]) {
       Request& zero = stand_ins.emplace_back();
       zero.name = c.name;
-      zero.desc = c.descriptors[rank];
+      zero.desc = mine;
       zero.in = zero.out = Array(zero.desc.shape, zero.desc.dtype);
       zero.state = std::make_shared<Handle::State>("allreduce '" + c.name + "' (joined)",
                                                    config.collective_timeout);
       r = &zero;
     } else {
       r = &pending.at(c.name);  // Execute checked that it is there
-    }
-    const FusionGroup key = GroupOf(*r);
-    const size_t bytes = static_cast<size_t>(r->in.size()) * DTypeSize(key.wire);
-    const bool fits = batch.empty() || (key.wire == group.wire && key.op == group.op &&
-                                        key.compress == group.compress &&
-                                        batch_bytes + bytes <= config.fusion_threshold_bytes);
-    if (!fits) {
-      if (r == &stand_ins.back()) stand_ins.pop_back();
-      later.push_back(std::move(c));
-      continue;
     }
     if (batch.empty()) group = key;
     batch.push_back(r);
@@ -476,11 +477,11 @@ void Engine::Impl::RunFirstBatch() {
   ReduceBatch(batch, group);
 }
 
-FusionGroup Engine::Impl::GroupOf(const Request& r) const {
+FusionGroup Engine::Impl::GroupOf(const Descriptor& d) const {
   FusionGroup key;
-  key.compress = config.fp16_allreduce && r.desc.dtype == DType::kFloat32;
-  key.wire = key.compress ? DType::kFloat16 : r.desc.dtype;
-  key.op = r.desc.op;
+  key.compress = config.fp16_allreduce && d.dtype == DType::kFloat32;
+  key.wire = key.compress ? DType::kFloat16 : d.dtype;
+  key.op = d.op;
   return key;
 }
 
