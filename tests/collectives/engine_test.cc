@@ -163,7 +163,8 @@ TEST(Engine, AllreducesReadyTogetherRunHighestPriorityFirst) {
           }
           submitted.set_value();
         });
-        submitted.get_future().wait();
+        ASSERT_EQ(submitted.get_future().wait_for(std::chrono::seconds(20)),
+                  std::future_status::ready);
         for (auto& h : handles) h.Wait();
         // A handle's waiters wake before its completion callback runs.
         std::unique_lock<std::mutex> lock(mutex);
