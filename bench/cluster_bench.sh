@@ -109,6 +109,7 @@ sshd_pids=()
 source "scripts/netns.sh"
 job_pid=""
 cleanup() {
+  trap '' INT TERM  # a second signal (a group's Ctrl-C reaches us twice) must not cut it short
   if [[ -n $job_pid ]]; then  # a job under way: dtrain launch tears it down on SIGTERM
     kill -TERM "$job_pid" 2>/dev/null || true
     wait "$job_pid" 2>/dev/null || true

@@ -47,6 +47,7 @@ addr_b=10.254.77.2
 logs=$(mktemp -d /tmp/compression_bench.XXXXXX)
 source "scripts/netns.sh"
 cleanup() {
+  trap '' INT TERM  # a second signal (a group's Ctrl-C reaches us twice) must not cut it short
   delete_netns "$a" "$b"
   rm -rf "$logs"
 }

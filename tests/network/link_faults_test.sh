@@ -48,6 +48,7 @@ addr_b=10.254.78.2
 logs=$(mktemp -d /tmp/link_faults.XXXXXX)
 source "$(dirname "$0")/../../scripts/netns.sh"
 cleanup() {
+  trap '' INT TERM  # a second signal (a group's Ctrl-C reaches us twice) must not cut it short
   delete_netns "$a" "$b"
   rm -rf "$logs"
 }
