@@ -9,11 +9,11 @@
 //   2: the whole handshake, done right with the secret, then the fuzzer's bytes (a member's
 //      stream gone bad). Its hello asks for resending (PS_RESEND) as a new stream or, for every
 //      other input, as one resuming, so the node counts and acknowledges what it delivers.
-// The harness then closes its side and waits (bounded) for the node to close or go quiet.
+// The harness then closes its side and waits (bounded) for the node to close.
 //
 // Invariants, beyond no crash, no memory error and no undefined behaviour: in modes 0 and 1
 // nothing may reach the node's message handler and no member may be reported lost (a stranger
-// never counts); the node keeps accepting connections.
+// never counts); the node keeps accepting connections and closes each one whose peer closed.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -71,6 +72,19 @@ TcpTransport& Node() {
   return *node;
 }
 
+// An interrupted connect goes on in the background (libFuzzer's -timeout alarm interrupts this
+// thread's waits): the connection's outcome, 0 or an errno, once it is known (within 1 s).
+int AwaitConnected(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  int ready;
+  do ready = ::poll(&p, 1, 1000);
+  while (ready < 0 && errno == EINTR);
+  if (ready <= 0) return ready == 0 ? ETIMEDOUT : errno;
+  int error = 0;
+  socklen_t length = sizeof error;
+  return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? error : errno;
+}
+
 // A fresh connection to the node. Tens of thousands of short connections leave as many in
 // TIME_WAIT, and a new one now and then collides with one the node closed first: retry a few
 // times before concluding the node stopped accepting.
@@ -82,8 +96,9 @@ int ConnectToNode() {
   int error = 0;
   for (int attempt = 0; attempt < 20; ++attempt) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-    error = errno;
+    error = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ? 0 : errno;
+    if (error == EINTR) error = AwaitConnected(fd);
+    if (error == 0) return fd;
     ::close(fd);
     ::usleep(50000);
   }
@@ -103,30 +118,78 @@ std::string HelloFrame(NodeId sender, const std::string& meta) {
   return std::string(wire.begin(), wire.end()) + meta;
 }
 
-// The meta of the node's next handshake frame, or "" (within 1 s).
-std::string ReadAnswer(int fd) {
+// The node's next handshake frame: its meta, or why there is none. The deadline is generous: the
+// invariant is that the node answers, not how fast, and a loaded two-core machine running ASan
+// can stall any process for a moment.
+struct Answer {
+  std::string meta;
+  std::string failure;  // "" when meta holds a frame's meta
+};
+
+Answer ReadAnswer(int fd) {
+  constexpr int kDeadlineMs = 5000;
+  const auto start = std::chrono::steady_clock::now();
+  const auto waited = [&] {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count()) +
+           " ms";
+  };
   std::string got;
   for (;;) {
+    const auto left = kDeadlineMs - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now() - start)
+                                        .count();
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 1000) <= 0) return "";
+    const int ready = left <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left));
+    // libFuzzer's -timeout alarm (SIGALRM) interrupts whatever this thread waits in.
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return {"", std::string("poll: ") + std::strerror(errno)};
+    if (ready == 0) {
+      return {"", "nothing within " + waited() + " (" + std::to_string(got.size()) + " bytes)"};
+    }
     char buf[1024];
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return "";
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return {"", std::string("recv after ") + waited() + ": " + std::strerror(errno)};
+    if (n == 0) return {"", "the node closed after " + waited()};
     got.append(buf, static_cast<size_t>(n));
     if (got.size() < kWireHeaderSize) continue;
     const Frame f = DecodeHeader(got.data(), kWireHeaderSize, Limits{});
-    if (got.size() >= kWireHeaderSize + f.meta_len) return got.substr(kWireHeaderSize, f.meta_len);
+    if (got.size() >= kWireHeaderSize + f.meta_len) {
+      return {got.substr(kWireHeaderSize, f.meta_len), ""};
+    }
   }
 }
 
-// Closes our side and waits until the node closes its side or stays quiet for 100 ms.
+// Fails unless the answer's meta starts with `prefix`, saying what came instead.
+std::string ExpectAnswer(int fd, const std::string& prefix, const char* what) {
+  const Answer answer = ReadAnswer(fd);
+  if (answer.meta.rfind(prefix, 0) == 0) return answer.meta;
+  const std::string why =
+      answer.failure.empty() ? "it answered \"" + answer.meta + "\"" : answer.failure;
+  std::fprintf(stderr, "fuzz_tcp_receive: %s: %s\n", what, why.c_str());
+  Fail(what);
+}
+
+// Closes our side and waits for the node to close its side: it must, at once for a member's stream
+// or a stranger's garbage, within hello_timeout for a stranger that says too little. Within 5 s, or
+// the node leaks the connection.
 void Finish(int fd) {
   ::shutdown(fd, SHUT_WR);
-  for (int i = 0; i < 20; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) break;
+    const int ready = left.count() <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) Fail("the node kept a connection open 5 s after its peer closed");
+    if (ready < 0) break;
     char buf[4096];
-    if (::recv(fd, buf, sizeof buf, 0) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // closed (or reset)
   }
   ::close(fd);
 }
@@ -149,14 +212,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (mode == 2 ? std::string(resume ? "stream=0 resume=1 " : "stream=0 ") : "") +
         "nonce=" + nonce;
     SendAll(fd, HelloFrame(self, hello_meta));
-    const std::string challenge = ReadAnswer(fd);
-    if (challenge.rfind("dtrain-challenge 1 ", 0) != 0) Fail("no challenge to a good hello");
+    const std::string challenge =
+        ExpectAnswer(fd, "dtrain-challenge 1 ", "no challenge to a good hello");
     if (mode == 2) {
       const std::string theirs = dtrain::auth::WordValue(challenge, "nonce");
       const std::string proof = dtrain::auth::Proof(
           kSecret, "dtrain-connector", {theirs, nonce, std::to_string(self), hello_meta});
       SendAll(fd, HelloFrame(self, "proof=" + proof));
-      if (ReadAnswer(fd).rfind("dtrain-welcome 1 direct=", 0) != 0) Fail("a good proof refused");
+      ExpectAnswer(fd, "dtrain-welcome 1 direct=", "a good proof refused");
     }
   }
   SendAll(fd, fuzz);
@@ -166,8 +229,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (g_lost.load() != lost_before) Fail("a stranger counted as a member lost");
   } else {
     // The member's stream ended without a Bye (unless the fuzzer wrote one): its loss is reported
-    // just after the node closes; let it land before the next input takes its snapshot.
-    for (int i = 0; i < 30 && g_lost.load() == lost_before; ++i) ::usleep(10000);
+    // resend_window after the node closed; let it land before the next input takes its snapshot
+    // (a loss landing during a stranger's input would fail it). Generous for a stalled machine;
+    // only an input that says Bye waits it all.
+    for (int i = 0; i < 200 && g_lost.load() == lost_before; ++i) ::usleep(10000);
   }
   return 0;
 }
