@@ -77,6 +77,11 @@ struct Config {
   // DTRAIN_TCP_NOTSENT_LOWAT: unsent bytes a TCP connection's kernel buffer takes (0: no limit);
   // small enough that a high-priority push overtakes what waits, large enough to fill the link.
   size_t tcp_notsent_lowat = 256 * 1024;
+  // DTRAIN_TCP_SNDBUF: bytes a TCP connection we write on may hold in the kernel, sent and not yet
+  // acknowledged included, as net.ipv4.tcp_wmem counts them (0: the kernel's autotuning). On a
+  // slow link, about twice its bandwidth-delay product keeps the network's queues short enough
+  // for priority to matter; on a fast one it caps throughput, hence off by default.
+  size_t tcp_send_buffer = 0;
   bool same_host_direct = true;  // DTRAIN_SAME_HOST: one-copy path between local processes
   size_t max_message_bytes = size_t{1} << 32;  // DTRAIN_MAX_MESSAGE_BYTES: larger is rejected
   // DTRAIN_JOB_SECRET: when set, every connection proves knowledge of it (common/job_auth.h) before

@@ -55,6 +55,7 @@ TcpOptions TcpOptions::FromConfig(const Config& config) {
   options.resend_timeout = config.resend_timeout;
   options.resend_window = config.resend_window;
   options.notsent_lowat = config.tcp_notsent_lowat;
+  options.send_buffer = config.tcp_send_buffer;
   return options;
 }
 
@@ -683,6 +684,12 @@ std::pair<tcp::socket, tcp_handshake::Welcome> TcpTransport::Impl::Open(
   if (options.notsent_lowat > 0) {  // our data goes out on this socket (see OutStream)
     const int lowat = static_cast<int>(std::min<size_t>(options.notsent_lowat, INT32_MAX));
     ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
+  }
+  if (options.send_buffer > 0) {
+    // The kernel doubles what SO_SNDBUF asks for (room for its bookkeeping); ask for half, so the
+    // buffer is what DTRAIN_TCP_SNDBUF says, as tcp_wmem would set it.
+    const int half = static_cast<int>(std::min<size_t>(options.send_buffer / 2, INT32_MAX));
+    ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDBUF, &half, sizeof half);
   }
   return {std::move(socket), welcome};
 }

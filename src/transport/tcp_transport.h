@@ -85,11 +85,14 @@ struct TcpOptions {
   // TCP_NOTSENT_LOWAT of the connections we write on: the kernel takes no more than about this
   // many bytes beyond what it is sending, so urgent messages overtake (OutStream). 0: no limit.
   size_t notsent_lowat = 256 * 1024;
+  // The kernel's send buffer of the connections we write on (sent and unsent bytes, counted as
+  // net.ipv4.tcp_wmem counts them); 0 leaves it to the kernel's autotuning.
+  size_t send_buffer = 0;
 
   // The settings in effect from DTRAIN_STREAMS_PER_PEER, DTRAIN_IO_THREADS,
   // DTRAIN_MAX_MESSAGE_BYTES, DTRAIN_SAME_HOST, DTRAIN_HELLO_TIMEOUT_MS, DTRAIN_LINK_TIMEOUT_MS,
   // DTRAIN_JOB_SECRET, PS_RESEND, PS_RESEND_TIMEOUT, DTRAIN_RESEND_WINDOW_MS and
-  // DTRAIN_TCP_NOTSENT_LOWAT.
+  // DTRAIN_TCP_NOTSENT_LOWAT and DTRAIN_TCP_SNDBUF.
   static TcpOptions FromConfig(const Config& config);
 };
 

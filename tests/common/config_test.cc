@@ -145,6 +145,10 @@ std::vector<IntegerVar> IntegerVars() {
        [](const Config& c) { return static_cast<int64_t>(c.chunk_bytes); }},
       {"DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40,
        [](const Config& c) { return static_cast<int64_t>(c.max_message_bytes); }},
+      {"DTRAIN_TCP_NOTSENT_LOWAT", 0, int64_t{1} << 30,
+       [](const Config& c) { return static_cast<int64_t>(c.tcp_notsent_lowat); }},
+      {"DTRAIN_TCP_SNDBUF", 0, int64_t{1} << 30,
+       [](const Config& c) { return static_cast<int64_t>(c.tcp_send_buffer); }},
   };
 }
 
