@@ -72,13 +72,29 @@ TcpTransport& Node() {
   return *node;
 }
 
-// An interrupted connect goes on in the background (libFuzzer's -timeout alarm interrupts this
-// thread's waits): the connection's outcome, 0 or an errno, once it is known (within 1 s).
+using Clock = std::chrono::steady_clock;
+
+long MillisSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// poll() for one descriptor until `deadline`: 1 ready, 0 the deadline passed, -1 an error (errno).
+// libFuzzer's -timeout alarm (SIGALRM) interrupts this thread's waits: an interrupted wait goes on.
+int PollUntil(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    const long left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return 0;
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left));
+    if (ready >= 0 || errno != EINTR) return ready;
+  }
+}
+
+// An interrupted connect goes on in the background: the connection's outcome, 0 or an errno, once
+// it is known (within 1 s).
 int AwaitConnected(int fd) {
-  pollfd p{fd, POLLOUT, 0};
-  int ready;
-  do ready = ::poll(&p, 1, 1000);
-  while (ready < 0 && errno == EINTR);
+  const int ready = PollUntil(fd, POLLOUT, Clock::now() + std::chrono::seconds(1));
   if (ready <= 0) return ready == 0 ? ETIMEDOUT : errno;
   int error = 0;
   socklen_t length = sizeof error;
@@ -127,23 +143,11 @@ struct Answer {
 };
 
 Answer ReadAnswer(int fd) {
-  constexpr int kDeadlineMs = 5000;
-  const auto start = std::chrono::steady_clock::now();
-  const auto waited = [&] {
-    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - start)
-                              .count()) +
-           " ms";
-  };
+  const auto start = Clock::now();
+  const auto waited = [&] { return std::to_string(MillisSince(start)) + " ms"; };
   std::string got;
   for (;;) {
-    const auto left = kDeadlineMs - std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        std::chrono::steady_clock::now() - start)
-                                        .count();
-    pollfd p{fd, POLLIN, 0};
-    const int ready = left <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left));
-    // libFuzzer's -timeout alarm (SIGALRM) interrupts whatever this thread waits in.
-    if (ready < 0 && errno == EINTR) continue;
+    const int ready = PollUntil(fd, POLLIN, start + std::chrono::seconds(5));
     if (ready < 0) return {"", std::string("poll: ") + std::strerror(errno)};
     if (ready == 0) {
       return {"", "nothing within " + waited() + " (" + std::to_string(got.size()) + " bytes)"};
@@ -177,13 +181,9 @@ std::string ExpectAnswer(int fd, const std::string& prefix, const char* what) {
 // the node leaks the connection.
 void Finish(int fd) {
   ::shutdown(fd, SHUT_WR);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    const int ready = left.count() <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
+    const int ready = PollUntil(fd, POLLIN, deadline);
     if (ready == 0) Fail("the node kept a connection open 5 s after its peer closed");
     if (ready < 0) break;
     char buf[4096];
