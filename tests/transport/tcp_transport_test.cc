@@ -1,12 +1,14 @@
 // The TCP transport (tcp_transport.h) on real loopback sockets: the handshake with and without a
 // job secret (who may connect, what a connection that fails it can do: nothing, and that a
-// stream's sender is the id its handshake named), and the receiver's body limit. The raw clients
-// below stand in for strangers.
+// stream's sender is the id its handshake named), the receiver's body limit, and the socket
+// options a node writes with. The raw clients below stand in for strangers.
 #include "transport/tcp_transport.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -274,7 +277,7 @@ TEST(TcpBodyLimit, ABodyLongerThanTheLimitIsDroppedAndTheStreamGoesOn) {
       c.Send(1, std::move(m));
     }
     ASSERT_TRUE(a.WaitForMessages(3)) << "same host " << same_host << ": " << a.messages.size()
-                                       << " arrived; lost: " << (a.lost.empty() ? "" : a.lost[0]);
+                                      << " arrived; lost: " << (a.lost.empty() ? "" : a.lost[0]);
     const auto& got = a.messages;
     EXPECT_NE(got[0].header.flags & kFlagBodyRefused, 0u);
     EXPECT_EQ(got[0].body.size, 0u);
@@ -286,6 +289,61 @@ TEST(TcpBodyLimit, ABodyLongerThanTheLimitIsDroppedAndTheStreamGoesOn) {
     EXPECT_EQ(got[2].body.size, 16u);
     EXPECT_TRUE(a.lost.empty()) << a.lost.front();
   }
+}
+
+// The socket options a node writes with (DTRAIN_TCP_SNDBUF, DTRAIN_TCP_NOTSENT_LOWAT) are on the
+// socket it dialed, as the kernel reports them; with the defaults the send buffer is the kernel's.
+struct DialedSocketOptions {
+  int send_buffer = -1;
+  int notsent_lowat = -1;
+};
+
+// Finds, among this process's open files, the TCP socket connected to 127.0.0.1:`port` from
+// another port (the dialing end, not the accepted one) and reads its options.
+DialedSocketOptions OptionsOfSocketDialedTo(uint16_t port) {
+  DialedSocketOptions found;
+  DIR* fds = ::opendir("/proc/self/fd");
+  if (fds == nullptr) return found;
+  while (dirent* entry = ::readdir(fds)) {
+    const int fd = std::atoi(entry->d_name);
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    if (fd <= 2 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 ||
+        peer.sin_family != AF_INET || ntohs(peer.sin_port) != port) {
+      continue;
+    }
+    socklen_t size = sizeof found.send_buffer;
+    ::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &found.send_buffer, &size);
+    size = sizeof found.notsent_lowat;
+    ::getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &found.notsent_lowat, &size);
+    break;
+  }
+  ::closedir(fds);
+  return found;
+}
+
+TEST(TcpOptions, TheSendBufferAndLowWaterMarkAreOnTheSocketANodeDials) {
+  Acceptor a(kSecret);
+  TcpOptions capped = Acceptor::Options(kSecret);
+  capped.send_buffer = 65536;
+  capped.notsent_lowat = 16384;
+  {
+    TcpTransport dialer(capped);
+    dialer.Connect(1, {"127.0.0.1", a.port}, 2, Deadline(Duration(30000)));
+    const DialedSocketOptions got = OptionsOfSocketDialedTo(a.port);
+    EXPECT_EQ(got.send_buffer, 65536);
+    EXPECT_EQ(got.notsent_lowat, 16384);
+  }
+  TcpOptions defaults = Acceptor::Options(kSecret);
+  defaults.send_buffer = 0;
+  defaults.notsent_lowat = 0;
+  Acceptor b(kSecret);
+  TcpTransport dialer(defaults);
+  dialer.Connect(1, {"127.0.0.1", b.port}, 2, Deadline(Duration(30000)));
+  const DialedSocketOptions got = OptionsOfSocketDialedTo(b.port);
+  EXPECT_GT(got.send_buffer, 0);
+  EXPECT_NE(got.send_buffer, 65536);  // tcp_wmem's default, 16 KiB here, or autotuned beyond it
+  EXPECT_EQ(got.notsent_lowat, 0);    // unset: net.ipv4.tcp_notsent_lowat applies
 }
 
 // A stream belongs to the id its handshake named: a message claiming another sender closes it, and
