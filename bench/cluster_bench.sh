@@ -39,6 +39,10 @@
 # (repeatable) is set in every host's namespace (net.* settings are per namespace);
 # --no-overlap makes each step wait for all of its values before the next forward (step_bench
 # --no-overlap); --queue-ms sets the tc queue of each link (100 ms).
+# --tcp-sndbuf BYTES sets DTRAIN_TCP_SNDBUF for every job (0: the kernel's autotuning); the
+# default, auto, is 32768 on links of 1 Gbit/s or less, as the README advises for slow links
+# (docs/performance.md: it keeps the tc queues short so that priority works), and 0 above. Each
+# line says which (tcp_sndbuf).
 #
 # Everything it makes (namespaces, bridge, sshds, jobs) is removed on every exit path, Ctrl-C
 # included.
@@ -59,6 +63,7 @@ train_batch=64
 extra_env=()
 sysctls=()
 overlap=--overlap
+tcp_sndbuf=auto
 while (($#)); do
   case "$1" in
     --quick) workers_list="1 2 4"; modes="wire dist_sync_colocated horovod_gloo ddp"; shift ;;
@@ -75,6 +80,7 @@ while (($#)); do
     --sysctl) sysctls+=("$2"); shift 2 ;;
     --train-batch) train_batch=$2; shift 2 ;;
     --no-overlap) overlap=--no-overlap; shift ;;
+    --tcp-sndbuf) tcp_sndbuf=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster_bench: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
@@ -96,10 +102,14 @@ for n in $workers_list; do
   [[ " $modes " == *" dist_sync_2to1 "* ]] && hosts_for_n=$((3 * n))
   ((hosts_for_n > max_hosts)) && max_hosts=$hosts_for_n
 done
+if [[ $tcp_sndbuf == auto ]]; then
+  tcp_sndbuf=$(awk -v m="$link_mbit" 'BEGIN { print (m <= 1000 ? 32768 : 0) }')
+fi
+[[ $tcp_sndbuf =~ ^[0-9]+$ ]] || { echo "cluster_bench: --tcp-sndbuf takes bytes or auto" >&2; exit 2; }
 scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
 thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
   --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)"
-  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)")
+  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)" --env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf")
 
 tag=$$
 bridge=dcb$tag
@@ -251,7 +261,7 @@ run_case() {  # MODE N
   cpu=$(cpu_busy_since "$busy0" "$total0")
   out=$(cat "$dir/case.out")
   grep -o '{"bound_ms".*}\|{.*"mode".*}' <<<"$out" | tail -n 1 |
-    sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"/"
+    sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"tcp_sndbuf\":$tcp_sndbuf,\"/"
 }
 
 run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and test accuracy
@@ -260,7 +270,8 @@ run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and 
   read -r busy0 total0 < <(cpu_ticks)
   run_job 900 "$dir/case.out" "$dir/case.log" "$dtrain" launch -n "$n" -s "$n" --launcher ssh \
     --ssh-opts "-F $dir/ssh_config" -H "$dir/hostfile" --interface "$bridge" --no-summary \
-    ${extra_env[@]+"${extra_env[@]}"} -- "$build/src/train/dtrain-train" --dataset fashion-mnist \
+    --env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf" ${extra_env[@]+"${extra_env[@]}"} -- \
+    "$build/src/train/dtrain-train" --dataset fashion-mnist \
     --network "$network" --kvstore dist_sync --epochs 1 --batch-size "$train_batch" --threads 1 || {
     echo "cluster_bench: train_$network with $n workers failed:" >&2
     tail -n 20 "$dir/case.log" >&2
@@ -273,7 +284,7 @@ run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and 
     sed 's/.*(\([0-9.]*\) samples/\1/')
   acc=$(grep -o '^\[worker 0\] Epoch 0: Test_acc [0-9.]*' <<<"$out" | sed 's/.* //')
   cpu=$(cpu_busy_since "$busy0" "$total0")
-  echo "{\"case\":\"train_$network\",\"workers\":$n,\"servers\":$n,\"link_mbit\":$link_mbit,\"model\":\"$network\",\"batch\":$train_batch,\"epoch_s\":$cost,\"samples_per_s\":$(awk -v s="$speed" -v n="$n" 'BEGIN { printf "%.1f", s * n }'),\"test_acc\":$acc,\"cpu_busy\":$cpu}"
+  echo "{\"case\":\"train_$network\",\"workers\":$n,\"servers\":$n,\"link_mbit\":$link_mbit,\"model\":\"$network\",\"batch\":$train_batch,\"epoch_s\":$cost,\"samples_per_s\":$(awk -v s="$speed" -v n="$n" 'BEGIN { printf "%.1f", s * n }'),\"test_acc\":$acc,\"cpu_busy\":$cpu,\"tcp_sndbuf\":$tcp_sndbuf}"
 }
 
 run_wire() {  # N: every host streams to the next at once; the slowest receiver's rate
