@@ -52,6 +52,10 @@ std::string RemoteOf(const tcp::socket& socket) {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
+bool StaysOnThisHost(const tcp::endpoint& local, const tcp::endpoint& remote) {
+  return remote.address().is_loopback() || remote.address() == local.address();
+}
+
 tcp::socket Dial(asio::io_context& io, const std::string& host, uint16_t port,
                  const Deadline& deadline) {
   std::error_code ec;

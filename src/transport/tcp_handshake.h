@@ -59,6 +59,10 @@ void SetLinkTimeout(asio::ip::tcp::socket& socket, Duration timeout);
 bool IsNonce(const std::string& s);
 std::string RemoteOf(const asio::ip::tcp::socket& socket);
 
+// True if a connection between these two ends never leaves this host: the peer is a loopback
+// address or our own (the kernel routes that over loopback too).
+bool StaysOnThisHost(const asio::ip::tcp::endpoint& local, const asio::ip::tcp::endpoint& remote);
+
 // Resolves and connects to host:port within the deadline, one attempt. Throws NobodyListens if
 // the connection was refused, another Error otherwise.
 asio::ip::tcp::socket Dial(asio::io_context& io, const std::string& host, uint16_t port,

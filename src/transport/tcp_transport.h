@@ -85,8 +85,9 @@ struct TcpOptions {
   // TCP_NOTSENT_LOWAT of the connections we write on: the kernel takes no more than about this
   // many bytes beyond what it is sending, so urgent messages overtake (OutStream). 0: no limit.
   size_t notsent_lowat = 256 * 1024;
-  // The kernel's send buffer of the connections we write on (sent and unsent bytes, counted as
-  // net.ipv4.tcp_wmem counts them); 0 leaves it to the kernel's autotuning.
+  // The kernel's send buffer of the connections we write on to other hosts (sent and unsent bytes,
+  // counted as net.ipv4.tcp_wmem counts them); 0 leaves it to the kernel's autotuning, as do
+  // connections within this host.
   size_t send_buffer = 0;
 
   // The settings in effect from DTRAIN_STREAMS_PER_PEER, DTRAIN_IO_THREADS,

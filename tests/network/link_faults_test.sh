@@ -18,6 +18,9 @@
 #              liveness (DTRAIN_LINK_TIMEOUT_MS=3000) and the resend window
 #              (DTRAIN_RESEND_WINDOW_MS=3000) fail the job, naming a peer on the other host, long
 #              before the heartbeat or the request timeout.
+#   send-buffer  no fault: with DTRAIN_TCP_SNDBUF=32768 the connections a node dials to the other
+#              host have 32 KiB send buffers (ss -tm mid-run) and those within its host keep the
+#              kernel's; every round exact.
 #   killed     server 1 killed (SIGKILL) mid-run, with a resend window longer than the processes'
 #              120 s limit: a member whose process is gone is lost at once (its connections close,
 #              and nothing listens at its address), so the others fail naming it, never waiting
@@ -87,6 +90,9 @@ case $case_name in
     rounds=800
     both_ways "numgen random mod 100 < 2 drop" "numgen random mod 100 < 2 dup to ip daddr" ;;
   link-down | reset) rounds=4000 ;;
+  send-buffer)
+    rounds=4000
+    extra_env=(DTRAIN_TCP_SNDBUF=32768) ;;
   reset-noresend)
     rounds=4000
     extra_env=(PS_RESEND=0) ;;
@@ -135,6 +141,7 @@ if [[ $case_name != lossy ]]; then
       sleep 0.5
       ip netns exec "$a" ss -K dst "$addr_b" >/dev/null 2>&1 ;;
     reset-noresend) ip netns exec "$b" ss -K dst "$addr_a" >/dev/null 2>&1 ;;
+    send-buffer) ip netns exec "$a" ss -tmnH state established >"$logs/sockets" ;;
     blackhole) both_ways "drop" ;;
     killed)
       for p in $(ip netns pids "$b"); do
@@ -162,7 +169,7 @@ fail() {
 }
 [[ -z ${LINK_FAULTS_SHOW_LOGS:-} ]] || show_logs
 case $case_name in
-  lossy | link-down | reset)
+  lossy | link-down | reset | send-buffer)
     for c in "${codes[@]}"; do [[ ${c#*=} == 0 ]] || fail "$c (every process must exit 0)"; done
     for w in worker0 worker1; do
       grep -q "sync OK" "$logs/$w.log" || fail "$w did not report every round exact"
@@ -172,6 +179,16 @@ case $case_name in
       # first match while cat still writes (SIGPIPE), which made this check flaky.
       grep -q "re-established the connection" "$logs"/*.log ||
         fail "no connection was re-established: did the resets reach the job?"
+    fi
+    if [[ $case_name == send-buffer ]]; then
+      # ss prints each socket's line, then its memory (skmem: ... tb = send buffer) on the next.
+      awk -v other="$addr_b" '
+        /^[0-9]/ { peer = $4; sub(/:[0-9]+$/, "", peer); next }
+        /skmem/ { capped = index($0, ",tb32768,") > 0
+                  if (peer == other) { to_other++; capped_other += capped } else { within += capped } }
+        END { printf "to the other host: %d sockets, %d capped; within: %d capped\n", to_other, capped_other, within
+              exit !(capped_other > 0 && within == 0) }' "$logs/sockets" ||
+        fail "DTRAIN_TCP_SNDBUF: no capped connection to the other host, or one capped within A: $(cat "$logs/sockets")"
     fi ;;
   reset-noresend | blackhole | killed)
     for i in "${!codes[@]}"; do

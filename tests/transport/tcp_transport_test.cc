@@ -26,6 +26,7 @@
 
 #include "common/error.h"
 #include "common/job_auth.h"
+#include "transport/tcp_handshake.h"
 #include "transport/wire.h"
 
 namespace dtrain::transport {
@@ -291,8 +292,9 @@ TEST(TcpBodyLimit, ABodyLongerThanTheLimitIsDroppedAndTheStreamGoesOn) {
   }
 }
 
-// The socket options a node writes with (DTRAIN_TCP_SNDBUF, DTRAIN_TCP_NOTSENT_LOWAT) are on the
-// socket it dialed, as the kernel reports them; with the defaults the send buffer is the kernel's.
+// The socket options a node writes with: DTRAIN_TCP_NOTSENT_LOWAT on every socket it dials, as the
+// kernel reports it; DTRAIN_TCP_SNDBUF only on those to other hosts (tests/network covers those:
+// here every connection stays on this host, so the kernel keeps sizing the buffer).
 struct DialedSocketOptions {
   int send_buffer = -1;
   int notsent_lowat = -1;
@@ -322,7 +324,7 @@ DialedSocketOptions OptionsOfSocketDialedTo(uint16_t port) {
   return found;
 }
 
-TEST(TcpOptions, TheSendBufferAndLowWaterMarkAreOnTheSocketANodeDials) {
+TEST(TcpOptions, TheLowWaterMarkIsOnTheSocketANodeDialsAndOnThisHostNoSendBufferCap) {
   Acceptor a(kSecret);
   TcpOptions capped = Acceptor::Options(kSecret);
   capped.send_buffer = 65536;
@@ -331,19 +333,29 @@ TEST(TcpOptions, TheSendBufferAndLowWaterMarkAreOnTheSocketANodeDials) {
     TcpTransport dialer(capped);
     dialer.Connect(1, {"127.0.0.1", a.port}, 2, Deadline(Duration(30000)));
     const DialedSocketOptions got = OptionsOfSocketDialedTo(a.port);
-    EXPECT_EQ(got.send_buffer, 65536);
     EXPECT_EQ(got.notsent_lowat, 16384);
+    EXPECT_GT(got.send_buffer, 0);
+    EXPECT_NE(got.send_buffer, 65536);  // loopback: tcp_wmem's default, or autotuned beyond it
   }
   TcpOptions defaults = Acceptor::Options(kSecret);
-  defaults.send_buffer = 0;
   defaults.notsent_lowat = 0;
   Acceptor b(kSecret);
   TcpTransport dialer(defaults);
   dialer.Connect(1, {"127.0.0.1", b.port}, 2, Deadline(Duration(30000)));
-  const DialedSocketOptions got = OptionsOfSocketDialedTo(b.port);
-  EXPECT_GT(got.send_buffer, 0);
-  EXPECT_NE(got.send_buffer, 65536);  // tcp_wmem's default, 16 KiB here, or autotuned beyond it
-  EXPECT_EQ(got.notsent_lowat, 0);    // unset: net.ipv4.tcp_notsent_lowat applies
+  EXPECT_EQ(OptionsOfSocketDialedTo(b.port).notsent_lowat, 0);  // unset: the sysctl applies
+}
+
+// Which connections DTRAIN_TCP_SNDBUF caps: those whose peer is neither loopback nor ourselves.
+TEST(TcpOptions, OnlyConnectionsThatLeaveThisHostAreCapped) {
+  using asio::ip::make_address;
+  using asio::ip::tcp;
+  const auto at = [](const char* address) { return tcp::endpoint(make_address(address), 9000); };
+  EXPECT_TRUE(tcp_handshake::StaysOnThisHost(at("127.0.0.1"), at("127.0.0.1")));
+  EXPECT_TRUE(tcp_handshake::StaysOnThisHost(at("127.0.0.1"), at("127.0.1.1")));
+  EXPECT_TRUE(tcp_handshake::StaysOnThisHost(at("::1"), at("::1")));
+  EXPECT_TRUE(tcp_handshake::StaysOnThisHost(at("10.253.1.2"), at("10.253.1.2")));
+  EXPECT_FALSE(tcp_handshake::StaysOnThisHost(at("10.253.1.2"), at("10.253.1.3")));
+  EXPECT_FALSE(tcp_handshake::StaysOnThisHost(at("fd00::1"), at("fd00::2")));
 }
 
 // A stream belongs to the id its handshake named: a message claiming another sender closes it, and
