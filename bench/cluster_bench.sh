@@ -109,7 +109,8 @@ fi
 scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
 thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
   --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)"
-  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)" --env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf")
+  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)")
+link_env=(--env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf")  # every job, training included
 
 tag=$$
 bridge=dcb$tag
@@ -244,9 +245,9 @@ run_case() {  # MODE N
     step=("$step_bench" --kvstore "$kvstore" --layout "$layout" "$overlap" "${step[@]}")
   fi
   local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo
-    "${thresholds[@]}" ${extra_env[@]+"${extra_env[@]}"})
+    "${thresholds[@]}" "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
   if [[ $mode == horovod_mpi ]]; then
-    launcher=(--launcher mpi "${thresholds[@]}" ${extra_env[@]+"${extra_env[@]}"})
+    launcher=(--launcher mpi "${thresholds[@]}" "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
     # mpirun starts its daemons over our ssh and keeps its own traffic on the bridge.
     export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config" OMPI_MCA_btl_tcp_if_include=$bridge
     export OMPI_MCA_oob_tcp_if_include=$bridge OMPI_MCA_btl=self,tcp
@@ -270,7 +271,7 @@ run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and 
   read -r busy0 total0 < <(cpu_ticks)
   run_job 900 "$dir/case.out" "$dir/case.log" "$dtrain" launch -n "$n" -s "$n" --launcher ssh \
     --ssh-opts "-F $dir/ssh_config" -H "$dir/hostfile" --interface "$bridge" --no-summary \
-    --env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf" ${extra_env[@]+"${extra_env[@]}"} -- \
+    "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"} -- \
     "$build/src/train/dtrain-train" --dataset fashion-mnist \
     --network "$network" --kvstore dist_sync --epochs 1 --batch-size "$train_batch" --threads 1 || {
     echo "cluster_bench: train_$network with $n workers failed:" >&2
