@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--ops", ops)->delimiter(',');
   app.add_option("--seconds", budget, "rough time budget per case");
   app.add_option("--warmup", warmup);
+  bool samples = false;
+  app.add_flag("--samples", samples, "also print every iteration's time (samples_ms), in order");
   std::string gc_type = "none";
   std::string gc_threshold;
   app.add_option("--gc-type", gc_type, "gradient compression of pushes: none, 2bit, 1bit, fp16");
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
               line["ratio_vs_pslite"] = median / ref.ms;
             }
           }
+          if (samples) line["samples_ms"] = ms;
           const char* same_host = std::getenv("DTRAIN_SAME_HOST");
           line["transport"] = same_host && std::string(same_host) == "0" ? "tcp" : "tcp+same-host";
           std::printf("%s\n", line.dump().c_str());

@@ -93,6 +93,24 @@ class Reader {
     throw ConfigError(name + "='" + *text + "' is not a boolean (use 0 or 1)");
   }
 
+  // The name of a TCP congestion control algorithm as the kernel spells them (at most 15 lower-case
+  // letters, digits or '_'), or "system".
+  std::optional<std::string> CongestionControl(const std::string& name) {
+    auto text = Text(name);
+    if (!text) return std::nullopt;
+    const bool well_formed =
+        text->size() <= 15 && std::all_of(text->begin(), text->end(), [](char ch) {
+          return std::islower(static_cast<unsigned char>(ch)) ||
+                 std::isdigit(static_cast<unsigned char>(ch)) || ch == '_';
+        });
+    if (!well_formed) {
+      throw ConfigError(name + "='" + *text +
+                        "' is not a congestion control algorithm's name (cubic, reno, bbr, ...; "
+                        "or system)");
+    }
+    return text;
+  }
+
   void Millis(const std::string& name, Duration* out, int64_t min = 1) {
     if (auto v = Integer(name, min, int64_t{1} << 40)) *out = Duration(*v);
   }
@@ -152,6 +170,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_PARTITION_BYTES", 4096, int64_t{1} << 40)) c.partition_bytes = *v;
   if (auto v = r.Integer("DTRAIN_TCP_NOTSENT_LOWAT", 0, int64_t{1} << 30)) c.tcp_notsent_lowat = *v;
   if (auto v = r.Integer("DTRAIN_TCP_SNDBUF", 0, int64_t{1} << 30)) c.tcp_send_buffer = *v;
+  if (auto v = r.CongestionControl("DTRAIN_TCP_LOCAL_CONGESTION")) c.tcp_local_congestion = *v;
   if (auto v = r.Boolean("DTRAIN_SAME_HOST")) c.same_host_direct = *v;
   if (auto v = r.Integer("DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40)) {
     c.max_message_bytes = *v;
@@ -212,6 +231,7 @@ std::string Config::Describe() const {
       << " DTRAIN_CHUNK_BYTES=" << chunk_bytes << " DTRAIN_PARTITION_BYTES=" << partition_bytes
       << " DTRAIN_TCP_NOTSENT_LOWAT=" << tcp_notsent_lowat
       << " DTRAIN_TCP_SNDBUF=" << tcp_send_buffer
+      << " DTRAIN_TCP_LOCAL_CONGESTION=" << tcp_local_congestion
       << " DTRAIN_FAILURE_EXIT_MS=" << failure_exit_grace.count()
       << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes
       << " DTRAIN_SAME_HOST=" << same_host_direct

@@ -82,6 +82,10 @@ struct Config {
   // slow link, about twice its bandwidth-delay product keeps the network's queues short enough
   // for priority to matter; on a fast one it caps throughput, hence off by default.
   size_t tcp_send_buffer = 0;
+  // DTRAIN_TCP_LOCAL_CONGESTION: the congestion control of TCP connections within this host
+  // ("system": the kernel's default). Loopback has no loss or queue to control, and a pacing
+  // algorithm (BBR, some kernels' default) only spreads the sending out.
+  std::string tcp_local_congestion = "cubic";
   bool same_host_direct = true;  // DTRAIN_SAME_HOST: one-copy path between local processes
   size_t max_message_bytes = size_t{1} << 32;  // DTRAIN_MAX_MESSAGE_BYTES: larger is rejected
   // DTRAIN_JOB_SECRET: when set, every connection proves knowledge of it (common/job_auth.h) before

@@ -40,6 +40,25 @@ using tcp_handshake::IsNonce;
 using tcp_handshake::RemoteOf;
 using tcp_handshake::SetLinkTimeout;
 
+// Sets the connection's congestion control; a kernel without the algorithm, or one that does not
+// allow it to this process (net.ipv4.tcp_allowed_congestion_control), leaves its default, said
+// once per process.
+void UseCongestionControl(tcp::socket& socket, const std::string& name) {
+  if (::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                   static_cast<socklen_t>(name.size())) == 0) {
+    return;
+  }
+  static std::once_flag warned;
+  const int error = errno;
+  std::call_once(warned, [&] {
+    DTRAIN_LOG(kWarning) << "TCP congestion control '" << name
+                         << "' (DTRAIN_TCP_LOCAL_CONGESTION) is not available here ("
+                         << std::strerror(error)
+                         << "; see net.ipv4.tcp_allowed_congestion_control): connections within "
+                            "this host keep the kernel's default";
+  });
+}
+
 }  // namespace
 
 TcpOptions TcpOptions::FromConfig(const Config& config) {
@@ -56,6 +75,8 @@ TcpOptions TcpOptions::FromConfig(const Config& config) {
   options.resend_window = config.resend_window;
   options.notsent_lowat = config.tcp_notsent_lowat;
   options.send_buffer = config.tcp_send_buffer;
+  options.local_congestion =
+      config.tcp_local_congestion == "system" ? "" : config.tcp_local_congestion;
   return options;
 }
 
@@ -685,17 +706,21 @@ std::pair<tcp::socket, tcp_handshake::Welcome> TcpTransport::Impl::Open(
     const int lowat = static_cast<int>(std::min<size_t>(options.notsent_lowat, INT32_MAX));
     ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
   }
-  if (options.send_buffer > 0) {
-    // The cap is for links: on loopback a buffer smaller than one 64 KiB segment only adds
-    // wake-ups (LeNet on one host trained 1.5-1.6x slower with 32 KiB).
+  if (options.send_buffer > 0 || !options.local_congestion.empty()) {
     std::error_code no_local, no_remote;
     const auto local = socket.local_endpoint(no_local);
     const auto remote = socket.remote_endpoint(no_remote);
-    if (!no_local && !no_remote && !tcp_handshake::StaysOnThisHost(local, remote)) {
+    const bool stays = !no_local && !no_remote && tcp_handshake::StaysOnThisHost(local, remote);
+    // The cap is for links: on loopback a buffer smaller than one 64 KiB segment only adds
+    // wake-ups (LeNet on one host trained 1.5-1.6x slower with 32 KiB).
+    if (options.send_buffer > 0 && !stays) {
       // The kernel doubles what SO_SNDBUF asks for (room for its bookkeeping); ask for half, so
       // the buffer is what DTRAIN_TCP_SNDBUF says, as tcp_wmem would set it.
       const int half = static_cast<int>(std::min<size_t>(options.send_buffer / 2, INT32_MAX));
       ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDBUF, &half, sizeof half);
+    }
+    if (!options.local_congestion.empty() && stays) {
+      UseCongestionControl(socket, options.local_congestion);
     }
   }
   return {std::move(socket), welcome};

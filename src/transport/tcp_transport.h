@@ -89,11 +89,14 @@ struct TcpOptions {
   // counted as net.ipv4.tcp_wmem counts them); 0 leaves it to the kernel's autotuning, as do
   // connections within this host.
   size_t send_buffer = 0;
+  // The congestion control of the connections we write on within this host (empty: the kernel's
+  // default). On loopback there is no loss or queue to control; BBR's pacing only slowed it.
+  std::string local_congestion = "cubic";
 
   // The settings in effect from DTRAIN_STREAMS_PER_PEER, DTRAIN_IO_THREADS,
   // DTRAIN_MAX_MESSAGE_BYTES, DTRAIN_SAME_HOST, DTRAIN_HELLO_TIMEOUT_MS, DTRAIN_LINK_TIMEOUT_MS,
   // DTRAIN_JOB_SECRET, PS_RESEND, PS_RESEND_TIMEOUT, DTRAIN_RESEND_WINDOW_MS,
-  // DTRAIN_TCP_NOTSENT_LOWAT and DTRAIN_TCP_SNDBUF.
+  // DTRAIN_TCP_NOTSENT_LOWAT, DTRAIN_TCP_SNDBUF and DTRAIN_TCP_LOCAL_CONGESTION.
   static TcpOptions FromConfig(const Config& config);
 };
 

@@ -229,6 +229,16 @@ TEST(ConfigTest, AJobNeedsAServerAndAWorker) {
 
 // `dtrain launch -s 0` starts an allreduce job: workers with DMLC_NUM_SERVER=0 are valid nodes,
 // but a parameter-server kvstore in such a job is refused, pointing at the horovod kvstore.
+TEST(ConfigTest, TheLocalCongestionControlIsAnAlgorithmsName) {
+  EXPECT_EQ(Parse({}).tcp_local_congestion, "cubic");
+  EXPECT_EQ(Parse({{"DTRAIN_TCP_LOCAL_CONGESTION", "reno"}}).tcp_local_congestion, "reno");
+  EXPECT_EQ(Parse({{"DTRAIN_TCP_LOCAL_CONGESTION", "system"}}).tcp_local_congestion, "system");
+  for (std::string bad : {"Cubic", "cubic reno", "a_name_far_too_long", "bbr;rm"}) {
+    ExpectConfigError({{"DTRAIN_TCP_LOCAL_CONGESTION", bad}},
+                      {"DTRAIN_TCP_LOCAL_CONGESTION", bad, "congestion control"});
+  }
+}
+
 TEST(ConfigTest, AnAllreduceWorkerNeedsNoServers) {
   Env env = DistributedEnv();
   env["DMLC_NUM_SERVER"] = "0";

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -298,6 +299,7 @@ TEST(TcpBodyLimit, ABodyLongerThanTheLimitIsDroppedAndTheStreamGoesOn) {
 struct DialedSocketOptions {
   int send_buffer = -1;
   int notsent_lowat = -1;
+  std::string congestion;
 };
 
 // Finds, among this process's open files, the TCP socket connected to 127.0.0.1:`port` from
@@ -318,6 +320,10 @@ DialedSocketOptions OptionsOfSocketDialedTo(uint16_t port) {
     ::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &found.send_buffer, &size);
     size = sizeof found.notsent_lowat;
     ::getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &found.notsent_lowat, &size);
+    char name[16] = {};
+    size = sizeof name;
+    ::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &size);
+    found.congestion = name;
     break;
   }
   ::closedir(fds);
@@ -343,6 +349,26 @@ TEST(TcpOptions, TheLowWaterMarkIsOnTheSocketANodeDialsAndOnThisHostNoSendBuffer
   TcpTransport dialer(defaults);
   dialer.Connect(1, {"127.0.0.1", b.port}, 2, Deadline(Duration(30000)));
   EXPECT_EQ(OptionsOfSocketDialedTo(b.port).notsent_lowat, 0);  // unset: the sysctl applies
+}
+
+// Within this host the connections a node dials use the congestion control
+// DTRAIN_TCP_LOCAL_CONGESTION names (cubic unless told), whatever the kernel's default; "system"
+// (empty here) leaves that.
+TEST(TcpOptions, ConnectionsWithinThisHostUseTheLocalCongestionControl) {
+  const auto dialed_with = [](const std::string& congestion) {
+    Acceptor a(kSecret);
+    TcpOptions options = Acceptor::Options(kSecret);
+    options.local_congestion = congestion;
+    TcpTransport dialer(options);
+    dialer.Connect(1, {"127.0.0.1", a.port}, 2, Deadline(Duration(30000)));
+    return OptionsOfSocketDialedTo(a.port).congestion;
+  };
+  EXPECT_EQ(TcpOptions{}.local_congestion, "cubic");
+  EXPECT_EQ(dialed_with("cubic"), "cubic");
+  EXPECT_EQ(dialed_with("reno"), "reno");
+  std::ifstream default_file("/proc/sys/net/ipv4/tcp_congestion_control");
+  std::string kernel_default;
+  if (default_file >> kernel_default) EXPECT_EQ(dialed_with(""), kernel_default);
 }
 
 // Which connections DTRAIN_TCP_SNDBUF caps: those whose peer is neither loopback nor ourselves.
