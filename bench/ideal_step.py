@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""The step time of bench/step_bench.cc's step on an ideal network with priority scheduling: a
+tighter bound than its bound_ms, which assumes the communication can hide entirely behind the
+compute.
+
+  python3 bench/ideal_step.py --workers 8 --link-mbit 467 --compute-ms 300
+  python3 bench/ideal_step.py --workers 4 --link-mbit 187 --compute-ms 200 --model resnet50
+
+step_bench spends a third of --compute-ms on forward and the rest on backward, each layer's share
+in proportion to its size; backward produces the gradients last layer first, and the next forward
+needs each layer's new value before it runs that layer. This replays that step against an ideal
+network, for the colocated layout (a server on each of N hosts) and, with the same bytes, for ring
+allreduce: every host sends (N - 1) / N of each gradient out (the push, or reduce-scatter) and, once
+that has arrived, the same again (the reply, or allgather); each host's outgoing link, at
+--link-mbit, is the only limit (incoming links carry the same by symmetry; no latency, no CPU) and
+always sends the layer nearest the input first, interrupting a bigger one. It runs 12 steps and
+prints one JSON line for the last: ideal_ms, the efficiency compute_ms / ideal_ms, and wire_ms
+(the bytes alone at the link's rate). At the links' nominal rate this is a floor for the measured
+step; at the rate cluster_bench's wire case measures (one TCP stream each way) it is an estimate,
+which dtrain has beaten by a few percent at N = 2.
+"""
+import argparse
+import heapq
+import json
+import os
+import subprocess
+import sys
+
+
+def layer_bytes(args):
+    step_bench = os.path.join(args.build, "bench", "step_bench")
+    out = subprocess.run([step_bench, "--print-shapes", "--model", args.model,
+                          "--scale", str(args.scale)], check=True, capture_output=True, text=True)
+    return [t["elements"] * 4 for t in json.loads(out.stdout)]
+
+
+def pieces_of(size, piece_bytes):
+    whole, rest = divmod(size, piece_bytes)
+    return [piece_bytes] * whole + ([rest] if rest else [])
+
+
+def send(link_free, produced, pieces, rate):
+    """One link carrying each piece's push from when its layer is produced and its reply from when
+    that push has gone, the lowest (layer, piece, phase) first, preemptively. pieces: layer ->
+    list of piece sizes. Returns when each layer's last reply has gone, and when the link is free."""
+    left = {(k, i, phase): b for k, sizes in pieces.items() for i, b in enumerate(sizes)
+            for phase in (0, 1)}
+    arrivals = sorted((produced[k], (k, i, 0)) for k, sizes in pieces.items()
+                      for i in range(len(sizes)))
+    back = dict.fromkeys(pieces, 0.0)
+    clock, nxt, waiting, sent = link_free, 0, [], 0
+    while sent < len(left):
+        while nxt < len(arrivals) and arrivals[nxt][0] <= clock:
+            heapq.heappush(waiting, arrivals[nxt][1])
+            nxt += 1
+        if not waiting:
+            clock = arrivals[nxt][0]
+            continue
+        item = waiting[0]
+        arrival = arrivals[nxt][0] if nxt < len(arrivals) else float("inf")
+        finish = clock + left[item] / rate
+        if finish <= arrival:
+            heapq.heappop(waiting)
+            clock = finish
+            sent += 1
+            k, i, phase = item
+            if phase == 0:
+                heapq.heappush(waiting, (k, i, 1))
+            else:
+                back[k] = max(back[k], clock)
+        else:  # something arrives first: it may outrank this one
+            left[item] -= (arrival - clock) * rate
+            clock = arrival
+    return back, clock
+
+
+def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12):
+    rate = link_mbit * 1e6 / 8 / 1e3  # bytes per ms
+    total = sum(sizes)
+    share = (workers - 1) / workers
+    forward, backward = compute_ms / 3, compute_ms - compute_ms / 3
+    layers = range(len(sizes))
+    value_back = [0.0] * len(sizes)  # when each layer's new value is back
+    clock, link_free, starts = 0.0, 0.0, []
+    for _ in range(steps):
+        starts.append(clock)
+        for k in layers:  # forward, first layer first, each waiting for its value
+            clock = max(clock, value_back[k]) + forward * sizes[k] / total
+        produced = {}
+        for k in reversed(layers):  # backward, last layer first
+            clock += backward * sizes[k] / total
+            produced[k] = clock
+        pieces = {k: [share * b for b in pieces_of(sizes[k], piece_bytes)] for k in layers}
+        back, link_free = send(link_free, produced, pieces, rate)
+        value_back = [back[k] for k in layers]
+    return starts[-1] - starts[-2]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--link-mbit", type=float, required=True)
+    parser.add_argument("--compute-ms", type=float, required=True)
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--scale", type=float, default=0.1)
+    parser.add_argument("--piece-bytes", type=int, default=16384,
+                        help="values travel in pieces this big (smaller: closer to a fluid)")
+    parser.add_argument("--build", default="build")
+    args = parser.parse_args()
+    if args.workers < 1 or args.link_mbit <= 0 or args.compute_ms < 0 or args.piece_bytes < 1:
+        sys.exit("ideal_step: --workers >= 1, --link-mbit > 0, --compute-ms >= 0, --piece-bytes >= 1")
+    sizes = layer_bytes(args)
+    ideal = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes)
+    share = (args.workers - 1) / args.workers
+    wire = 2 * share * sum(sizes) / (args.link_mbit * 1e6 / 8 / 1e3)
+    print(json.dumps({"model": args.model, "scale": args.scale, "workers": args.workers,
+                      "link_mbit": args.link_mbit, "compute_ms": args.compute_ms,
+                      "wire_ms": round(wire, 1), "ideal_ms": round(ideal, 1),
+                      "efficiency": round(args.compute_ms / ideal, 3) if ideal else 1.0}))
+
+
+if __name__ == "__main__":
+    main()
