@@ -24,7 +24,9 @@
 #                        worker's host; prints samples_per_s (all workers) and test_acc. The CPU
 #                        of this one machine, shared by every host, bounds these
 # bound_ms is step_bench's: the larger of the compute and the bytes through the busiest link at
-# the link's rate (bench/step_bench.cc says how, per layout).
+# the link's rate (bench/step_bench.cc says how, per layout). ideal_ms (colocated and allreduce
+# modes) is bench/ideal_step.py's: the step on an ideal network with priority. Unlike bound_ms it
+# counts that backward produces last the gradients the next forward needs first.
 # The size thresholds that decide how keys are placed and cut scale with the model, so that the
 # scaled model is placed as the full one would be: MXNET_KVSTORE_BIGARRAY_BOUND (10^6 elements),
 # DTRAIN_PARTITION_BYTES (512 KiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale; so does the
@@ -261,8 +263,16 @@ run_case() {  # MODE N
   local cpu
   cpu=$(cpu_busy_since "$busy0" "$total0")
   out=$(cat "$dir/case.out")
+  # The ideal schedule's step (bench/ideal_step.py) where its model holds: a server on every
+  # worker's host, or ring allreduce.
+  local ideal=""
+  if [[ $layout != separate ]]; then
+    ideal=$(python3 bench/ideal_step.py --workers "$n" --link-mbit "$link_mbit" \
+      --compute-ms "$compute_ms" --model "$model" --scale "$scale" --build "$build" |
+      python3 -c 'import json, sys; print("\"ideal_ms\":%s," % json.load(sys.stdin)["ideal_ms"])')
+  fi
   grep -o '{"bound_ms".*}\|{.*"mode".*}' <<<"$out" | tail -n 1 |
-    sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"tcp_sndbuf\":$tcp_sndbuf,\"/"
+    sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"tcp_sndbuf\":$tcp_sndbuf,$ideal\"/"
 }
 
 run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and test accuracy
