@@ -17,8 +17,11 @@
 #include "common/gradient_compression.h"
 #include "kvstore/init.h"
 #include "kvstore/kvstore.h"
+#include "percentile.h"
 
 namespace {
+
+using dtrain::bench::Percentile;
 
 using Clock = std::chrono::steady_clock;
 
@@ -35,12 +38,6 @@ struct Reference {
 constexpr Reference kPsLite[] = {
     {1, 1, 4096, 0.16}, {1, 1, 1 << 20, 0.74},  {1, 1, 16 << 20, 16.1},  {1, 1, 64 << 20, 96.5},
     {2, 2, 4096, 0.23}, {2, 2, 1 << 20, 0.965}, {2, 2, 16 << 20, 19.45}, {2, 2, 64 << 20, 134.0}};
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
 
 int Iterations(size_t bytes, double seconds_budget) {
   // Enough samples for a stable median without making the 64 MB cases take minutes.

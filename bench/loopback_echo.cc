@@ -26,7 +26,11 @@
 #include <thread>
 #include <vector>
 
+#include "percentile.h"
+
 namespace {
+
+using dtrain::bench::Percentile;
 
 using Clock = std::chrono::steady_clock;
 
@@ -77,11 +81,6 @@ void Configure(int fd, const std::string& congestion) {
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n <= 0 || !WriteAll(fd, buffer.data(), static_cast<size_t>(n))) ::_exit(0);
   }
-}
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
 }  // namespace

@@ -35,8 +35,11 @@
 #include "common/error.h"
 #include "kvstore/kvstore.h"
 #include "model_shapes.h"
+#include "percentile.h"
 
 namespace {
+
+using dtrain::bench::Percentile;
 
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::duration<double, std::milli>;
@@ -67,11 +70,6 @@ class Compute {
   const bool busy_;
   Clock::time_point due_ = Clock::now();
 };
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
 
 // The communication bound of one step, in ms (see the file's comment).
 double LinkBoundMs(const std::string& layout, double bytes, int workers, int servers,

@@ -227,8 +227,7 @@ TEST(ConfigTest, AJobNeedsAServerAndAWorker) {
   ExpectConfigError(env, {"DMLC_NUM_WORKER", "at least one worker"});
 }
 
-// `dtrain launch -s 0` starts an allreduce job: workers with DMLC_NUM_SERVER=0 are valid nodes,
-// but a parameter-server kvstore in such a job is refused, pointing at the horovod kvstore.
+// DTRAIN_TCP_LOCAL_CONGESTION: an algorithm's name as the kernel spells it, or "system".
 TEST(ConfigTest, TheLocalCongestionControlIsAnAlgorithmsName) {
   EXPECT_EQ(Parse({}).tcp_local_congestion, "cubic");
   EXPECT_EQ(Parse({{"DTRAIN_TCP_LOCAL_CONGESTION", "reno"}}).tcp_local_congestion, "reno");
@@ -239,6 +238,8 @@ TEST(ConfigTest, TheLocalCongestionControlIsAnAlgorithmsName) {
   }
 }
 
+// `dtrain launch -s 0` starts an allreduce job: workers with DMLC_NUM_SERVER=0 are valid nodes,
+// but a parameter-server kvstore in such a job is refused, pointing at the horovod kvstore.
 TEST(ConfigTest, AnAllreduceWorkerNeedsNoServers) {
   Env env = DistributedEnv();
   env["DMLC_NUM_SERVER"] = "0";
