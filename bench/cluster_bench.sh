@@ -41,10 +41,10 @@
 # (repeatable) is set in every host's namespace (net.* settings are per namespace);
 # --no-overlap makes each step wait for all of its values before the next forward (step_bench
 # --no-overlap); --queue-ms sets the tc queue of each link (100 ms).
-# --tcp-sndbuf BYTES sets DTRAIN_TCP_SNDBUF for every job (0: the kernel's autotuning); the
-# default, auto, is 32768 on links of 1 Gbit/s or less, as the README advises for slow links
-# (docs/performance.md: it keeps the tc queues short so that priority works), and 0 above. Each
-# line says which (tcp_sndbuf).
+# --tcp-sndbuf BYTES|auto sets DTRAIN_TCP_SNDBUF for every job (0: the kernel's autotuning); the
+# default, auto, is dtrain's: each connection to another host sizes its send buffer from its own
+# rate and round trip (docs/performance.md: short tc queues, so that priority works). Each line
+# says which (tcp_sndbuf).
 #
 # Everything it makes (namespaces, bridge, sshds, jobs) is removed on every exit path, Ctrl-C
 # included.
@@ -104,14 +104,7 @@ for n in $workers_list; do
   [[ " $modes " == *" dist_sync_2to1 "* ]] && hosts_for_n=$((3 * n))
   ((hosts_for_n > max_hosts)) && max_hosts=$hosts_for_n
 done
-if [[ $tcp_sndbuf == auto ]]; then
-  tcp_sndbuf=$(awk -v m="$link_mbit" 'BEGIN { print (m <= 1000 ? 32768 : 0) }')
-fi
-[[ $tcp_sndbuf =~ ^[0-9]+$ ]] || { echo "cluster_bench: --tcp-sndbuf takes bytes or auto" >&2; exit 2; }
-scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
-thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
-  --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)"
-  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)")
+[[ $tcp_sndbuf =~ ^([0-9]+|auto)$ ]] || { echo "cluster_bench: --tcp-sndbuf takes bytes or auto" >&2; exit 2; }
 link_env=(--env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf")  # every job, training included
 
 tag=$$
@@ -272,7 +265,7 @@ run_case() {  # MODE N
       python3 -c 'import json, sys; print("\"ideal_ms\":%s," % json.load(sys.stdin)["ideal_ms"])')
   fi
   grep -o '{"bound_ms".*}\|{.*"mode".*}' <<<"$out" | tail -n 1 |
-    sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"tcp_sndbuf\":$tcp_sndbuf,$ideal\"/"
+    sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"tcp_sndbuf\":\"$tcp_sndbuf\",$ideal\"/"
 }
 
 run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and test accuracy
@@ -295,7 +288,7 @@ run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and 
     sed 's/.*(\([0-9.]*\) samples/\1/')
   acc=$(grep -o '^\[worker 0\] Epoch 0: Test_acc [0-9.]*' <<<"$out" | sed 's/.* //')
   cpu=$(cpu_busy_since "$busy0" "$total0")
-  echo "{\"case\":\"train_$network\",\"workers\":$n,\"servers\":$n,\"link_mbit\":$link_mbit,\"model\":\"$network\",\"batch\":$train_batch,\"epoch_s\":$cost,\"samples_per_s\":$(awk -v s="$speed" -v n="$n" 'BEGIN { printf "%.1f", s * n }'),\"test_acc\":$acc,\"cpu_busy\":$cpu,\"tcp_sndbuf\":$tcp_sndbuf}"
+  echo "{\"case\":\"train_$network\",\"workers\":$n,\"servers\":$n,\"link_mbit\":$link_mbit,\"model\":\"$network\",\"batch\":$train_batch,\"epoch_s\":$cost,\"samples_per_s\":$(awk -v s="$speed" -v n="$n" 'BEGIN { printf "%.1f", s * n }'),\"test_acc\":$acc,\"cpu_busy\":$cpu,\"tcp_sndbuf\":\"$tcp_sndbuf\"}"
 }
 
 run_wire() {  # N: every host streams to the next at once; the slowest receiver's rate

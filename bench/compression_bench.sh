@@ -46,27 +46,11 @@ addr_a=10.254.77.1
 addr_b=10.254.77.2
 logs=$(mktemp -d /tmp/compression_bench.XXXXXX)
 source "scripts/netns.sh"
-cleanup() {
-  trap '' INT TERM  # a second signal (a group's Ctrl-C reaches us twice) must not cut it short
-  delete_netns "$a" "$b"
-  rm -rf "$logs"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+delete_on_exit "$a" "$b" "$logs"
 
-ip netns add "$a"
-ip netns add "$b"
-ip link add veth-gc-a netns "$a" type veth peer name veth-gc-b netns "$b"
-ip -n "$a" addr add "$addr_a/24" dev veth-gc-a
-ip -n "$b" addr add "$addr_b/24" dev veth-gc-b
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set veth-gc-a up
-ip -n "$b" link set veth-gc-b up
-
-shape() {  # RATE: both directions of the link
-  ip netns exec "$a" tc qdisc replace dev veth-gc-a root tbf rate "$1" burst 256kb latency 100ms
-  ip netns exec "$b" tc qdisc replace dev veth-gc-b root tbf rate "$1" burst 256kb latency 100ms
-}
+join_netns_pair "$a" "$b" veth-gc-a veth-gc-b "$addr_a" "$addr_b" ||
+  { echo "compression_bench: cannot make network namespaces joined by a veth pair here" >&2; exit 1; }
+shape() { shape_link "$a" veth-gc-a "$1" && shape_link "$b" veth-gc-b "$1"; }  # RATE: both ways
 mbit() { case $1 in *gbit) echo $((${1%gbit} * 1000)) ;; *mbit) echo "${1%mbit}" ;; esac; }
 
 # in NS HOST ROLE RANK LOG CMD...: a job process in namespace NS, announcing HOST, in the

@@ -1,5 +1,6 @@
 # Shell functions for emulated hosts (network namespaces), sourced by the benchmarks and tests that
-# build them (bench/compression_bench.sh, tests/network/link_faults_test.sh).
+# build them (bench/compression_bench.sh, bench/send_buffer_bench.sh,
+# tests/network/link_faults_test.sh).
 
 # delete_netns NS...: kills whatever still runs in each namespace, then deletes it. Never fails.
 delete_netns() {
@@ -18,4 +19,37 @@ delete_netns() {
       ip netns del "$ns" 2>/dev/null || true
     fi
   done
+}
+
+# join_netns_pair NS_A NS_B VETH_A VETH_B ADDR_A ADDR_B: two emulated hosts, namespaces NS_A and
+# NS_B joined by a veth pair (VETH_A in NS_A with ADDR_A/24, VETH_B in NS_B with ADDR_B/24), every
+# link up. Returns non-zero at the first step this machine refuses, so that a test can skip.
+join_netns_pair() {
+  local a=$1 b=$2 veth_a=$3 veth_b=$4 addr_a=$5 addr_b=$6 ns
+  ip netns add "$a" 2>/dev/null && ip netns add "$b" &&
+    ip link add "$veth_a" netns "$a" type veth peer name "$veth_b" netns "$b" || return 1
+  ip -n "$a" addr add "$addr_a/24" dev "$veth_a"
+  ip -n "$b" addr add "$addr_b/24" dev "$veth_b"
+  for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+  ip -n "$a" link set "$veth_a" up
+  ip -n "$b" link set "$veth_b" up
+}
+
+# shape_link NS DEV RATE: DEV's egress in NS through tc's token bucket at RATE (tc's units: 1gbit,
+# 100mbit), 256 KB of burst and 100 ms of queue; RATE none removes the shaping.
+shape_link() {
+  if [[ $3 == none ]]; then
+    ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null || true
+  else
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst 256kb latency 100ms
+  fi
+}
+
+# delete_on_exit NS_A NS_B DIR: on every exit path of the calling script, Ctrl-C included, deletes
+# the two namespaces (with what runs there) and DIR.
+delete_on_exit() {
+  # The cleanup ignores a second signal (a group's Ctrl-C reaches us twice), which must not cut it
+  # short.
+  trap "trap '' INT TERM; delete_netns ${1@Q} ${2@Q}; rm -rf ${3@Q}" EXIT
+  trap 'exit 130' INT TERM
 }

@@ -169,7 +169,11 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_CHUNK_BYTES", 4096, int64_t{1} << 40)) c.chunk_bytes = *v;
   if (auto v = r.Integer("DTRAIN_PARTITION_BYTES", 4096, int64_t{1} << 40)) c.partition_bytes = *v;
   if (auto v = r.Integer("DTRAIN_TCP_NOTSENT_LOWAT", 0, int64_t{1} << 30)) c.tcp_notsent_lowat = *v;
-  if (auto v = r.Integer("DTRAIN_TCP_SNDBUF", 0, int64_t{1} << 30)) c.tcp_send_buffer = *v;
+  if (r.Text("DTRAIN_TCP_SNDBUF") == "auto") {
+    c.tcp_send_buffer = Config::kAdaptiveSendBuffer;
+  } else if (auto v = r.Integer("DTRAIN_TCP_SNDBUF", 0, int64_t{1} << 30)) {
+    c.tcp_send_buffer = *v;
+  }
   if (auto v = r.CongestionControl("DTRAIN_TCP_LOCAL_CONGESTION")) c.tcp_local_congestion = *v;
   if (auto v = r.Boolean("DTRAIN_SAME_HOST")) c.same_host_direct = *v;
   if (auto v = r.Integer("DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40)) {
@@ -229,8 +233,8 @@ std::string Config::Describe() const {
       << " DTRAIN_REQUEST_TIMEOUT_MS=" << request_timeout.count()
       << " DTRAIN_STREAMS_PER_PEER=" << streams_per_peer << " DTRAIN_IO_THREADS=" << io_threads
       << " DTRAIN_CHUNK_BYTES=" << chunk_bytes << " DTRAIN_PARTITION_BYTES=" << partition_bytes
-      << " DTRAIN_TCP_NOTSENT_LOWAT=" << tcp_notsent_lowat
-      << " DTRAIN_TCP_SNDBUF=" << tcp_send_buffer
+      << " DTRAIN_TCP_NOTSENT_LOWAT=" << tcp_notsent_lowat << " DTRAIN_TCP_SNDBUF="
+      << (tcp_send_buffer == kAdaptiveSendBuffer ? "auto" : std::to_string(tcp_send_buffer))
       << " DTRAIN_TCP_LOCAL_CONGESTION=" << tcp_local_congestion
       << " DTRAIN_FAILURE_EXIT_MS=" << failure_exit_grace.count()
       << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes

@@ -77,11 +77,13 @@ struct Config {
   // DTRAIN_TCP_NOTSENT_LOWAT: unsent bytes a TCP connection's kernel buffer takes (0: no limit);
   // small enough that a high-priority push overtakes what waits, large enough to fill the link.
   size_t tcp_notsent_lowat = 256 * 1024;
-  // DTRAIN_TCP_SNDBUF: bytes a TCP connection we write on may hold in the kernel, sent and not yet
-  // acknowledged included, as net.ipv4.tcp_wmem counts them (0: the kernel's autotuning). On a
-  // slow link, about twice its bandwidth-delay product keeps the network's queues short enough
-  // for priority to matter; on a fast one it caps throughput, hence off by default.
-  size_t tcp_send_buffer = 0;
+  // DTRAIN_TCP_SNDBUF: bytes a TCP connection we write to another host may hold in the kernel,
+  // sent and not yet acknowledged included, as net.ipv4.tcp_wmem counts them; 0: the kernel's
+  // autotuning; "auto" (kAdaptiveSendBuffer, the default): a few times the bandwidth-delay
+  // product each connection measures (transport/send_buffer_tuner.h), so that a slow link's queue
+  // stays short enough for priority to matter while a fast link keeps the kernel's autotuning.
+  static constexpr size_t kAdaptiveSendBuffer = SIZE_MAX;
+  size_t tcp_send_buffer = kAdaptiveSendBuffer;
   // DTRAIN_TCP_LOCAL_CONGESTION: the congestion control of TCP connections within this host
   // ("system": the kernel's default). Loopback has no loss or queue to control, and a pacing
   // algorithm (BBR, some kernels' default) only spreads the sending out.

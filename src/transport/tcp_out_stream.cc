@@ -19,6 +19,7 @@ OutStream::OutStream(Impl* impl, NodeId peer, Endpoint endpoint, int index, tcp:
       index(index),
       socket(std::make_shared<tcp::socket>(std::move(s))),
       remote(tcp_handshake::RemoteOf(*socket)),
+      tuner(impl->SendBufferTunerFor(*socket)),
       resend(welcome.resend),
       direct(welcome.direct) {}
 
@@ -107,16 +108,17 @@ void OutStream::StartWrite() {
           : asio::buffer(static_cast<const void*>(item.msg.body.data), item.msg.body.size)};
   asio::async_write(*socket, buffers,
                     [self = shared_from_this(), gen = generation](
-                        const std::error_code& ec, size_t) { self->OnWritten(gen, ec); });
+                        const std::error_code& ec, size_t n) { self->OnWritten(gen, ec, n); });
 }
 
-void OutStream::OnWritten(uint64_t gen, const std::error_code& ec) {
+void OutStream::OnWritten(uint64_t gen, const std::error_code& ec, size_t bytes) {
   std::unique_lock<std::mutex> lock(mutex);
   if (gen != generation) return;  // an abandoned connection's write
   if (ec) {
     lock.unlock();
     return OnBroken(gen, "sending to it failed: " + ec.message());
   }
+  if (tuner) tuner->AfterWrite(bytes);
   if (resend) {
     ++written;  // kept until the peer says it has it
     DropAcknowledged();
@@ -326,6 +328,7 @@ bool OutStream::Resume(tcp::socket fresh, const tcp_handshake::Welcome& welcome,
   for (auto& [priority, item] : waiting) Encode(item);
   socket = std::make_shared<tcp::socket>(std::move(fresh));
   remote = tcp_handshake::RemoteOf(*socket);
+  tuner = impl->SendBufferTunerFor(*socket);
   ack_have = 0;
   ++generation;
   state = State::kLive;

@@ -59,6 +59,15 @@ void UseCongestionControl(tcp::socket& socket, const std::string& name) {
   });
 }
 
+// Whether both ends of a connection are this host (an address of the peer that is loopback or
+// the socket's own); false when either end cannot be read.
+bool ConnectionStaysOnThisHost(const tcp::socket& socket) {
+  std::error_code no_local, no_remote;
+  const auto local = socket.local_endpoint(no_local);
+  const auto remote = socket.remote_endpoint(no_remote);
+  return !no_local && !no_remote && tcp_handshake::StaysOnThisHost(local, remote);
+}
+
 }  // namespace
 
 TcpOptions TcpOptions::FromConfig(const Config& config) {
@@ -707,13 +716,10 @@ std::pair<tcp::socket, tcp_handshake::Welcome> TcpTransport::Impl::Open(
     ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
   }
   if (options.send_buffer > 0 || !options.local_congestion.empty()) {
-    std::error_code no_local, no_remote;
-    const auto local = socket.local_endpoint(no_local);
-    const auto remote = socket.remote_endpoint(no_remote);
-    const bool stays = !no_local && !no_remote && tcp_handshake::StaysOnThisHost(local, remote);
+    const bool stays = ConnectionStaysOnThisHost(socket);
     // The cap is for links: on loopback a buffer smaller than one 64 KiB segment only adds
     // wake-ups (LeNet on one host trained 1.5-1.6x slower with 32 KiB).
-    if (options.send_buffer > 0 && !stays) {
+    if (options.send_buffer > 0 && options.send_buffer != Config::kAdaptiveSendBuffer && !stays) {
       // The kernel doubles what SO_SNDBUF asks for (room for its bookkeeping); ask for half, so
       // the buffer is what DTRAIN_TCP_SNDBUF says, as tcp_wmem would set it.
       const int half = static_cast<int>(std::min<size_t>(options.send_buffer / 2, INT32_MAX));
@@ -724,6 +730,12 @@ std::pair<tcp::socket, tcp_handshake::Welcome> TcpTransport::Impl::Open(
     }
   }
   return {std::move(socket), welcome};
+}
+
+std::unique_ptr<SendBufferTuner> TcpTransport::Impl::SendBufferTunerFor(tcp::socket& socket) const {
+  if (options.send_buffer != Config::kAdaptiveSendBuffer || ConnectionStaysOnThisHost(socket))
+    return {};
+  return std::make_unique<SendBufferTuner>(socket.native_handle());
 }
 
 void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, Deadline deadline) {

@@ -86,9 +86,10 @@ struct TcpOptions {
   // many bytes beyond what it is sending, so urgent messages overtake (OutStream). 0: no limit.
   size_t notsent_lowat = 256 * 1024;
   // The kernel's send buffer of the connections we write on to other hosts (sent and unsent bytes,
-  // counted as net.ipv4.tcp_wmem counts them); 0 leaves it to the kernel's autotuning, as do
+  // counted as net.ipv4.tcp_wmem counts them); Config::kAdaptiveSendBuffer sizes each from its
+  // own measurements (send_buffer_tuner.h); 0 leaves it to the kernel's autotuning, as do
   // connections within this host.
-  size_t send_buffer = 0;
+  size_t send_buffer = Config::kAdaptiveSendBuffer;
   // The congestion control of the connections we write on within this host (empty: the kernel's
   // default). On loopback there is no loss or queue to control; BBR's pacing only slowed it.
   std::string local_congestion = "cubic";

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "transport/send_buffer_tuner.h"
 #include "transport/tcp_handshake.h"
 #include "transport/tcp_transport.h"
 
@@ -81,6 +82,9 @@ struct TcpTransport::Impl {
   std::pair<asio::ip::tcp::socket, tcp_handshake::Welcome> Open(
       NodeId peer, const Endpoint& endpoint, NodeId self, tcp_handshake::StreamIdentity stream,
       const Deadline& deadline);
+  // The tuner of a socket we write on (DTRAIN_TCP_SNDBUF=auto) where it reaches another host;
+  // null otherwise.
+  std::unique_ptr<SendBufferTuner> SendBufferTunerFor(asio::ip::tcp::socket& socket) const;
 };
 
 // One logical stream from a peer as the accepting side counts it (PS_RESEND): how many of its
@@ -125,7 +129,8 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   const int index;  // among the link's streams
   std::shared_ptr<asio::ip::tcp::socket> socket;
   std::string remote;
-  std::mutex mutex;  // guards the members below
+  std::unique_ptr<SendBufferTuner> tuner;  // of `socket`; guarded by `mutex`
+  std::mutex mutex;                        // guards the members below
   std::condition_variable drained;
   // Messages whose writing has started, in the order of their sequence numbers; the first `written`
   // are written, waiting for the peer's count (PS_RESEND).
@@ -165,7 +170,7 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   void StartWrite();                          // mutex held; something is left to write
   bool Drained() const;                       // mutex held: everything written and acknowledged
   int PlaceInLine(const Message& msg) const;  // mutex held
-  void OnWritten(uint64_t gen, const std::error_code& ec);
+  void OnWritten(uint64_t gen, const std::error_code& ec, size_t bytes);
   void ReadAcksOn(std::shared_ptr<asio::ip::tcp::socket> on, uint64_t gen);  // mutex held
   void OnAcks(const std::shared_ptr<asio::ip::tcp::socket>& on, uint64_t gen,
               const std::error_code& ec, size_t n);

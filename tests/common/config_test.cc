@@ -238,6 +238,17 @@ TEST(ConfigTest, TheLocalCongestionControlIsAnAlgorithmsName) {
   }
 }
 
+TEST(ConfigTest, TheSendBufferIsAutoZeroOrBytes) {
+  EXPECT_EQ(Parse({}).tcp_send_buffer, Config::kAdaptiveSendBuffer);
+  EXPECT_EQ(Parse({{"DTRAIN_TCP_SNDBUF", "auto"}}).tcp_send_buffer, Config::kAdaptiveSendBuffer);
+  EXPECT_EQ(Parse({{"DTRAIN_TCP_SNDBUF", "0"}}).tcp_send_buffer, 0u);
+  EXPECT_EQ(Parse({{"DTRAIN_TCP_SNDBUF", "32768"}}).tcp_send_buffer, 32768u);
+  EXPECT_THAT(Parse({}).Describe(), ::testing::HasSubstr("DTRAIN_TCP_SNDBUF=auto"));
+  for (std::string bad : {"Auto", "automatic", "32k"}) {
+    ExpectConfigError({{"DTRAIN_TCP_SNDBUF", bad}}, {"DTRAIN_TCP_SNDBUF", bad, "integer"});
+  }
+}
+
 // `dtrain launch -s 0` starts an allreduce job: workers with DMLC_NUM_SERVER=0 are valid nodes,
 // but a parameter-server kvstore in such a job is refused, pointing at the horovod kvstore.
 TEST(ConfigTest, AnAllreduceWorkerNeedsNoServers) {

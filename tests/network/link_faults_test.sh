@@ -21,6 +21,10 @@
 #   send-buffer  no fault: with DTRAIN_TCP_SNDBUF=32768 the connections a node dials to the other
 #              host have 32 KiB send buffers (ss -tm mid-run) and those within its host keep the
 #              kernel's; every round exact.
+#   send-buffer-auto  no fault, the link shaped to 100 Mbit/s (tc tbf), DTRAIN_TCP_SNDBUF unset
+#              (auto): the tuner (transport/send_buffer_tuner.h) keeps the connections a node dials
+#              to the other host at the 32 KiB floor, 2 ms at this rate being less, and says so
+#              (PS_VERBOSE=1); those within its host keep the kernel's; every round exact.
 #   killed     server 1 killed (SIGKILL) mid-run, with a resend window longer than the processes'
 #              120 s limit: a member whose process is gone is lost at once (its connections close,
 #              and nothing listens at its address), so the others fail naming it, never waiting
@@ -50,23 +54,10 @@ addr_a=10.254.78.1
 addr_b=10.254.78.2
 logs=$(mktemp -d /tmp/link_faults.XXXXXX)
 source "$(dirname "$0")/../../scripts/netns.sh"
-cleanup() {
-  trap '' INT TERM  # a second signal (a group's Ctrl-C reaches us twice) must not cut it short
-  delete_netns "$a" "$b"
-  rm -rf "$logs"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+delete_on_exit "$a" "$b" "$logs"
 
-ip netns add "$a" 2>/dev/null || skip "cannot create a network namespace here"
-ip netns add "$b"
-ip link add "$veth_a" netns "$a" type veth peer name "$veth_b" netns "$b" ||
-  skip "cannot create a veth pair here"
-ip -n "$a" addr add "$addr_a/24" dev "$veth_a"
-ip -n "$b" addr add "$addr_b/24" dev "$veth_b"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "$veth_a" up
-ip -n "$b" link set "$veth_b" up
+join_netns_pair "$a" "$b" "$veth_a" "$veth_b" "$addr_a" "$addr_b" ||
+  skip "cannot create network namespaces joined by a veth pair here"
 
 # In NS, nft STATEMENTS applied to every packet NS sends to PEER.
 on_the_way_to() {
@@ -93,6 +84,12 @@ case $case_name in
   send-buffer)
     rounds=4000
     extra_env=(DTRAIN_TCP_SNDBUF=32768) ;;
+  send-buffer-auto)
+    command -v tc >/dev/null || skip "needs tc (iproute2)"
+    { shape_link "$a" "$veth_a" 100mbit && shape_link "$b" "$veth_b" 100mbit; } ||
+      skip "tc cannot shape a link here (sch_tbf)"
+    rounds=400
+    extra_env=(PS_VERBOSE=1) ;;
   reset-noresend)
     rounds=4000
     extra_env=(PS_RESEND=0) ;;
@@ -141,7 +138,7 @@ if [[ $case_name != lossy ]]; then
       sleep 0.5
       ip netns exec "$a" ss -K dst "$addr_b" >/dev/null 2>&1 ;;
     reset-noresend) ip netns exec "$b" ss -K dst "$addr_a" >/dev/null 2>&1 ;;
-    send-buffer) ip netns exec "$a" ss -tmnH state established >"$logs/sockets" ;;
+    send-buffer | send-buffer-auto) ip netns exec "$a" ss -tmnH state established >"$logs/sockets" ;;
     blackhole) both_ways "drop" ;;
     killed)
       for p in $(ip netns pids "$b"); do
@@ -169,7 +166,7 @@ fail() {
 }
 [[ -z ${LINK_FAULTS_SHOW_LOGS:-} ]] || show_logs
 case $case_name in
-  lossy | link-down | reset | send-buffer)
+  lossy | link-down | reset | send-buffer | send-buffer-auto)
     for c in "${codes[@]}"; do [[ ${c#*=} == 0 ]] || fail "$c (every process must exit 0)"; done
     for w in worker0 worker1; do
       grep -q "sync OK" "$logs/$w.log" || fail "$w did not report every round exact"
@@ -180,7 +177,11 @@ case $case_name in
       grep -q "re-established the connection" "$logs"/*.log ||
         fail "no connection was re-established: did the resets reach the job?"
     fi
-    if [[ $case_name == send-buffer ]]; then
+    if [[ $case_name == send-buffer-auto ]]; then
+      grep -q "send buffer 32768 bytes" "$logs"/*.log ||
+        fail "DTRAIN_TCP_SNDBUF=auto: no process said it set a send buffer"
+    fi
+    if [[ $case_name == send-buffer || $case_name == send-buffer-auto ]]; then
       # ss prints each socket's line, then its memory (skmem: ... tb = send buffer) on the next.
       awk -v other="$addr_b" '
         /^[0-9]/ { peer = $4; sub(/:[0-9]+$/, "", peer); next }

@@ -294,8 +294,8 @@ TEST(TcpBodyLimit, ABodyLongerThanTheLimitIsDroppedAndTheStreamGoesOn) {
 }
 
 // The socket options a node writes with: DTRAIN_TCP_NOTSENT_LOWAT on every socket it dials, as the
-// kernel reports it; DTRAIN_TCP_SNDBUF only on those to other hosts (tests/network covers those:
-// here every connection stays on this host, so the kernel keeps sizing the buffer).
+// kernel reports it; DTRAIN_TCP_SNDBUF, fixed or auto, only on those to other hosts (tests/network
+// covers those: here every connection stays on this host, so the kernel keeps sizing the buffer).
 struct DialedSocketOptions {
   int send_buffer = -1;
   int notsent_lowat = -1;
@@ -348,7 +348,12 @@ TEST(TcpOptions, TheLowWaterMarkIsOnTheSocketANodeDialsAndOnThisHostNoSendBuffer
   Acceptor b(kSecret);
   TcpTransport dialer(defaults);
   dialer.Connect(1, {"127.0.0.1", b.port}, 2, Deadline(Duration(30000)));
-  EXPECT_EQ(OptionsOfSocketDialedTo(b.port).notsent_lowat, 0);  // unset: the sysctl applies
+  const DialedSocketOptions got = OptionsOfSocketDialedTo(b.port);
+  EXPECT_EQ(got.notsent_lowat, 0);  // unset: the sysctl applies
+  // DTRAIN_TCP_SNDBUF=auto (the default) tunes only connections to other hosts, which start at
+  // 32 KiB (send_buffer_tuner.h): this one keeps the kernel's sizing.
+  EXPECT_EQ(defaults.send_buffer, Config::kAdaptiveSendBuffer);
+  EXPECT_NE(got.send_buffer, 32768);
 }
 
 // Within this host the connections a node dials use the congestion control
