@@ -105,6 +105,10 @@ for n in $workers_list; do
   ((hosts_for_n > max_hosts)) && max_hosts=$hosts_for_n
 done
 [[ $tcp_sndbuf =~ ^([0-9]+|auto)$ ]] || { echo "cluster_bench: --tcp-sndbuf takes bytes or auto" >&2; exit 2; }
+scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
+thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
+  --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)"
+  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)")
 link_env=(--env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf")  # every job, training included
 
 tag=$$

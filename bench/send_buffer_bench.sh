@@ -11,6 +11,9 @@
 #   bash bench/send_buffer_bench.sh --rates 200mbit  # ~10 minutes: 64 MB takes 3 s a pushpull
 #   bash bench/send_buffer_bench.sh --rates 1gbit --sndbufs "auto 32768" --rounds 1
 #
+# --build DIR (relative to the repository, or absolute; build) holds dtrain and kvstore_bench;
+# --job-timeout S (600) bounds each job's processes; --bytes and --seconds go to kvstore_bench.
+#
 # Everything it starts runs inside the two namespaces, which are deleted (with whatever still
 # runs there) on every exit path, Ctrl-C included.
 set -euo pipefail
@@ -22,6 +25,7 @@ sndbufs="auto 0 32768"
 bytes=1048576,16777216,67108864
 rounds=2
 seconds=2
+job_timeout=600
 while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -30,6 +34,7 @@ while (($#)); do
     --bytes) bytes=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
+    --job-timeout) job_timeout=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "send_buffer_bench: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
@@ -61,7 +66,7 @@ in_ns() {  # NS HOST ROLE LOG CMD...: a job process in namespace NS, in the back
   local ns=$1 host=$2 role=$3 log=$4
   shift 4
   ip netns exec "$ns" env "${job_env[@]}" DMLC_ROLE="$role" DMLC_NODE_HOST="$host" \
-    OMP_NUM_THREADS=1 timeout 600 "$@" >"$log" 2>&1 &
+    OMP_NUM_THREADS=1 timeout "$job_timeout" "$@" >"$log" 2>&1 &
 }
 
 for rate in $rates; do

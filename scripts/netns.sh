@@ -25,14 +25,13 @@ delete_netns() {
 # NS_B joined by a veth pair (VETH_A in NS_A with ADDR_A/24, VETH_B in NS_B with ADDR_B/24), every
 # link up. Returns non-zero at the first step this machine refuses, so that a test can skip.
 join_netns_pair() {
-  local a=$1 b=$2 veth_a=$3 veth_b=$4 addr_a=$5 addr_b=$6 ns
+  local a=$1 b=$2 veth_a=$3 veth_b=$4 addr_a=$5 addr_b=$6
   ip netns add "$a" 2>/dev/null && ip netns add "$b" &&
     ip link add "$veth_a" netns "$a" type veth peer name "$veth_b" netns "$b" || return 1
-  ip -n "$a" addr add "$addr_a/24" dev "$veth_a"
-  ip -n "$b" addr add "$addr_b/24" dev "$veth_b"
-  for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-  ip -n "$a" link set "$veth_a" up
-  ip -n "$b" link set "$veth_b" up
+  # Chained: under a caller's `||`, set -e does not stop at a failing step.
+  ip -n "$a" addr add "$addr_a/24" dev "$veth_a" && ip -n "$b" addr add "$addr_b/24" dev "$veth_b" &&
+    ip -n "$a" link set lo up && ip -n "$b" link set lo up &&
+    ip -n "$a" link set "$veth_a" up && ip -n "$b" link set "$veth_b" up
 }
 
 # shape_link NS DEV RATE: DEV's egress in NS through tc's token bucket at RATE (tc's units: 1gbit,

@@ -169,8 +169,12 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_CHUNK_BYTES", 4096, int64_t{1} << 40)) c.chunk_bytes = *v;
   if (auto v = r.Integer("DTRAIN_PARTITION_BYTES", 4096, int64_t{1} << 40)) c.partition_bytes = *v;
   if (auto v = r.Integer("DTRAIN_TCP_NOTSENT_LOWAT", 0, int64_t{1} << 30)) c.tcp_notsent_lowat = *v;
-  if (r.Text("DTRAIN_TCP_SNDBUF") == "auto") {
+  const auto send_buffer = r.Text("DTRAIN_TCP_SNDBUF");
+  if (send_buffer == "auto") {
     c.tcp_send_buffer = Config::kAdaptiveSendBuffer;
+  } else if (send_buffer && std::isalpha(static_cast<unsigned char>((*send_buffer)[0]))) {
+    throw ConfigError("DTRAIN_TCP_SNDBUF='" + *send_buffer +
+                      "' is not an integer (a byte count) nor auto");
   } else if (auto v = r.Integer("DTRAIN_TCP_SNDBUF", 0, int64_t{1} << 30)) {
     c.tcp_send_buffer = *v;
   }

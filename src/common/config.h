@@ -79,9 +79,9 @@ struct Config {
   size_t tcp_notsent_lowat = 256 * 1024;
   // DTRAIN_TCP_SNDBUF: bytes a TCP connection we write to another host may hold in the kernel,
   // sent and not yet acknowledged included, as net.ipv4.tcp_wmem counts them; 0: the kernel's
-  // autotuning; "auto" (kAdaptiveSendBuffer, the default): a few times the bandwidth-delay
-  // product each connection measures (transport/send_buffer_tuner.h), so that a slow link's queue
-  // stays short enough for priority to matter while a fast link keeps the kernel's autotuning.
+  // autotuning; "auto" (kAdaptiveSendBuffer, the default): sized by each connection from its
+  // round trip and rate (transport/send_buffer_tuner.h), so that a slow link's queue stays short
+  // enough for priority to matter while a fast link still fills.
   static constexpr size_t kAdaptiveSendBuffer = SIZE_MAX;
   size_t tcp_send_buffer = kAdaptiveSendBuffer;
   // DTRAIN_TCP_LOCAL_CONGESTION: the congestion control of TCP connections within this host

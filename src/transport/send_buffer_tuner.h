@@ -12,8 +12,9 @@
 // while it has data out: rate x (smallest round trip + budget). Where that buffer is what limits
 // the connection, the next look finds rate = buffer / (the round trip it sees), so the buffer
 // grows while what the connection adds to the round trip (queueing, the peer's processing) stays
-// under the budget, and shrinks when it is over: a connection keeps about 2 ms of its own sending
-// queued in the network at most, whatever the link's speed. Starting from the kernel's autotuning
+// under the budget, and shrinks when it is over: a connection keeps at most about 2 ms of its own
+// sending queued in the network (one round trip's worth where that is longer), whatever the
+// link's speed. Starting from the kernel's autotuning
 // instead let the first steps fill the queues (2-4% slower steps at 200 Mbit/s). The most it
 // reaches is what SO_SNDBUF may hold, twice net.core.wmem_max (416 KiB with Linux's default),
 // where autotuning may reach net.ipv4.tcp_wmem's maximum (4 MiB): on a long fat link (a round
@@ -38,8 +39,9 @@ struct SendBufferLimits {
 // ceiling (beyond it autotuning reaches further than SO_SNDBUF may).
 size_t NextSendBuffer(size_t current, double rate, double min_rtt_us, const SendBufferLimits& lim);
 
-// One connection's tuner, which sets the floor at once: call AfterWrite with every completed
-// write. Once per kCheckBytes
+// One connection's tuner, which sets the floor at once. It borrows the socket's descriptor, which
+// must outlive it, and is not thread-safe: its owner calls AfterWrite with every completed write,
+// under the lock that serializes them. Once per kCheckBytes
 // written it reads the connection's TCP_INFO; once the connection has been busy (data out, not
 // yet acknowledged) for kMinBusyUs since the last estimate, it takes the bytes acknowledged over
 // that busy time as the rate (not the kernel's delivery rate, its latest sample, which a token
@@ -47,7 +49,8 @@ size_t NextSendBuffer(size_t current, double rate, double min_rtt_us, const Send
 class SendBufferTuner {
  public:
   static constexpr size_t kCheckBytes = size_t{1} << 20;
-  static constexpr uint64_t kMinBusyUs = 20000;  // the kernel counts busy time in jiffies
+  // The kernel counts busy time in jiffies (4-10 ms): 50 ms keeps that error within 8-20%.
+  static constexpr uint64_t kMinBusyUs = 50000;
 
   explicit SendBufferTuner(int fd);
   void AfterWrite(size_t bytes);

@@ -28,9 +28,10 @@ TEST(SendBufferTuner, TheBufferHoldsTheRoundTripAndTheBudget) {
   EXPECT_EQ(NextSendBuffer(0, 1000 * kMbit, 1000, Limits()), 375000u);
 }
 
-// 10 Gbit/s at 2 ms needs 5 MB, beyond half of what SO_SNDBUF may hold (8 MB here), where the
-// kernel's autotuning reaches further: left alone. At 200 us, 2.75 MB is capped.
-TEST(SendBufferTuner, AFastLinkKeepsTheKernelsAutotuning) {
+// Where the kernel refused the floor (current 0: it still autotunes), a buffer that needs 5 MB
+// (10 Gbit/s at 2 ms), beyond half of what SO_SNDBUF may hold (8 MB here), is left to autotuning,
+// which reaches further; at 200 us, 2.75 MB is capped.
+TEST(SendBufferTuner, AnAutotunedBufferIsCappedOnlyWellUnderTheCeiling) {
   EXPECT_EQ(NextSendBuffer(0, 10000 * kMbit, 2000, Limits()), 0u);
   EXPECT_EQ(NextSendBuffer(0, 10000 * kMbit, 200, Limits()), 2750000u);
 }
