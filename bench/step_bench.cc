@@ -12,7 +12,8 @@
 // Run on every worker of a job; rank 0 prints one JSON line:
 //   mode, workers, servers, link_mbit, model, scale, params, bytes, compute_ms, step_ms (median),
 //   p90_ms, idle_ms (median time a step's emulated device stood waiting for values),
-//   idle_first_ms (the part of it before the first layer), bound_ms, samples_per_s, efficiency
+//   idle_first_ms (the part of it before the first layer), bound_ms, samples_per_s, efficiency,
+//   placement (the key placement and fusion variables rank 0 got)
 // efficiency = compute_ms / step_ms: one worker alone takes compute_ms per step, so N workers at
 // this efficiency train N * efficiency times as fast.
 // bound_ms = the larger of compute_ms and the bytes through the busiest link at the link's rate,
@@ -70,6 +71,18 @@ class Compute {
   const bool busy_;
   Clock::time_point due_ = Clock::now();
 };
+
+// The settings that decide how keys are placed, cut and fused, as this process got them (null:
+// unset), so that a run shows what reached its jobs (cluster_bench.sh scales them with the model).
+nlohmann::json PlacementSettings() {
+  nlohmann::json settings = nlohmann::json::object();
+  for (const char* name : {"MXNET_KVSTORE_BIGARRAY_BOUND", "DTRAIN_PARTITION_BYTES",
+                           "DTRAIN_CHUNK_BYTES", "HOROVOD_FUSION_THRESHOLD"}) {
+    const char* value = std::getenv(name);
+    settings[name] = value ? nlohmann::json(value) : nlohmann::json(nullptr);
+  }
+  return settings;
+}
 
 // The communication bound of one step, in ms (see the file's comment).
 double LinkBoundMs(const std::string& layout, double bytes, int workers, int servers,
@@ -205,7 +218,8 @@ int main(int argc, char** argv) {
           {"bound_ms",
            std::max(compute_ms, LinkBoundMs(layout, bytes, workers, servers, link_mbit))},
           {"samples_per_s", workers * batch / (median / 1e3)},
-          {"efficiency", compute_ms / median}};
+          {"efficiency", compute_ms / median},
+          {"placement", PlacementSettings()}};
       std::cout << line.dump() << std::endl;
     }
     return 0;

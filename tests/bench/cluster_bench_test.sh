@@ -31,6 +31,11 @@ for d in lines:
         # The ideal schedule's step: never under bound_ms, which assumes perfect overlap.
         assert d["ideal_ms"] >= d["bound_ms"] - 0.5, d
         assert d["tcp_sndbuf"] == "auto", d  # dtrain's default
+        # The placement thresholds, scaled with the model (--scale 0.1), reached the workers.
+        assert d["placement"] == {"MXNET_KVSTORE_BIGARRAY_BOUND": "100000",
+                                  "DTRAIN_PARTITION_BYTES": "52428",
+                                  "DTRAIN_CHUNK_BYTES": "419430",
+                                  "HOROVOD_FUSION_THRESHOLD": "1048576"}, d
 PY
 python3 bench/plot_cluster.py "$out/results.jsonl" -o "$out/cluster.png"
 python3 - "$out/cluster.png" <<'PY'
