@@ -27,9 +27,9 @@ size_t NextSendBuffer(size_t current, double rate, double min_rtt_us, const Send
 
 size_t SendBufferCeiling() {
   static const size_t ceiling = [] {
-    size_t wmem_max = 212992;  // Linux's default, should /proc not say
-    std::ifstream("/proc/sys/net/core/wmem_max") >> wmem_max;
-    return 2 * wmem_max;
+    size_t wmem_max = 0;
+    std::ifstream("/proc/sys/net/core/wmem_max") >> wmem_max;  // 0 where unreadable or garbled
+    return 2 * (wmem_max > 0 ? wmem_max : 212992);             // else Linux's default
   }();
   return ceiling;
 }
