@@ -20,7 +20,9 @@ targets=(fuzz_wire_decoder fuzz_tcp_receive fuzz_control_decoder fuzz_negotiatio
 
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_FUZZ=ON \
   -DDTRAIN_BUILD_TESTS=OFF -DDTRAIN_BUILD_BENCH=OFF >/dev/null
-ninja -C build-fuzz "${targets[@]}" >/dev/null
+# Quiet unless it fails: ninja prints compile and link errors on stdout.
+ninja -C build-fuzz "${targets[@]}" >build-fuzz/build.log 2>&1 ||
+  { echo "fuzz: building the fuzzers failed:" >&2; tail -n 40 build-fuzz/build.log >&2; exit 1; }
 
 scratch=$(mktemp -d /tmp/dtrain-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
