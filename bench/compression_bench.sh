@@ -51,7 +51,6 @@ delete_on_exit "$a" "$b" "$logs"
 join_netns_pair "$a" "$b" veth-gc-a veth-gc-b "$addr_a" "$addr_b" ||
   { echo "compression_bench: cannot make network namespaces joined by a veth pair here" >&2; exit 1; }
 shape() { shape_link "$a" veth-gc-a "$1" && shape_link "$b" veth-gc-b "$1"; }  # RATE: both ways
-mbit() { case $1 in *gbit) echo $((${1%gbit} * 1000)) ;; *mbit) echo "${1%mbit}" ;; esac; }
 
 # in NS HOST ROLE RANK LOG CMD...: a job process in namespace NS, announcing HOST, in the
 # background.
@@ -84,9 +83,9 @@ for rate in $rates; do
       ms=$(sed 's/.*"median_ms":\([0-9.e-]*\).*/\1/' <<<"$line")
       wire=$(sed 's/.*"push_wire_bytes":\([0-9]*\).*/\1/' <<<"$line")
       [[ $gc == none ]] && fp32_ms[$bytes]=$ms
-      bound=$(awk -v w="$wire" -v m="$(mbit "$rate")" 'BEGIN { printf "%.3f", w * 8 / (m * 1e6) * 1e3 }')
+      bound=$(awk -v w="$wire" -v m="$(link_mbit "$rate")" 'BEGIN { printf "%.3f", w * 8 / (m * 1e6) * 1e3 }')
       speedup=$(awk -v f="${fp32_ms[$bytes]}" -v m="$ms" 'BEGIN { printf "%.2f", f / m }')
-      echo "${line%\}},\"link_mbit\":$(mbit "$rate"),\"link_bound_ms\":$bound,\"speedup_vs_float32\":$speedup}"
+      echo "${line%\}},\"link_mbit\":$(link_mbit "$rate"),\"link_bound_ms\":$bound,\"speedup_vs_float32\":$speedup}"
     done < <(grep '^{' "$logs/worker.log")
   done
   unset fp32_ms

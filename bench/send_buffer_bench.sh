@@ -60,7 +60,6 @@ delete_on_exit "$a" "$b" "$logs"
 join_netns_pair "$a" "$b" "$veth_a" "$veth_b" "$addr_a" "$addr_b" ||
   { echo "send_buffer_bench: cannot make network namespaces joined by a veth pair here" >&2; exit 1; }
 shape() { shape_link "$a" "$veth_a" "$1" && shape_link "$b" "$veth_b" "$1"; }  # RATE|none
-mbit() { case $1 in *gbit) echo $((${1%gbit} * 1000)) ;; *mbit) echo "${1%mbit}" ;; *) echo 0 ;; esac; }
 
 in_ns() {  # NS HOST ROLE LOG CMD...: a job process in namespace NS, in the background
   local ns=$1 host=$2 role=$3 log=$4
@@ -92,7 +91,7 @@ for line in sys.stdin:
                       "bytes": d["bytes"], "median_ms": round(d["median_ms"], 3),
                       "p90_ms": round(d["p90_ms"], 3),
                       "link_bound_ms": None if bound is None else round(bound, 3)}))
-' "$rate" "$sndbuf" "$round" "$(mbit "$rate")"
+' "$rate" "$sndbuf" "$round" "$(link_mbit "$rate")"
     done
   done
 done

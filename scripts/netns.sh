@@ -44,6 +44,9 @@ shape_link() {
   fi
 }
 
+# link_mbit RATE: a shape_link RATE in Mbit/s (1gbit: 1000, 200mbit: 200); none (unshaped): 0.
+link_mbit() { case $1 in *gbit) echo $((${1%gbit} * 1000)) ;; *mbit) echo "${1%mbit}" ;; *) echo 0 ;; esac; }
+
 # delete_on_exit NS_A NS_B DIR: on every exit path of the calling script, Ctrl-C included, deletes
 # the two namespaces (with what runs there) and DIR.
 delete_on_exit() {

@@ -39,11 +39,13 @@ SendBufferTuner::SendBufferTuner(int fd) : fd_(fd) {
   Resize(limits_.floor, 0, 0);
 }
 
-void SendBufferTuner::Resize(size_t bytes, double rate, uint32_t min_rtt_us) {
-  // The kernel doubles what SO_SNDBUF asks for (room for its bookkeeping); ask for half, so that
-  // the buffer holds `bytes` as net.ipv4.tcp_wmem counts them.
+bool SetSendBuffer(int fd, size_t bytes) {
   const int half = static_cast<int>(std::min<size_t>(bytes / 2, INT32_MAX));
-  if (::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &half, sizeof half) != 0) return;
+  return ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &half, sizeof half) == 0;
+}
+
+void SendBufferTuner::Resize(size_t bytes, double rate, uint32_t min_rtt_us) {
+  if (!SetSendBuffer(fd_, bytes)) return;
   DTRAIN_LOG(kConnections) << "send buffer " << bytes << " bytes (sending "
                            << static_cast<uint64_t>(rate) << " B/s while busy, smallest round trip "
                            << min_rtt_us << " us)";

@@ -14,11 +14,11 @@
 // grows while what the connection adds to the round trip (queueing, the peer's processing) stays
 // under the budget, and shrinks when it is over: a connection keeps at most about 2 ms of its own
 // sending queued in the network (one round trip's worth where that is longer), whatever the
-// link's speed. Starting from the kernel's autotuning
-// instead let the first steps fill the queues (2-4% slower steps at 200 Mbit/s). The most it
-// reaches is what SO_SNDBUF may hold, twice net.core.wmem_max (416 KiB with Linux's default),
-// where autotuning may reach net.ipv4.tcp_wmem's maximum (4 MiB): on a long fat link (a round
-// trip of milliseconds at 10 Gbit/s) DTRAIN_TCP_SNDBUF=0 keeps autotuning.
+// link's speed. Starting from the kernel's autotuning instead let the first steps fill the queues
+// (2-4% slower steps at 200 Mbit/s). The most it reaches is what SO_SNDBUF may hold, twice
+// net.core.wmem_max (416 KiB with Linux's default), where autotuning may reach
+// net.ipv4.tcp_wmem's maximum (4 MiB): on a long fat link (a round trip of milliseconds at
+// 10 Gbit/s) DTRAIN_TCP_SNDBUF=0 keeps autotuning.
 #pragma once
 
 #include <cstddef>
@@ -41,11 +41,11 @@ size_t NextSendBuffer(size_t current, double rate, double min_rtt_us, const Send
 
 // One connection's tuner, which sets the floor at once. It borrows the socket's descriptor, which
 // must outlive it, and is not thread-safe: its owner calls AfterWrite with every completed write,
-// under the lock that serializes them. Once per kCheckBytes
-// written it reads the connection's TCP_INFO; once the connection has been busy (data out, not
-// yet acknowledged) for kMinBusyUs since the last estimate, it takes the bytes acknowledged over
-// that busy time as the rate (not the kernel's delivery rate, its latest sample, which a token
-// bucket's burst inflated a hundredfold here) and resizes SO_SNDBUF when NextSendBuffer says so.
+// under the lock that serializes them. Once per kCheckBytes written it reads the connection's
+// TCP_INFO; once the connection has been busy (data out, not yet acknowledged) for kMinBusyUs
+// since the last estimate, it takes the bytes acknowledged over that busy time as the rate (not
+// the kernel's delivery rate, its latest sample, which a token bucket's burst inflated a
+// hundredfold here) and resizes SO_SNDBUF when NextSendBuffer says so.
 class SendBufferTuner {
  public:
   static constexpr size_t kCheckBytes = size_t{1} << 20;
@@ -70,5 +70,10 @@ class SendBufferTuner {
 
 // Twice /proc/sys/net/core/wmem_max (the kernel doubles what SO_SNDBUF asks for), read once.
 size_t SendBufferCeiling();
+
+// Sets socket `fd`'s send buffer to hold `bytes` as net.ipv4.tcp_wmem counts them (the kernel
+// doubles what SO_SNDBUF asks for, for its bookkeeping, so this asks for half); false where the
+// kernel refuses. The kernel autotunes that buffer no more.
+bool SetSendBuffer(int fd, size_t bytes);
 
 }  // namespace dtrain::transport

@@ -720,10 +720,7 @@ std::pair<tcp::socket, tcp_handshake::Welcome> TcpTransport::Impl::Open(
     // The cap is for links: on loopback a buffer smaller than one 64 KiB segment only adds
     // wake-ups (LeNet on one host trained 1.5-1.6x slower with 32 KiB).
     if (options.send_buffer > 0 && options.send_buffer != Config::kAdaptiveSendBuffer && !stays) {
-      // The kernel doubles what SO_SNDBUF asks for (room for its bookkeeping); ask for half, so
-      // the buffer is what DTRAIN_TCP_SNDBUF says, as tcp_wmem would set it.
-      const int half = static_cast<int>(std::min<size_t>(options.send_buffer / 2, INT32_MAX));
-      ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDBUF, &half, sizeof half);
+      SetSendBuffer(socket.native_handle(), options.send_buffer);
     }
     if (!options.local_congestion.empty() && stays) {
       UseCongestionControl(socket, options.local_congestion);

@@ -129,8 +129,8 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
   const int index;  // among the link's streams
   std::shared_ptr<asio::ip::tcp::socket> socket;
   std::string remote;
-  std::unique_ptr<SendBufferTuner> tuner;  // of `socket`; guarded by `mutex`
   std::mutex mutex;                        // guards the members below
+  std::unique_ptr<SendBufferTuner> tuner;  // of `socket`
   std::condition_variable drained;
   // Messages whose writing has started, in the order of their sequence numbers; the first `written`
   // are written, waiting for the peer's count (PS_RESEND).
