@@ -18,6 +18,13 @@ prints one JSON line for the last: ideal_ms, the efficiency compute_ms / ideal_m
 (the bytes alone at the link's rate). At the links' nominal rate this is a floor for the measured
 step; at the rate cluster_bench's wire case measures (one TCP stream each way) it is an estimate,
 which dtrain has beaten by a few percent at N = 2.
+
+It also prints fair_ms, the same step with no priority on the links: every layer whose push (or
+reply) is under way gets an equal share of the link, as when each is its own TCP flow and the
+flows share the links fairly; a layer's reply starts once its whole push has gone. Measured steps
+lie between the two: at ideal_ms where the links are the bottleneck, near fair_ms where compute
+and communication are about equal (docs/performance.md), since priority set by a sender orders
+only what waits in its own queues, not what the network's queues and the other hosts' flows hold.
 """
 import argparse
 import heapq
@@ -74,7 +81,39 @@ def send(link_free, produced, pieces, rate):
     return back, clock
 
 
-def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12):
+def send_fair(link_free, produced, layer_bytes, rate):
+    """One link shared equally by every layer in flight: a layer's push from when it is produced,
+    its reply from when that push has gone (processor sharing, no priority). layer_bytes: layer ->
+    bytes each way. Returns when each layer's reply has gone, and when the link is free."""
+    arrivals = sorted((t, k) for k, t in produced.items())
+    left, back = {}, {}
+    clock, nxt = link_free, 0
+    while len(back) < len(layer_bytes):
+        while nxt < len(arrivals) and arrivals[nxt][0] <= clock:
+            left[(arrivals[nxt][1], 0)] = layer_bytes[arrivals[nxt][1]]
+            nxt += 1
+        if not left:
+            clock = arrivals[nxt][0]
+            continue
+        share = rate / len(left)
+        arrival = arrivals[nxt][0] if nxt < len(arrivals) else float("inf")
+        dt = min(min(left.values()) / share, arrival - clock)
+        clock += dt
+        for item in list(left):
+            left[item] -= dt * share
+            if left[item] <= 1e-9 * max(1.0, layer_bytes[item[0]]):
+                del left[item]
+                k, phase = item
+                if phase == 0:
+                    left[(k, 1)] = layer_bytes[k]
+                else:
+                    back[k] = clock
+    return back, clock
+
+
+def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12, sharing="priority"):
+    """The step time; sharing "priority" (the nearest layer to the input first, preemptive, in
+    pieces) or "fair" (every layer in flight an equal share)."""
     rate = link_mbit * 1e6 / 8 / 1e3  # bytes per ms
     total = sum(sizes)
     share = (workers - 1) / workers
@@ -90,8 +129,12 @@ def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12):
         for k in reversed(layers):  # backward, last layer first
             clock += backward * sizes[k] / total
             produced[k] = clock
-        pieces = {k: [share * b for b in pieces_of(sizes[k], piece_bytes)] for k in layers}
-        back, link_free = send(link_free, produced, pieces, rate)
+        if sharing == "fair":
+            back, link_free = send_fair(link_free, produced, {k: share * sizes[k] for k in layers},
+                                        rate)
+        else:
+            pieces = {k: [share * b for b in pieces_of(sizes[k], piece_bytes)] for k in layers}
+            back, link_free = send(link_free, produced, pieces, rate)
         value_back = [back[k] for k in layers]
     return starts[-1] - starts[-2]
 
@@ -111,12 +154,16 @@ def main():
         sys.exit("ideal_step: --workers >= 1, --link-mbit > 0, --compute-ms >= 0, --piece-bytes >= 1")
     sizes = layer_bytes(args)
     ideal = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes)
+    fair = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes,
+                      sharing="fair")
     share = (args.workers - 1) / args.workers
     wire = 2 * share * sum(sizes) / (args.link_mbit * 1e6 / 8 / 1e3)
     print(json.dumps({"model": args.model, "scale": args.scale, "workers": args.workers,
                       "link_mbit": args.link_mbit, "compute_ms": args.compute_ms,
                       "wire_ms": round(wire, 1), "ideal_ms": round(ideal, 1),
-                      "efficiency": round(args.compute_ms / ideal, 3) if ideal else 1.0}))
+                      "efficiency": round(args.compute_ms / ideal, 3) if ideal else 1.0,
+                      "fair_ms": round(fair, 1),
+                      "fair_efficiency": round(args.compute_ms / fair, 3) if fair else 1.0}))
 
 
 if __name__ == "__main__":

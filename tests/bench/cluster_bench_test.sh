@@ -30,6 +30,8 @@ for d in lines:
         assert d["step_ms"] >= 20 and 0 < d["efficiency"] <= 1.01 and d["bound_ms"] >= 20, d
         # The ideal schedule's step: never under bound_ms, which assumes perfect overlap.
         assert d["ideal_ms"] >= d["bound_ms"] - 0.5, d
+        # With no priority on the links the model's step is never shorter.
+        assert d["fair_ms"] >= d["ideal_ms"] - 0.5, d
         assert d["tcp_sndbuf"] == "auto", d  # dtrain's default
         # The placement thresholds, scaled with the model (--scale 0.1), reached the workers.
         assert d["placement"] == {"MXNET_KVSTORE_BIGARRAY_BOUND": "100000",

@@ -4,7 +4,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from ideal_step import ideal_step  # noqa: E402
+from ideal_step import ideal_step, send_fair  # noqa: E402
 
 SIZES = [4000, 40, 400000, 800, 2000000, 400]  # bytes per layer, input first
 PIECE = 16384
@@ -35,6 +35,35 @@ for workers in (2, 4, 8):
         previous = step
 # The last layers' bytes come first and the first layer is needed first: when the wire time
 # equals the compute, the step is longer than both.
-mbit = 2 * 3 / 4 * sum(SIZES) * 8 / 1e6 / 300 * 1e3
-assert ideal_step(SIZES, 4, mbit, 300, PIECE) > 300 * 1.01
+mbit_equal = 2 * 3 / 4 * sum(SIZES) * 8 / 1e6 / 300 * 1e3
+assert ideal_step(SIZES, 4, mbit_equal, 300, PIECE) > 300 * 1.01
+
+# Fair sharing. Two layers of b bytes produced together: each push gets half the link, so both
+# end at 2b/R and both replies at 4b/R; one produced when the other's push is half done shares
+# from then on.
+b, rate = 1000.0, 10.0
+back, free = send_fair(0.0, {0: 0.0, 1: 0.0}, {0: b, 1: b}, rate)
+assert close(back[0], 4 * b / rate) and close(back[1], 4 * b / rate) and close(free, 4 * b / rate)
+back, free = send_fair(0.0, {1: 0.0, 0: b / 2 / rate}, {0: b, 1: b}, rate)
+# Layer 1 alone for b/2R (half its push), then both: 1's push ends at b/2R + b/R; 0 has b/2 left
+# and its push and 1's reply share until 0's push ends (b/R later), then 1's reply has b/2 left
+# and 0's reply b, sharing: 1's reply ends b/R later, 0's b/2R after that alone.
+assert close(back[1], 3.5 * b / rate) and close(back[0], 4 * b / rate), back
+assert close(free, 4 * b / rate)
+# The step: one worker is the compute; no compute is the wire, as with priority; otherwise never
+# faster than priority and never under either bound.
+assert close(ideal_step(SIZES, 1, 100, 50, PIECE, sharing="fair"), 50)
+assert close(ideal_step(SIZES, 4, 100, 0, PIECE, sharing="fair"), wire_ms(4, 100))
+for workers in (2, 4, 8):
+    for mbit in (10, 50, 100, 500):
+        fair = ideal_step(SIZES, workers, mbit, 300, PIECE, sharing="fair")
+        assert fair >= ideal_step(SIZES, workers, mbit, 300, PIECE) - 1e-6, (workers, mbit)
+        assert fair >= max(300, wire_ms(workers, mbit)) - 1e-6, (workers, mbit, fair)
+# Four equal layers, wire time equal to the compute: with priority the first layer's push and
+# reply go before the others' and the next forward starts early (375 ms); shared fairly, every
+# reply ends together at the end of the wire time (450 ms).
+EQUAL = [400000] * 4
+mbit = 2 * 3 / 4 * sum(EQUAL) * 8 / 1e6 / 300 * 1e3
+fair = ideal_step(EQUAL, 4, mbit, 300, PIECE, sharing="fair")
+assert fair > ideal_step(EQUAL, 4, mbit, 300, PIECE) * 1.1, fair
 print("ideal_step: all cases hold")
