@@ -45,11 +45,14 @@ int main(int argc, char** argv) {
       "register", Make(Command::kRegister, R"({"role":"worker","host":"10.0.0.2","port":9000})"));
   seeds.emplace_back("node_table", Make(Command::kNodeTable, R"({"nodes":[[0,"scheduler"]]})"));
   seeds.emplace_back("barrier", Make(Command::kBarrier, R"({"group":7})"));
-  seeds.emplace_back("push_f32", Make(Command::kPush, "", 64));
+  Message push = Make(Command::kPush, "", 64);
+  push.header.priority = -3;  // a layer's: -index
+  seeds.emplace_back("push_f32", push);
   seeds.emplace_back("init_f64", Make(Command::kInit, R"({"shape":[4]})", 32, DType::kFloat64));
   seeds.emplace_back("pushpull_f16", Make(Command::kPushPull, "", 16, DType::kFloat16));
   Message response = Make(Command::kPull, "", 40, DType::kBFloat16);
   response.header.flags = kFlagResponse;
+  response.header.priority = -3;
   seeds.emplace_back("pull_response", response);
   Message error = Make(Command::kPull, "unknown key 3");
   error.header.flags = kFlagResponse | kFlagError;

@@ -85,6 +85,7 @@ void Server::Reply(const Header& request, Body body) {
   bytes_out_.fetch_add(static_cast<int64_t>(body.size), std::memory_order_relaxed);
   Message msg;
   msg.header = ReplyTo(request, transport::kFlagResponse);
+  msg.priority = request.priority;  // the values needed first go first
   msg.body = std::move(body);
   try {
     node_.Send(request.sender, std::move(msg));

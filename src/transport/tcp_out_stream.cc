@@ -56,23 +56,27 @@ void OutStream::Enqueue(Message&& msg) {
 
 namespace {
 
-// A request for values (push, pull, pushpull): the only messages that may overtake others.
-bool IsValueRequest(const Message& msg) {
+// The messages that may overtake others: requests for values (push, pull, pushpull), and a
+// server's answers to them.
+enum class Kind { kValueRequest, kValueReply, kOther };
+
+Kind KindOf(const Message& msg) {
   const Command c = msg.header.command;
-  return !msg.header.is_response() &&
-         (c == Command::kPush || c == Command::kPull || c == Command::kPushPull);
+  if (c != Command::kPush && c != Command::kPull && c != Command::kPushPull) return Kind::kOther;
+  return msg.header.is_response() ? Kind::kValueReply : Kind::kValueRequest;
 }
 
 }  // namespace
 
-// A value request overtakes waiting value requests of lower priority for other keys; it never
-// overtakes one for the same key (a pull must see the push before it), and no other message (a
-// command, a reply, the goodbye) overtakes anything: returns the priority that keeps those rules.
+// A value request overtakes waiting value requests of lower priority for other keys, and a value
+// reply waiting value replies; neither overtakes one for the same key (a pull must see the push
+// before it, and a worker its answers in that order), and no other message (a command, its reply,
+// the goodbye) overtakes anything or is overtaken: returns the priority that keeps those rules.
 int OutStream::PlaceInLine(const Message& msg) const {
   int priority = msg.priority;
-  const bool value_request = IsValueRequest(msg);
+  const Kind kind = KindOf(msg);
   for (const auto& [ahead, item] : waiting) {
-    if (!value_request || !IsValueRequest(item.msg) || item.msg.header.key == msg.header.key) {
+    if (kind == Kind::kOther || KindOf(item.msg) != kind || item.msg.header.key == msg.header.key) {
       priority = std::min(priority, ahead);
     }
   }

@@ -173,6 +173,7 @@ WireHeader EncodeHeader(const Header& h, size_t meta_len, size_t body_len) {
   Put<uint32_t>(out, 40, h.part);
   Put<uint8_t>(out, 44, static_cast<uint8_t>(h.dtype));
   Put<uint8_t>(out, 45, static_cast<uint8_t>(h.compression));
+  Put<int16_t>(out, 46, h.priority);
   Put<uint64_t>(out, 48, static_cast<uint64_t>(body_len));
   Put<float>(out, 56, h.threshold);
   Put<uint32_t>(out, 60, h.elements);
@@ -215,7 +216,7 @@ Frame DecodeHeader(const char* bytes, size_t size, const Limits& limits) {
   const uint8_t dtype = Get<uint8_t>(bytes, 44);
   if (!IsValidDType(dtype)) throw ProtocolError("unknown dtype " + std::to_string(dtype));
   f.header.dtype = static_cast<DType>(dtype);
-  if (bytes[46] != 0 || bytes[47] != 0) throw ProtocolError("reserved header bytes are not zero");
+  f.header.priority = Get<int16_t>(bytes, 46);  // any value: it only orders replies
   f.body_len = Get<uint64_t>(bytes, 48);
   if (f.body_len > limits.max_body_bytes) {
     throw ProtocolError("body of " + std::to_string(f.body_len) + " bytes exceeds the limit of " +

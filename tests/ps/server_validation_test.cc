@@ -139,6 +139,25 @@ TEST_F(ServerValidationTest, ServesWellFormedRequests) {
   EXPECT_EQ(Pull(2), (std::vector<float>{3, 5}));
 }
 
+// A reply carries its request's priority, by which the server's transport orders what waits to go
+// to that worker (tcp_priority_test.cc).
+TEST_F(ServerValidationTest, RepliesCarryTheirRequestsPriority) {
+  EXPECT_EQ(ErrorOf(Init(1, {0, 0})), "<no error>");
+  for (int16_t priority : {int16_t{-7}, int16_t{3}}) {
+    Message m;
+    m.header.command = Command::kPushPull;
+    m.header.key = 1;
+    m.header.request_id = next_request_++;
+    m.header.priority = priority;
+    m.body = FloatBody({1, 1});
+    const uint64_t id = m.header.request_id;
+    worker_->Send(kServer, std::move(m));
+    auto reply = worker_->TakeReply(id);
+    ASSERT_EQ(ErrorOf(reply), "<no error>");
+    EXPECT_EQ(reply->header.priority, priority);
+  }
+}
+
 TEST_F(ServerValidationTest, RequestForAKeyNeverInitialisedIsRefused) {
   EXPECT_THAT(ErrorOf(Push(7, {1, 2, 3, 4})), HasSubstr("key 7 was never initialised"));
   EXPECT_THAT(ErrorOf(Call(*worker_, Command::kPull, 7, {}, {}, DType::kFloat32, 3)),
