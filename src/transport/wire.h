@@ -1,10 +1,10 @@
 // The wire format of a message: a 64-byte header, then `meta_len` bytes of meta, then `body_len`
 // bytes of body. Integers are little-endian.
 //
-//   0  u32 magic "DTRN"     4 u16 version       6 u16 command     8 u32 flags
-//  12  i32 sender          16 i32 recipient    20 u32 meta_len   24 u64 request_id
-//  32  u64 key             40 u32 part         44 u8 dtype        45 u8 compression  46 i16
-//  priority 48  u64 body_len        56 f32 threshold    60 u32 elements
+//   0  u32 magic "DTRN"  4 u16 version     6 u16 command     8 u32 flags
+//  12  i32 sender       16 i32 recipient  20 u32 meta_len   24 u64 request_id
+//  32  u64 key          40 u32 part       44 u8 dtype        45 u8 compression  46 i16 priority
+//  48  u64 body_len     56 f32 threshold  60 u32 elements
 //
 // Compression (a compressed push only, else zero): the body holds `elements` float32 values
 // packed as gradient_compression.h says, and must be exactly that long.

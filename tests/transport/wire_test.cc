@@ -130,7 +130,7 @@ TEST(WireTest, EveryDTypeAndFlagRoundTrips) {
   }
 }
 
-// A request's priority travels in bytes 46-47, every 16-bit value, and its reply keeps it.
+// A request's priority travels in bytes 46-47, every 16-bit value, and decodes as it was sent.
 TEST(WireTest, PriorityRoundTrips) {
   for (int16_t priority :
        {int16_t{0}, int16_t{-1}, int16_t{-160}, int16_t{7}, int16_t{-32768}, int16_t{32767}}) {
@@ -174,7 +174,7 @@ TEST(WireTest, RejectsBadMagic) {
 }
 
 TEST(WireTest, RejectsOtherVersionsNamingTheVersion) {
-  for (uint16_t version : {0, 1, 2, 4, 0xffff}) {  // 1: before compressed pushes, 2: priority
+  for (uint16_t version : {0, 1, 2, 4, 0xffff}) {  // 1: no compressed pushes, 2: no priority
     std::string bytes = EncodeMessage(MakeMessage(Command::kHello));
     Poke<uint16_t>(bytes, 4, version);
     ExpectRejected(bytes, "version " + std::to_string(version));
