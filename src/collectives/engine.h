@@ -4,7 +4,7 @@
 // Threads: Allreduce/Allgather/Broadcast/Barrier may be called from any thread; the Communicator is
 // used only by the engine's own thread. Each cycle (DTRAIN_CYCLE_TIME_MS, default 1 ms: a small
 // collective waits about half a cycle plus one round; an engine with nothing to do on any rank
-// slows to one round per 5 ms to leave the CPU to training) the thread
+// slows to one round per 20 ms to leave the CPU to training) the thread
 //   1. announces the collectives submitted since the last cycle and learns everyone else's (one
 //      small allgather; negotiation.h), so ranks may submit in different orders;
 //   2. runs those that every rank has now submitted, in one agreed order: allreduces of the same
