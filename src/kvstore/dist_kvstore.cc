@@ -364,7 +364,6 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   }
   for (const auto& slot : info.slots) {
     Message msg;
-    msg.priority = priority;
     msg.header.priority = static_cast<int16_t>(std::clamp(priority, -32768, 32767));
     msg.header.command = command;
     msg.header.key = static_cast<uint64_t>(key);

@@ -40,7 +40,8 @@ Body NewBuffer(size_t bytes) {
   return b;
 }
 
-// A reply's header: the request's, answering it; replies are never compressed.
+// A reply's header: the request's, answering it (its priority too, so the values a worker needs
+// first leave first); replies are never compressed.
 Header ReplyTo(const Header& request, uint32_t flags) {
   Header h = request;
   h.flags = flags;
@@ -85,7 +86,6 @@ void Server::Reply(const Header& request, Body body) {
   bytes_out_.fetch_add(static_cast<int64_t>(body.size), std::memory_order_relaxed);
   Message msg;
   msg.header = ReplyTo(request, transport::kFlagResponse);
-  msg.priority = request.priority;  // the values needed first go first
   msg.body = std::move(body);
   try {
     node_.Send(request.sender, std::move(msg));

@@ -79,8 +79,11 @@ struct Header {
   Compression compression = Compression::kNone;
   float threshold = 0;
   uint32_t elements = 0;
-  // A value request's urgency (MXNet's push/pull priority, clamped to 16 bits), echoed in its
-  // reply so that a server writes the values its workers need first first.
+  // The sender's order of urgency: of the messages waiting to be written on a connection, the
+  // highest priority goes first (equal ones in the order they were sent; which may overtake which:
+  // OutStream::PlaceInLine). The KVStore passes MXNet's push/pull `priority` (-layer index: layers
+  // nearest the input first), clamped to 16 bits; a server's reply keeps its request's header,
+  // and so its priority: a server writes the values its workers need first first.
   int16_t priority = 0;
 
   bool is_response() const { return (flags & kFlagResponse) != 0; }
@@ -100,11 +103,6 @@ struct Message {
   Header header;
   std::string meta;
   Body body;
-  // The sender's order of urgency: of the messages waiting to be written on a connection, the
-  // highest priority goes first (equal ones in the order they were sent; which may overtake which:
-  // tcp_transport_impl.h). The KVStore passes MXNet's push/pull `priority` (-layer index: layers
-  // nearest the input first) here and in the header; a server's reply takes the request's.
-  int priority = 0;
 };
 
 // "push key=3 part=0 from 5 to 1 req=77 body=4096B" for PS_VERBOSE=2 and error messages.

@@ -73,7 +73,7 @@ Kind KindOf(const Message& msg) {
 // before it, and a worker its answers in that order), and no other message (a command, its reply,
 // the goodbye) overtakes anything or is overtaken: returns the priority that keeps those rules.
 int OutStream::PlaceInLine(const Message& msg) const {
-  int priority = msg.priority;
+  int priority = msg.header.priority;
   const Kind kind = KindOf(msg);
   for (const auto& [ahead, item] : waiting) {
     if (kind == Kind::kOther || KindOf(item.msg) != kind || item.msg.header.key == msg.header.key) {

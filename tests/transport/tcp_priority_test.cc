@@ -70,7 +70,7 @@ Message Value(bool reply, Command command, uint64_t key, int priority, const std
   m.header.recipient = 1;
   m.header.key = key;
   m.meta = meta;
-  m.priority = priority;
+  m.header.priority = static_cast<int16_t>(priority);
   m.body.data = const_cast<char*>(payload.data());
   m.body.size = payload.size();
   return m;
