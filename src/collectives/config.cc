@@ -126,6 +126,7 @@ void ReadGlooLayout(const Reader& r, CollectivesConfig* c) {
     throw ConfigError("DTRAIN_GLOO_ALGORITHM='" + c->gloo_algorithm +
                       "' is not one of auto, ring, ring_chunked, halving_doubling, bcube");
   }
+  if (auto v = r.Boolean("DTRAIN_GLOO_SHM")) c->shared_memory = *v;
 }
 
 }  // namespace
@@ -182,7 +183,7 @@ std::string CollectivesConfig::Describe() const {
         << " DMLC_PS_ROOT_URI=" << rendezvous_host << " DMLC_PS_ROOT_PORT=" << rendezvous_port
         << " DTRAIN_GLOO_FILE_STORE=" << file_store_dir
         << " DMLC_INTERFACE=" << interface << " DMLC_NODE_HOST=" << node_host
-        << " DTRAIN_GLOO_ALGORITHM=" << gloo_algorithm;
+        << " DTRAIN_GLOO_ALGORITHM=" << gloo_algorithm << " DTRAIN_GLOO_SHM=" << shared_memory;
   }
   out << " DTRAIN_FUSION_THRESHOLD_BYTES=" << fusion_threshold_bytes
       << " DTRAIN_CYCLE_TIME_MS=" << static_cast<double>(cycle_time.count()) / 1000.0

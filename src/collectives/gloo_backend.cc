@@ -46,8 +46,10 @@
 #include "collectives/error_text.h"
 #include "collectives/gloo_watchdog.h"
 #include "collectives/rendezvous_store.h"
+#include "collectives/shm_group.h"
 #include "common/elementwise.h"
 #include "common/error.h"
+#include "common/host_id.h"
 #include "common/job_report.h"
 #include "common/logging.h"
 #include "common/net_address.h"
@@ -144,12 +146,16 @@ class GlooBackend final : public Communicator {
           std::make_unique<GlooWatchdog>([this] { return LostRanksText(Duration(0)); },
                                          [this](const std::string& lost) { NotifyPeerLost(lost); });
     }
+    SetUpSharedMemory(capped, config);
     DTRAIN_LOG(kConnections) << "collectives: gloo rank " << rank_ << " of " << size_ << " at "
                              << address_ << " (local " << local_rank_ << " of " << local_size_
-                             << "), allreduce " << algorithm_;
+                             << "), "
+                             << (shm_ ? "shared memory among all ranks"
+                                      : "allreduce " + algorithm_);
   }
 
   ~GlooBackend() override {
+    shm_.reset();
     watchdog_.reset();  // its thread asks client_
     cached_.clear();
     context_.reset();
@@ -162,6 +168,7 @@ class GlooBackend final : public Communicator {
 
  protected:
   void AllreduceSum(const void* in, void* out, size_t count, DType dtype) override {
+    if (shm_) return ShmGuard("allreduce", [&] { shm_->AllreduceSum(in, out, count, dtype); });
     Guard("allreduce", [&] {
       const bool old_style = algorithm_ == "ring_chunked" || algorithm_ == "halving_doubling";
       if (old_style && count <= static_cast<size_t>(INT32_MAX) && dtype != DType::kBFloat16) {
@@ -200,6 +207,7 @@ class GlooBackend final : public Communicator {
   }
 
   void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
+    if (shm_) return ShmGuard("allgather", [&] { shm_->Allgatherv(in, out, bytes); });
     Guard("allgather", [&] {
       gloo::AllgathervOptions opts(context_);
       // Gloo wants a buffer even for an empty contribution.
@@ -218,6 +226,7 @@ class GlooBackend final : public Communicator {
   }
 
   void DoBroadcast(void* data, size_t bytes, int root) override {
+    if (shm_) return ShmGuard("broadcast", [&] { shm_->Broadcast(data, bytes, root); });
     Guard("broadcast", [&] {
       gloo::BroadcastOptions opts(context_);
       std::vector<gloo::transport::UnboundBuffer*> watched;
@@ -231,6 +240,7 @@ class GlooBackend final : public Communicator {
   }
 
   void DoBarrier() override {
+    if (shm_) return ShmGuard("barrier", [&] { shm_->Barrier(); });
     Guard("barrier", [&] {
       gloo::BarrierOptions opts(context_);
       opts.setTimeout(timeout_);
@@ -280,7 +290,7 @@ class GlooBackend final : public Communicator {
   // Everyone announces itself (hostname and address) first, so that a rank that never comes is
   // named in the error rather than surfacing as a missing gloo address.
   void WaitForEveryone(gloo::rendezvous::Store& store, const CollectivesConfig& config) {
-    const std::string me = Hostname() + "\n" + address_;
+    const std::string me = Hostname() + "\n" + address_ + "\n" + HostId();
     store.set(ArrivedKey(rank_), std::vector<char>(me.begin(), me.end()));
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back(ArrivedKey(r));
@@ -304,16 +314,101 @@ class GlooBackend final : public Communicator {
 
   static std::string ArrivedKey(int rank) { return "arrived/" + std::to_string(rank); }
 
-  // Every rank's "hostname\naddress": hostnames give the local layout, both name ranks in errors.
+  // With every rank on this host, a shared memory group (shm_group.h) replaces gloo's loopback TCP
+  // for the collectives. Rank 0 always publishes the segment's name ("" when it offers none) so
+  // that nobody waits for it in vain; every rank then says through gloo whether it attached, and
+  // the group is used only if all did (a full /dev/shm, or one rank with DTRAIN_GLOO_SHM=0, leaves
+  // every rank on gloo).
+  void SetUpSharedMemory(gloo::rendezvous::Store& store, const CollectivesConfig& config) {
+    if (size_ == 1) return;
+    const bool wanted = config.shared_memory && one_host_ && algorithm_ == "auto";
+    std::string why_not = !config.shared_memory ? "DTRAIN_GLOO_SHM=0"
+                          : !one_host_          ? "the ranks are on more than one host"
+                          : !wanted             ? "DTRAIN_GLOO_ALGORITHM=" + algorithm_
+                                                : "";
+    ShmGroupOptions options;
+    options.rank = rank_;
+    options.size = size_;
+    options.timeout = config.collective_timeout;
+    options.describe_rank = [this](int r) { return peers_[r]; };
+    options.explain_loss = [this](int r) {
+      const std::string lost = LostRanksText(Duration(2000));
+      return lost.empty() ? peers_[r] + " left the job (its process ended)" : lost;
+    };
+    std::unique_ptr<ShmGroup> group;
+    try {
+      if (rank_ == 0) {
+        if (wanted) group = ShmGroup::Create(options);
+        const std::string name = group ? group->name() : "";
+        store.set(kShmKey, std::vector<char>(name.begin(), name.end()));
+      } else {
+        store.wait({kShmKey}, config.connect_timeout);
+        const auto bytes = store.get(kShmKey);
+        const std::string name(bytes.begin(), bytes.end());
+        if (wanted && !name.empty()) group = ShmGroup::Attach(name, options);
+        if (wanted && name.empty()) why_not = "rank 0 offered no shared memory";
+      }
+    } catch (const std::exception& e) {
+      group.reset();
+      why_not = e.what();
+    }
+    const char attached = group ? 1 : 0;
+    std::vector<char> everyone(size_);
+    DoAllgatherv(&attached, everyone.data(), std::vector<size_t>(size_, 1));  // over gloo
+    if (std::count(everyone.begin(), everyone.end(), 1) == size_) {
+      group->Unlink();  // every rank has it mapped
+      shm_ = std::move(group);
+      return;
+    }
+    if (wanted && why_not.empty()) why_not = "another rank could not attach";
+    if (wanted) {
+      DTRAIN_LOG(kWarning) << "collectives: rank " << rank_
+                           << " exchanges over gloo's loopback TCP, not shared memory: " << why_not;
+    } else {
+      DTRAIN_LOG(kConnections) << "collectives: no shared memory: " << why_not;
+    }
+  }
+
+  // Runs one shared memory collective. Its errors name the rank (shm_group.h); after one, every
+  // later call fails the same way, and the group is abandoned so that the other ranks fail at once.
+  template <typename Call>
+  void ShmGuard(const char* what, Call&& call) {
+    if (timed_out_) throw TimeoutError(failure_);
+    if (!failure_.empty()) throw PeerError(failure_);
+    std::string error;
+    try {
+      call();
+      return;
+    } catch (const TimeoutError& e) {
+      timed_out_ = true;
+      error = e.what();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    shm_->Abandon(error);
+    context_->closeConnections();
+    failure_ = std::string(what) + " (shared memory) failed on rank " + std::to_string(rank_) +
+               ": " + error;
+    if (timed_out_) throw TimeoutError(failure_);
+    throw PeerError(failure_);
+  }
+
+  // Every rank's "hostname\naddress\nhost id": hostnames give the local layout, both name ranks in
+  // errors; host ids (common/host_id.h) say whether they may share memory.
   void LearnPeers(gloo::rendezvous::Store& store) {
     std::vector<std::string> hostnames(size_);
     peers_.resize(size_);
+    one_host_ = true;
     for (int r = 0; r < size_; ++r) {
       const auto bytes = store.get(ArrivedKey(r));
       const std::string text(bytes.begin(), bytes.end());
       const size_t newline = text.find('\n');
+      const size_t second = newline == std::string::npos ? newline : text.find('\n', newline + 1);
       hostnames[r] = text.substr(0, newline);
-      const std::string address = newline == std::string::npos ? "" : text.substr(newline + 1);
+      const std::string address =
+          newline == std::string::npos ? "" : text.substr(newline + 1, second - newline - 1);
+      const std::string host_id = second == std::string::npos ? "" : text.substr(second + 1);
+      one_host_ = one_host_ && host_id == HostId();
       peers_[r] = "rank " + std::to_string(r) + " (" + hostnames[r] +
                   (address.empty() || address == hostnames[r] ? "" : ", " + address) + ")";
     }
@@ -423,6 +518,7 @@ class GlooBackend final : public Communicator {
   }
 
   static constexpr size_t kMaxCachedBytes = size_t{256} << 20;
+  static constexpr const char* kShmKey = "shared-memory";
 
   std::string algorithm_;
   Duration timeout_;
@@ -439,6 +535,8 @@ class GlooBackend final : public Communicator {
   std::string failure_;
   bool timed_out_ = false;
   std::unique_ptr<GlooWatchdog> watchdog_;  // with a TCP rendezvous only
+  bool one_host_ = false;                   // every rank has this process's HostId
+  std::unique_ptr<ShmGroup> shm_;           // the collectives' path when set
 };
 
 }  // namespace

@@ -38,21 +38,6 @@ const Probe& TheProbe() {
 
 }  // namespace
 
-const std::string& HostId() {
-  static const std::string id = [] {
-    std::ifstream boot("/proc/sys/kernel/random/boot_id");
-    std::string boot_id;
-    boot >> boot_id;
-    std::string s =
-        boot_id + "/" + ReadLink("/proc/self/ns/net") + "/" + ReadLink("/proc/self/ns/pid");
-    for (char& c : s) {
-      if (c == ' ') c = '_';
-    }
-    return s;
-  }();
-  return id;
-}
-
 std::string EncodeHello() {
   const Probe& p = TheProbe();
   std::ostringstream s;

@@ -15,11 +15,11 @@
 #include <cstdint>
 #include <string>
 
+#include "common/host_id.h"
+
 namespace dtrain::transport::same_host {
 
-// Identifies this kernel, network namespace and pid namespace: equal ids mean "same host" for the
-// fast path (two network namespaces standing in for two hosts must not use it).
-const std::string& HostId();
+using dtrain::HostId;  // common/host_id.h: equal ids mean "same host" for the fast path
 
 // What a connecting process says about itself: "dtrain-hello 1 <pid> <host-id> <probe-address>
 // <probe-text>".

@@ -44,12 +44,15 @@ struct Job {
 
 enum class Rendezvous { kTcp, kFileStore };
 
+// `rank_env` adds to (or overrides) `env` for single ranks.
 std::unique_ptr<Job> StartGloo(const TempDir& dir, int n, std::vector<std::string> args,
-                               Env env = {}, Rendezvous rendezvous = Rendezvous::kTcp) {
+                               Env env = {}, Rendezvous rendezvous = Rendezvous::kTcp,
+                               std::map<int, Env> rank_env = {}) {
   auto job = std::make_unique<Job>();
   const std::string port = std::to_string(FreePort());
   for (int r = 0; r < n; ++r) {
     Env e = env;
+    for (const auto& [name, value] : rank_env[r]) e[name] = value;
     e["DTRAIN_COLLECTIVES"] = "gloo";
     e["DTRAIN_NODE_RANK"] = std::to_string(r);
     e["DMLC_NUM_WORKER"] = std::to_string(n);
@@ -119,6 +122,36 @@ TEST(GlooJob, FourRanksExact) {
   TempDir dir;
   auto job = StartGloo(dir, 4, Exact(65539));
   ExpectAllSucceed(*job, "exact OK", 4);
+}
+
+// Every rank on this host: the collectives go through shared memory (shm_group.h) unless
+// DTRAIN_GLOO_SHM=0, and then through gloo's loopback TCP, which stays exact up to 64 MB.
+const Env kVerbose = {{"PS_VERBOSE", "1"}};
+const Env kNoSharedMemory = {{"DTRAIN_GLOO_SHM", "0"}, {"PS_VERBOSE", "1"}};
+constexpr const char* kSharedMemoryLine = "shared memory among all ranks";
+
+TEST(GlooJob, RanksOfOneHostShareMemoryAndStayExact) {
+  TempDir dir;
+  auto job = StartGloo(dir, 3, Exact(int64_t{1} << 22), kVerbose);
+  ExpectAllSucceed(*job, "exact OK", 3);
+  for (auto& p : job->processes) EXPECT_NE(p->Output().find(kSharedMemoryLine), std::string::npos);
+}
+
+TEST(GlooJob, TwoRanksExactUpTo64MBOverLoopbackTcp) {
+  TempDir dir;
+  auto job = StartGloo(dir, 2, Exact(int64_t{1} << 24), kNoSharedMemory);
+  ExpectAllSucceed(*job, "exact OK", 2);
+  EXPECT_EQ(job->Output().find(kSharedMemoryLine), std::string::npos) << job->Output();
+}
+
+TEST(GlooJob, OneRankWithoutSharedMemoryKeepsEveryRankOnTcp) {
+  TempDir dir;
+  auto job = StartGloo(dir, 3, Exact(65539), kVerbose, Rendezvous::kTcp,
+                       {{2, {{"DTRAIN_GLOO_SHM", "0"}}}});
+  ExpectAllSucceed(*job, "exact OK", 3);
+  EXPECT_EQ(job->Output().find(kSharedMemoryLine), std::string::npos) << job->Output();
+  EXPECT_NE(job->processes[0]->Output().find("another rank could not attach"), std::string::npos)
+      << job->Output();
 }
 
 TEST(GlooJob, FileStoreRendezvous) {
@@ -207,42 +240,54 @@ void KillRankMidJob(const TempDir& dir, int rank, const Job& job,
   FAIL() << "the job never got going:\n" << job.Output();
 }
 
+// Each failure test runs over shared memory (the default on one host) and over loopback TCP.
+const std::vector<Env> kBothPaths = {{}, {{"DTRAIN_GLOO_SHM", "0"}}};
+
 TEST(GlooJob, ARankThatDiesFailsTheOthersNamingIt) {
-  TempDir dir;
-  auto job = StartGloo(dir, 3, {"--scenario", "die", "--pid-dir", dir.path()});
-  KillRankMidJob(dir, 1, *job);
-  const auto codes = job->Wait();
-  const std::string out = job->Output();
-  EXPECT_EQ(codes[1], 128 + SIGKILL) << out;
-  for (int r : {0, 2}) {
-    EXPECT_EQ(codes[r], 3) << "rank " << r << " should fail with a peer error:\n" << out;
-    EXPECT_NE(job->processes[r]->Output().find("rank 1 ("), std::string::npos) << out;
-    EXPECT_NE(job->processes[r]->Output().find("left the job"), std::string::npos) << out;
+  for (const Env& env : kBothPaths) {
+    SCOPED_TRACE(env.empty() ? "shared memory" : "loopback TCP");
+    TempDir dir;
+    auto job = StartGloo(dir, 3, {"--scenario", "die", "--pid-dir", dir.path()}, env);
+    KillRankMidJob(dir, 1, *job);
+    const auto codes = job->Wait();
+    const std::string out = job->Output();
+    EXPECT_EQ(codes[1], 128 + SIGKILL) << out;
+    for (int r : {0, 2}) {
+      EXPECT_EQ(codes[r], 3) << "rank " << r << " should fail with a peer error:\n" << out;
+      EXPECT_NE(job->processes[r]->Output().find("rank 1 ("), std::string::npos) << out;
+      EXPECT_NE(job->processes[r]->Output().find("left the job"), std::string::npos) << out;
+    }
   }
 }
 
 TEST(GlooJob, ARankDyingInTheMiddleOfALargeAllreduceIsNamed) {
-  // 16 MB tensors: the kill usually lands while data is on the wire, where gloo may leave a wait
-  // hanging (the watchdog's case).
-  TempDir dir;
-  auto job =
-      StartGloo(dir, 3, {"--scenario", "die", "--pid-dir", dir.path(), "--elements", "4194304"});
-  KillRankMidJob(dir, 2, *job, "step 3");
-  const auto codes = job->Wait();
-  for (int r : {0, 1}) {
-    EXPECT_EQ(codes[r], 3) << job->Output();
-    EXPECT_NE(job->processes[r]->Output().find("rank 2 ("), std::string::npos) << job->Output();
+  // 16 MB tensors: the kill usually lands while data is in flight, where gloo may leave a wait
+  // hanging (the watchdog's case) and shared memory rounds wait on the dead rank.
+  for (const Env& env : kBothPaths) {
+    SCOPED_TRACE(env.empty() ? "shared memory" : "loopback TCP");
+    TempDir dir;
+    auto job = StartGloo(
+        dir, 3, {"--scenario", "die", "--pid-dir", dir.path(), "--elements", "4194304"}, env);
+    KillRankMidJob(dir, 2, *job, "step 3");
+    const auto codes = job->Wait();
+    for (int r : {0, 1}) {
+      EXPECT_EQ(codes[r], 3) << job->Output();
+      EXPECT_NE(job->processes[r]->Output().find("rank 2 ("), std::string::npos) << job->Output();
+    }
   }
 }
 
 TEST(GlooJob, RankZeroDyingIsNamedToo) {
-  TempDir dir;
-  auto job = StartGloo(dir, 2, {"--scenario", "die", "--pid-dir", dir.path()});
-  KillRankMidJob(dir, 0, *job);
-  const auto codes = job->Wait();
-  const std::string out = job->processes[1]->Output();
-  EXPECT_EQ(codes[1], 3) << out;
-  EXPECT_NE(out.find("rank 0 ("), std::string::npos) << out;
+  for (const Env& env : kBothPaths) {
+    SCOPED_TRACE(env.empty() ? "shared memory" : "loopback TCP");
+    TempDir dir;
+    auto job = StartGloo(dir, 2, {"--scenario", "die", "--pid-dir", dir.path()}, env);
+    KillRankMidJob(dir, 0, *job);
+    const auto codes = job->Wait();
+    const std::string out = job->processes[1]->Output();
+    EXPECT_EQ(codes[1], 3) << out;
+    EXPECT_NE(out.find("rank 0 ("), std::string::npos) << out;
+  }
 }
 
 TEST(MpiJob, ARankThatDiesEndsTheJobNamingIt) {
