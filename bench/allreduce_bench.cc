@@ -308,18 +308,25 @@ int PrintTable(const std::string& path) {
   }
   if (!fusion.empty()) {
     std::printf("\n100 allreduces of 64 KB submitted together, median time per round (us):\n");
-    for (const char* backend : {"mpi", "gloo"}) {
+    // One line per backend and label (gloo's default and "tcp").
+    std::vector<std::pair<std::string, std::string>> runs;
+    for (const auto& j : fusion) {
+      std::pair<std::string, std::string> run{j["backend"], j.value("label", "")};
+      if (std::find(runs.begin(), runs.end(), run) == runs.end()) runs.push_back(run);
+    }
+    for (const auto& [backend, label] : runs) {
       double plain = 0, engine = 0, calls = 0;
       for (const auto& j : fusion) {
-        if (j["backend"] != backend) continue;
+        if (j["backend"] != backend || j.value("label", "") != label) continue;
         (j["impl"] == "plain" ? plain : engine) = j["median_us"].get<double>();
         if (j.contains("data_calls_per_round")) calls = j["data_calls_per_round"].get<double>();
       }
       if (plain > 0 && engine > 0) {
+        const std::string name = label.empty() ? backend : backend + " [" + label + "]";
         std::printf(
-            "%-5s  100 plain calls %10.1f us | engine %10.1f us (%.1f backend calls per "
+            "%-10s  100 plain calls %10.1f us | engine %10.1f us (%.1f backend calls per "
             "round) | speed-up %.2fx\n",
-            backend, plain, engine, calls, plain / engine);
+            name.c_str(), plain, engine, calls, plain / engine);
       }
     }
   }

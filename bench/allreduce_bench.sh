@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Allreduce: plain MPI_Allreduce and plain Gloo (every algorithm) against the dtrain engine on
+# Allreduce: plain MPI_Allreduce and plain Gloo (every algorithm; dtrain's default, shared memory
+# between the ranks of one host, and the same over loopback TCP) against the dtrain engine on
 # each, 4 KB .. 256 MB, plus 100 x 64 KB tensors through the engine vs 100 plain calls. Prints the
 # JSON lines as they come, then a table with the engine/plain ratios.
 #
@@ -47,6 +48,9 @@ gloo() {
 for algorithm in ring ring_chunked halving_doubling bcube; do
   DTRAIN_GLOO_ALGORITHM=$algorithm gloo --phases plain "$@" | tee -a "$results"
 done
+# Every rank on this host: dtrain's gloo backend exchanges through shared memory by default
+# (src/collectives/shm_group.h); the same over gloo's loopback TCP, labelled "tcp".
 gloo --phases plain,engine,fusion "$@" | tee -a "$results"
+DTRAIN_GLOO_SHM=0 gloo --phases plain,engine,fusion --label tcp "$@" | tee -a "$results"
 
 "$bench" --table "$results"
