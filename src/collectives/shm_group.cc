@@ -156,6 +156,10 @@ std::unique_ptr<ShmGroup> ShmGroup::Create(const ShmGroupOptions& options) {
 
 std::unique_ptr<ShmGroup> ShmGroup::Attach(const std::string& name,
                                            const ShmGroupOptions& options) {
+  if (options.rank <= 0 || options.rank >= options.size) {
+    throw Error("rank " + std::to_string(options.rank) + " cannot attach to a group of " +
+                std::to_string(options.size) + " (rank 0 creates it)");
+  }
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0)
     throw Error("cannot open the shared memory segment " + name + ": " + ErrnoText(errno));
@@ -173,7 +177,8 @@ std::unique_ptr<ShmGroup> ShmGroup::Attach(const std::string& name,
   auto* layout = static_cast<Layout*>(base);
   const SegmentHeader& header = layout->header();
   if (header.magic != kMagic || header.version != kVersion) return fail("is not dtrain's");
-  if (header.size != static_cast<uint32_t>(options.size) ||
+  if (header.slot_bytes < kLine || header.slot_bytes % kLine != 0 ||
+      header.size != static_cast<uint32_t>(options.size) ||
       header.total_bytes != static_cast<uint64_t>(st.st_size) ||
       header.total_bytes != Layout::TotalBytes(options.size, header.slot_bytes)) {
     return fail("is laid out for " + std::to_string(header.size) + " ranks, not " +
@@ -306,6 +311,10 @@ void ShmGroup::Abandon(const std::string& reason) {
 void ShmGroup::AllreduceSum(const void* in, void* out, size_t count, DType dtype) {
   const Deadline deadline(options_.timeout);
   const size_t element = DTypeSize(dtype);
+  if (options_.size == 1) {
+    if (in != out && count > 0) std::memcpy(out, in, count * element);
+    return;
+  }
   const size_t per_round = slot_bytes_ / element;
   // Each rank sums one share of a round; shares start on cache lines.
   const size_t align = std::max<size_t>(1, kLine / element);

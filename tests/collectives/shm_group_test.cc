@@ -179,6 +179,7 @@ TEST(ShmGroup, AttachRefusesAWrongSizeATakenRankAndAMissingName) {
   auto creator = ShmGroup::Create(Options(0, 2));
   EXPECT_THROW(ShmGroup::Attach(creator->name(), Options(1, 3)), Error);
   EXPECT_THROW(ShmGroup::Attach(creator->name(), Options(0, 2)), Error);  // rank 0 is taken
+  EXPECT_THROW(ShmGroup::Attach(creator->name(), Options(2, 2)), Error);  // no rank 2 of 2
   auto second = ShmGroup::Attach(creator->name(), Options(1, 2));
   EXPECT_THROW(ShmGroup::Attach(creator->name(), Options(1, 2)), Error);
   EXPECT_THROW(ShmGroup::Attach("/dtrain-collectives-no-such-segment", Options(1, 2)), Error);
