@@ -287,8 +287,8 @@ class GlooBackend final : public Communicator {
     return client_ ? static_cast<gloo::rendezvous::Store&>(*client_) : *store_;
   }
 
-  // Everyone announces itself (hostname and address) first, so that a rank that never comes is
-  // named in the error rather than surfacing as a missing gloo address.
+  // Everyone announces itself (hostname, address, host id) first, so that a rank that never comes
+  // is named in the error rather than surfacing as a missing gloo address.
   void WaitForEveryone(gloo::rendezvous::Store& store, const CollectivesConfig& config) {
     const std::string me = Hostname() + "\n" + address_ + "\n" + HostId();
     store.set(ArrivedKey(rank_), std::vector<char>(me.begin(), me.end()));
