@@ -150,8 +150,10 @@ class GlooBackend final : public Communicator {
     DTRAIN_LOG(kConnections) << "collectives: gloo rank " << rank_ << " of " << size_ << " at "
                              << address_ << " (local " << local_rank_ << " of " << local_size_
                              << "), "
-                             << (shm_ ? "shared memory among all ranks"
-                                      : "allreduce " + algorithm_);
+                             << (hierarchical_
+                                     ? "hierarchical allreduce, shared memory within hosts"
+                                 : shm_ ? "shared memory among all ranks"
+                                        : "allreduce " + algorithm_);
   }
 
   ~GlooBackend() override {
@@ -168,6 +170,7 @@ class GlooBackend final : public Communicator {
 
  protected:
   void AllreduceSum(const void* in, void* out, size_t count, DType dtype) override {
+    if (hierarchical_) return HierarchicalAllreduce(in, out, count, dtype);
     if (shm_) return ShmGuard("allreduce", [&] { shm_->AllreduceSum(in, out, count, dtype); });
     Guard("allreduce", [&] {
       const bool old_style = algorithm_ == "ring_chunked" || algorithm_ == "halving_doubling";
@@ -178,74 +181,31 @@ class GlooBackend final : public Communicator {
         CachedAlgorithm(out, count, dtype).run();
         return;
       }
-      const bool bcube = algorithm_ == "bcube" ||
-                         (algorithm_ == "auto" && count * DTypeSize(dtype) < kAutoRingFromBytes);
-      gloo::AllreduceOptions opts(context_);
-      opts.setAlgorithm(bcube ? gloo::AllreduceOptions::Algorithm::BCUBE
-                              : gloo::AllreduceOptions::Algorithm::RING);
-      const size_t bytes = count * DTypeSize(dtype);
-      std::vector<gloo::transport::UnboundBuffer*> watched;
-      auto output = Buffer(out, bytes, &watched);
-      // Without an input gloo reduces the output in place.
-      auto input = in == out ? nullptr : Buffer(const_cast<void*>(in), bytes, &watched);
-      switch (dtype) {
-        case DType::kFloat32:
-          SetBuffers<float>(opts, std::move(input), std::move(output));
-          break;
-        case DType::kFloat64:
-          SetBuffers<double>(opts, std::move(input), std::move(output));
-          break;
-        default:  // the two half types: only their size matters to gloo
-          SetBuffers<uint16_t>(opts, std::move(input), std::move(output));
-      }
-      opts.setReduceFunction(SumFunction(dtype));
-      opts.setTimeout(timeout_);
-      // After the options that own the buffers, so that it ends before they do.
-      GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
-      gloo::allreduce(opts);
+      GlooAllreduce(context_, in, out, count, dtype);
     });
   }
 
   void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
+    if (hierarchical_) return HierarchicalAllgatherv(in, out, bytes);
     if (shm_) return ShmGuard("allgather", [&] { shm_->Allgatherv(in, out, bytes); });
-    Guard("allgather", [&] {
-      gloo::AllgathervOptions opts(context_);
-      // Gloo wants a buffer even for an empty contribution.
-      static char empty = 0;
-      void* input = bytes[rank_] ? const_cast<void*>(in) : &empty;
-      size_t total = 0;
-      for (size_t b : bytes) total += b;
-      std::vector<gloo::transport::UnboundBuffer*> watched;
-      opts.setInput<char>(Buffer(input, bytes[rank_], &watched));
-      opts.setOutput<char>(Buffer(total ? out : &empty, total, &watched), bytes);
-      opts.setTimeout(timeout_);
-      // After the options that own the buffers, so that it ends before they do.
-      GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
-      gloo::allgatherv(opts);
-    });
+    Guard("allgather", [&] { GlooAllgatherv(context_, in, out, bytes); });
   }
 
   void DoBroadcast(void* data, size_t bytes, int root) override {
+    if (hierarchical_) return HierarchicalBroadcast(data, bytes, root);
     if (shm_) return ShmGuard("broadcast", [&] { shm_->Broadcast(data, bytes, root); });
-    Guard("broadcast", [&] {
-      gloo::BroadcastOptions opts(context_);
-      std::vector<gloo::transport::UnboundBuffer*> watched;
-      opts.setOutput<char>(Buffer(data, bytes, &watched));
-      opts.setRoot(root);
-      opts.setTimeout(timeout_);
-      // After the options that own the buffers, so that it ends before they do.
-      GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
-      gloo::broadcast(opts);
-    });
+    Guard("broadcast", [&] { GlooBroadcast(context_, data, bytes, root); });
   }
 
   void DoBarrier() override {
+    if (hierarchical_) {
+      if (shm_) ShmGuard("barrier", [&] { shm_->Barrier(); });
+      LeaderCall("barrier", [&] { GlooBarrier(leaders_); });
+      if (shm_) ShmGuard("barrier", [&] { shm_->Barrier(); });
+      return;
+    }
     if (shm_) return ShmGuard("barrier", [&] { shm_->Barrier(); });
-    Guard("barrier", [&] {
-      gloo::BarrierOptions opts(context_);
-      opts.setTimeout(timeout_);
-      gloo::barrier(opts);
-    });
+    Guard("barrier", [&] { GlooBarrier(context_); });
   }
 
  private:
@@ -259,10 +219,152 @@ class GlooBackend final : public Communicator {
 
   // A gloo buffer over our memory, listed in `watched` for the watchdog to abort its waits.
   std::unique_ptr<gloo::transport::UnboundBuffer> Buffer(
-      void* data, size_t bytes, std::vector<gloo::transport::UnboundBuffer*>* watched) {
-    auto buffer = context_->createUnboundBuffer(data, bytes);
+      void* data, size_t bytes, std::vector<gloo::transport::UnboundBuffer*>* watched,
+      const std::shared_ptr<gloo::Context>& context = nullptr) {
+    auto buffer = (context ? context : context_)->createUnboundBuffer(data, bytes);
     watched->push_back(buffer.get());
     return buffer;
+  }
+
+  // gloo's option-based allreduce (bcube or ring, DTRAIN_GLOO_ALGORITHM) among `context`'s ranks.
+  void GlooAllreduce(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
+                     size_t count, DType dtype) {
+    const bool bcube = algorithm_ == "bcube" ||
+                       (algorithm_ == "auto" && count * DTypeSize(dtype) < kAutoRingFromBytes);
+    gloo::AllreduceOptions opts(context);
+    opts.setAlgorithm(bcube ? gloo::AllreduceOptions::Algorithm::BCUBE
+                            : gloo::AllreduceOptions::Algorithm::RING);
+    const size_t bytes = count * DTypeSize(dtype);
+    std::vector<gloo::transport::UnboundBuffer*> watched;
+    auto output = Buffer(out, bytes, &watched, context);
+    // Without an input gloo reduces the output in place.
+    auto input = in == out ? nullptr : Buffer(const_cast<void*>(in), bytes, &watched, context);
+    switch (dtype) {
+      case DType::kFloat32:
+        SetBuffers<float>(opts, std::move(input), std::move(output));
+        break;
+      case DType::kFloat64:
+        SetBuffers<double>(opts, std::move(input), std::move(output));
+        break;
+      default:  // the two half types: only their size matters to gloo
+        SetBuffers<uint16_t>(opts, std::move(input), std::move(output));
+    }
+    opts.setReduceFunction(SumFunction(dtype));
+    opts.setTimeout(timeout_);
+    // After the options that own the buffers, so that it ends before they do.
+    GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
+    gloo::allreduce(opts);
+  }
+
+  void GlooAllgatherv(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
+                      const std::vector<size_t>& bytes) {
+    gloo::AllgathervOptions opts(context);
+    // Gloo wants a buffer even for an empty contribution.
+    static char empty = 0;
+    const size_t mine = bytes[context->rank];
+    size_t total = 0;
+    for (size_t b : bytes) total += b;
+    std::vector<gloo::transport::UnboundBuffer*> watched;
+    opts.setInput<char>(Buffer(mine ? const_cast<void*>(in) : &empty, mine, &watched, context));
+    opts.setOutput<char>(Buffer(total ? out : &empty, total, &watched, context), bytes);
+    opts.setTimeout(timeout_);
+    // After the options that own the buffers, so that it ends before they do.
+    GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
+    gloo::allgatherv(opts);
+  }
+
+  void GlooBroadcast(const std::shared_ptr<gloo::Context>& context, void* data, size_t bytes,
+                     int root) {
+    gloo::BroadcastOptions opts(context);
+    std::vector<gloo::transport::UnboundBuffer*> watched;
+    opts.setOutput<char>(Buffer(data, bytes, &watched, context));
+    opts.setRoot(root);
+    opts.setTimeout(timeout_);
+    // After the options that own the buffers, so that it ends before they do.
+    GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
+    gloo::broadcast(opts);
+  }
+
+  void GlooBarrier(const std::shared_ptr<gloo::Context>& context) {
+    gloo::BarrierOptions opts(context);
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  }
+
+  // A gloo call among the hosts' leaders, on the leaders only (a no-op elsewhere). When it fails,
+  // the leader abandons its host's group, so that the host's other ranks, waiting for its result
+  // there, fail at once with its reason.
+  template <typename Call>
+  void LeaderCall(const char* what, Call&& call) {
+    if (!leaders_) return;
+    try {
+      Guard((std::string(what) + " among the hosts' leaders").c_str(), call);
+    } catch (const Error& e) {
+      if (shm_) shm_->Abandon(e.what());
+      throw;
+    }
+  }
+
+  // Every rank's contribution, host by host: gathered within each host through its group, among
+  // the leaders as one block per host, back to each host from its leader, then put in rank order
+  // (a host's ranks need not be consecutive).
+  void HierarchicalAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {
+    std::vector<size_t> host_bytes(host_ranks_.size());
+    for (size_t h = 0; h < host_ranks_.size(); ++h) {
+      for (int r : host_ranks_[h]) host_bytes[h] += bytes[r];
+    }
+    std::vector<size_t> local_bytes;
+    for (int r : host_ranks_[my_host_]) local_bytes.push_back(bytes[r]);
+    std::vector<char> block(host_bytes[my_host_]);
+    if (shm_) {
+      ShmGuard("allgather", [&] { shm_->Allgatherv(in, block.data(), local_bytes); });
+    } else if (!block.empty()) {
+      std::memcpy(block.data(), in, block.size());
+    }
+    size_t total = 0;
+    for (size_t b : host_bytes) total += b;
+    std::vector<char> blocks(total);
+    LeaderCall("allgather",
+               [&] { GlooAllgatherv(leaders_, block.data(), blocks.data(), host_bytes); });
+    if (shm_) ShmGuard("allgather", [&] { shm_->Broadcast(blocks.data(), total, 0); });
+    std::vector<size_t> offset(size_);
+    for (int r = 0, at = 0; r < size_; at += bytes[r], ++r) offset[r] = at;
+    size_t at = 0;
+    for (const auto& ranks : host_ranks_) {
+      for (int r : ranks) {
+        if (bytes[r])
+          std::memcpy(static_cast<char*>(out) + offset[r], blocks.data() + at, bytes[r]);
+        at += bytes[r];
+      }
+    }
+  }
+
+  // The root's data to its host's leader through their group, among the leaders from the root's
+  // host, then from each other leader to its host.
+  void HierarchicalBroadcast(void* data, size_t bytes, int root) {
+    const int root_host = host_of_rank_[root];
+    const auto& root_ranks = host_ranks_[root_host];
+    const int root_local = static_cast<int>(std::find(root_ranks.begin(), root_ranks.end(), root) -
+                                            root_ranks.begin());
+    if (my_host_ == root_host && shm_)
+      ShmGuard("broadcast", [&] { shm_->Broadcast(data, bytes, root_local); });
+    LeaderCall("broadcast", [&] { GlooBroadcast(leaders_, data, bytes, root_host); });
+    if (my_host_ != root_host && shm_)
+      ShmGuard("broadcast", [&] { shm_->Broadcast(data, bytes, 0); });
+  }
+
+  // Ranks on several hosts, some hosts with several: sum within each host through its shared
+  // memory group, among one leader per host (its lowest rank) over gloo, then each leader's
+  // result to its host.
+  void HierarchicalAllreduce(const void* in, void* out, size_t count, DType dtype) {
+    const size_t bytes = count * DTypeSize(dtype);
+    if (shm_) {
+      ShmGuard("allreduce", [&] { shm_->AllreduceSum(in, out, count, dtype); });
+    } else if (in != out) {
+      std::memcpy(out, in, bytes);
+    }
+    LeaderCall("allreduce", [&] { GlooAllreduce(leaders_, out, out, count, dtype); });
+    if (shm_) ShmGuard("allreduce", [&] { shm_->Broadcast(out, bytes, 0); });
   }
 
   gloo::rendezvous::Store& OpenStore(const CollectivesConfig& config) {
@@ -314,58 +416,94 @@ class GlooBackend final : public Communicator {
 
   static std::string ArrivedKey(int rank) { return "arrived/" + std::to_string(rank); }
 
-  // With every rank on this host, a shared memory group (shm_group.h) replaces gloo's loopback TCP
-  // for the collectives. Rank 0 always publishes the segment's name ("" when it offers none) so
-  // that nobody waits for it in vain; every rank then says through gloo whether it attached, and
-  // the group is used only if all did (a full /dev/shm, or one rank with DTRAIN_GLOO_SHM=0, leaves
-  // every rank on gloo).
+  // Ranks that share a host (the same HostId) exchange through a shared memory group
+  // (shm_group.h) instead of gloo's loopback TCP: every collective when all ranks share one host;
+  // with several hosts, the allreduces go hierarchically (HierarchicalAllreduce) and the rest over
+  // gloo. Each host's lowest rank, its leader, creates its host's group and always publishes its
+  // name ("" when it offers none) so that nobody waits for it in vain; every rank then says
+  // through gloo whether it is ready, and the groups are used only if all are (a full /dev/shm,
+  // or one rank with DTRAIN_GLOO_SHM=0, leaves every rank on gloo alone).
   void SetUpSharedMemory(gloo::rendezvous::Store& store, const CollectivesConfig& config) {
     if (size_ == 1) return;
-    const bool wanted = config.shared_memory && one_host_ && algorithm_ == "auto";
+    // Hosts in the order of their lowest rank, which leads each.
+    host_of_rank_.assign(size_, -1);
+    for (int r = 0; r < size_; ++r) {
+      const auto first = std::find(host_ids_.begin(), host_ids_.end(), host_ids_[r]);
+      const int leader = static_cast<int>(first - host_ids_.begin());
+      if (leader == r) host_ranks_.emplace_back();
+      host_of_rank_[r] = host_of_rank_[leader] < 0 ? static_cast<int>(host_ranks_.size()) - 1
+                                                   : host_of_rank_[leader];
+      host_ranks_[host_of_rank_[r]].push_back(r);
+    }
+    my_host_ = host_of_rank_[rank_];
+    const std::vector<int>& mine = host_ranks_[my_host_];
+    std::vector<int> leaders;
+    for (const auto& ranks : host_ranks_) leaders.push_back(ranks[0]);
+    if (leaders.size() == static_cast<size_t>(size_)) return;  // one rank per host: gloo only
+    const bool wanted = config.shared_memory && algorithm_ == "auto";
     std::string why_not = !config.shared_memory ? "DTRAIN_GLOO_SHM=0"
-                          : !one_host_          ? "the ranks are on more than one host"
                           : !wanted             ? "DTRAIN_GLOO_ALGORITHM=" + algorithm_
                                                 : "";
+    const int local = static_cast<int>(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
+    const std::string key = std::string(kShmKey) + "/" + std::to_string(mine[0]);
     ShmGroupOptions options;
-    options.rank = rank_;
-    options.size = size_;
+    options.rank = local;
+    options.size = static_cast<int>(mine.size());
     options.timeout = config.collective_timeout;
-    options.describe_rank = [this](int r) { return peers_[r]; };
-    options.explain_loss = [this](int r) {
+    options.describe_rank = [this, mine](int r) { return peers_[mine[r]]; };
+    options.explain_loss = [this, mine](int r) {
       const std::string lost = LostRanksText(Duration(2000));
-      return lost.empty() ? peers_[r] + " left the job (its process ended)" : lost;
+      return lost.empty() ? peers_[mine[r]] + " left the job (its process ended)" : lost;
     };
     std::unique_ptr<ShmGroup> group;
     try {
-      if (rank_ == 0) {
+      if (mine.size() > 1 && local == 0) {
         if (wanted) group = ShmGroup::Create(options);
         const std::string name = group ? group->name() : "";
-        store.set(kShmKey, std::vector<char>(name.begin(), name.end()));
-      } else {
-        store.wait({kShmKey}, config.connect_timeout);
-        const auto bytes = store.get(kShmKey);
+        store.set(key, std::vector<char>(name.begin(), name.end()));
+      } else if (mine.size() > 1) {
+        store.wait({key}, config.connect_timeout);
+        const auto bytes = store.get(key);
         const std::string name(bytes.begin(), bytes.end());
         if (wanted && !name.empty()) group = ShmGroup::Attach(name, options);
-        if (wanted && name.empty()) why_not = "rank 0 offered no shared memory";
+        if (wanted && name.empty()) why_not = peers_[mine[0]] + " offered no shared memory";
       }
     } catch (const std::exception& e) {
       group.reset();
       why_not = e.what();
     }
-    const char attached = group ? 1 : 0;
+    const char ready = wanted && (group || mine.size() == 1) ? 1 : 0;
     std::vector<char> everyone(size_);
-    DoAllgatherv(&attached, everyone.data(), std::vector<size_t>(size_, 1));  // over gloo
-    if (std::count(everyone.begin(), everyone.end(), 1) == size_) {
-      group->Unlink();  // every rank has it mapped
-      shm_ = std::move(group);
+    DoAllgatherv(&ready, everyone.data(), std::vector<size_t>(size_, 1));  // over gloo
+    if (std::count(everyone.begin(), everyone.end(), 1) != size_) {
+      if (wanted && why_not.empty()) why_not = "another rank is not ready";
+      if (wanted) {
+        DTRAIN_LOG(kWarning) << "collectives: rank " << rank_
+                             << " exchanges with the ranks of its host over gloo's loopback TCP, "
+                                "not shared memory: "
+                             << why_not;
+      } else {
+        DTRAIN_LOG(kConnections) << "collectives: no shared memory: " << why_not;
+      }
       return;
     }
-    if (wanted && why_not.empty()) why_not = "another rank could not attach";
-    if (wanted) {
-      DTRAIN_LOG(kWarning) << "collectives: rank " << rank_
-                           << " exchanges over gloo's loopback TCP, not shared memory: " << why_not;
-    } else {
-      DTRAIN_LOG(kConnections) << "collectives: no shared memory: " << why_not;
+    if (group) group->Unlink();  // every rank of this host has it mapped
+    shm_ = std::move(group);
+    if (leaders.size() == 1) return;  // one host: every collective through shm_
+    hierarchical_ = true;
+    const auto leader = std::find(leaders.begin(), leaders.end(), rank_);
+    if (leader == leaders.end()) return;
+    try {
+      gloo::rendezvous::PrefixStore prefixed("leaders", store);
+      auto context = std::make_shared<gloo::rendezvous::Context>(
+          static_cast<int>(leader - leaders.begin()), static_cast<int>(leaders.size()));
+      context->setTimeout(config.collective_timeout);
+      context->connectFullMesh(prefixed, device_);
+      leaders_ = std::move(context);
+    } catch (const gloo::Exception& e) {
+      throw PeerError("rank " + std::to_string(rank_) +
+                      " could not connect to the other hosts' leading gloo ranks (" + address_ +
+                      "): " + e.what());
     }
   }
 
@@ -386,7 +524,7 @@ class GlooBackend final : public Communicator {
       error = e.what();
     }
     shm_->Abandon(error);
-    context_->closeConnections();
+    CloseConnections();
     failure_ = std::string(what) + " (shared memory) failed on rank " + std::to_string(rank_) +
                ": " + error;
     if (timed_out_) throw TimeoutError(failure_);
@@ -398,7 +536,7 @@ class GlooBackend final : public Communicator {
   void LearnPeers(gloo::rendezvous::Store& store) {
     std::vector<std::string> hostnames(size_);
     peers_.resize(size_);
-    one_host_ = true;
+    host_ids_.resize(size_);
     for (int r = 0; r < size_; ++r) {
       const auto bytes = store.get(ArrivedKey(r));
       const std::string text(bytes.begin(), bytes.end());
@@ -408,7 +546,7 @@ class GlooBackend final : public Communicator {
       const std::string address =
           newline == std::string::npos ? "" : text.substr(newline + 1, second - newline - 1);
       const std::string host_id = second == std::string::npos ? "" : text.substr(second + 1);
-      one_host_ = one_host_ && host_id == HostId();
+      host_ids_[r] = host_id;
       peers_[r] = "rank " + std::to_string(r) + " (" + hostnames[r] +
                   (address.empty() || address == hostnames[r] ? "" : ", " + address) + ")";
     }
@@ -465,7 +603,7 @@ class GlooBackend final : public Communicator {
     // Our peers may be blocked on us: close every connection so that they fail now too.
     cached_.clear();
     cached_bytes_ = 0;
-    context_->closeConnections();
+    CloseConnections();
     std::string cause;
     if (!timeout) {
       cause = watchdog_ ? watchdog_->found() : "";
@@ -517,6 +655,11 @@ class GlooBackend final : public Communicator {
     }
   }
 
+  void CloseConnections() {
+    context_->closeConnections();
+    if (leaders_) leaders_->closeConnections();
+  }
+
   static constexpr size_t kMaxCachedBytes = size_t{256} << 20;
   static constexpr const char* kShmKey = "shared-memory";
 
@@ -534,9 +677,14 @@ class GlooBackend final : public Communicator {
   size_t cached_bytes_ = 0;  // buffer bytes of the cached instances
   std::string failure_;
   bool timed_out_ = false;
-  std::unique_ptr<GlooWatchdog> watchdog_;  // with a TCP rendezvous only
-  bool one_host_ = false;                   // every rank has this process's HostId
-  std::unique_ptr<ShmGroup> shm_;           // the collectives' path when set
+  std::unique_ptr<GlooWatchdog> watchdog_;    // with a TCP rendezvous only
+  std::vector<std::string> host_ids_;         // every rank's HostId
+  std::unique_ptr<ShmGroup> shm_;             // this host's ranks, when it has several
+  bool hierarchical_ = false;                 // shm_ within hosts, leaders_ between them
+  std::vector<std::vector<int>> host_ranks_;  // each host's ranks, hosts by their lowest rank
+  std::vector<int> host_of_rank_;             // index into host_ranks_
+  int my_host_ = 0;
+  std::shared_ptr<gloo::Context> leaders_;  // one rank per host; set on those ranks only
 };
 
 }  // namespace

@@ -150,7 +150,7 @@ TEST(GlooJob, OneRankWithoutSharedMemoryKeepsEveryRankOnTcp) {
                        {{2, {{"DTRAIN_GLOO_SHM", "0"}}}});
   ExpectAllSucceed(*job, "exact OK", 3);
   EXPECT_EQ(job->Output().find(kSharedMemoryLine), std::string::npos) << job->Output();
-  EXPECT_NE(job->processes[0]->Output().find("another rank could not attach"), std::string::npos)
+  EXPECT_NE(job->processes[0]->Output().find("another rank is not ready"), std::string::npos)
       << job->Output();
 }
 
