@@ -45,8 +45,8 @@
 #include "collectives/backend.h"
 #include "collectives/error_text.h"
 #include "collectives/gloo_watchdog.h"
+#include "collectives/host_groups.h"
 #include "collectives/rendezvous_store.h"
-#include "collectives/shm_group.h"
 #include "common/elementwise.h"
 #include "common/error.h"
 #include "common/host_id.h"
@@ -105,7 +105,7 @@ gloo::AllreduceOptions::Func SumFunction(DType dtype) {
   return [dtype](void* out, const void* a, const void* b, size_t n) { Sum(out, a, b, n, dtype); };
 }
 
-class GlooBackend final : public Communicator {
+class GlooBackend final : public Communicator, private LeaderChannel {
  public:
   explicit GlooBackend(const CollectivesConfig& config)
       : algorithm_(config.gloo_algorithm.empty() ? "auto" : config.gloo_algorithm),
@@ -150,14 +150,14 @@ class GlooBackend final : public Communicator {
     DTRAIN_LOG(kConnections) << "collectives: gloo rank " << rank_ << " of " << size_ << " at "
                              << address_ << " (local " << local_rank_ << " of " << local_size_
                              << "), "
-                             << (hierarchical_
-                                     ? "hierarchical allreduce, shared memory within hosts"
-                                 : shm_ ? "shared memory among all ranks"
-                                        : "allreduce " + algorithm_);
+                             << (!groups_ ? "allreduce " + algorithm_
+                                 : groups_->layout().hosts() == 1
+                                     ? "shared memory among all ranks"
+                                     : "hierarchical allreduce, shared memory within hosts");
   }
 
   ~GlooBackend() override {
-    shm_.reset();
+    groups_.reset();
     watchdog_.reset();  // its thread asks client_
     cached_.clear();
     context_.reset();
@@ -170,8 +170,7 @@ class GlooBackend final : public Communicator {
 
  protected:
   void AllreduceSum(const void* in, void* out, size_t count, DType dtype) override {
-    if (hierarchical_) return HierarchicalAllreduce(in, out, count, dtype);
-    if (shm_) return ShmGuard("allreduce", [&] { shm_->AllreduceSum(in, out, count, dtype); });
+    if (groups_) return GroupsCall("allreduce", [&] { groups_->Allreduce(in, out, count, dtype); });
     Guard("allreduce", [&] {
       const bool old_style = algorithm_ == "ring_chunked" || algorithm_ == "halving_doubling";
       if (old_style && count <= static_cast<size_t>(INT32_MAX) && dtype != DType::kBFloat16) {
@@ -186,25 +185,17 @@ class GlooBackend final : public Communicator {
   }
 
   void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
-    if (hierarchical_) return HierarchicalAllgatherv(in, out, bytes);
-    if (shm_) return ShmGuard("allgather", [&] { shm_->Allgatherv(in, out, bytes); });
+    if (groups_) return GroupsCall("allgather", [&] { groups_->Allgatherv(in, out, bytes); });
     Guard("allgather", [&] { GlooAllgatherv(context_, in, out, bytes); });
   }
 
   void DoBroadcast(void* data, size_t bytes, int root) override {
-    if (hierarchical_) return HierarchicalBroadcast(data, bytes, root);
-    if (shm_) return ShmGuard("broadcast", [&] { shm_->Broadcast(data, bytes, root); });
+    if (groups_) return GroupsCall("broadcast", [&] { groups_->Broadcast(data, bytes, root); });
     Guard("broadcast", [&] { GlooBroadcast(context_, data, bytes, root); });
   }
 
   void DoBarrier() override {
-    if (hierarchical_) {
-      if (shm_) ShmGuard("barrier", [&] { shm_->Barrier(); });
-      LeaderCall("barrier", [&] { GlooBarrier(leaders_); });
-      if (shm_) ShmGuard("barrier", [&] { shm_->Barrier(); });
-      return;
-    }
-    if (shm_) return ShmGuard("barrier", [&] { shm_->Barrier(); });
+    if (groups_) return GroupsCall("barrier", [&] { groups_->Barrier(); });
     Guard("barrier", [&] { GlooBarrier(context_); });
   }
 
@@ -291,80 +282,47 @@ class GlooBackend final : public Communicator {
     gloo::barrier(opts);
   }
 
-  // A gloo call among the hosts' leaders, on the leaders only (a no-op elsewhere). When it fails,
-  // the leader abandons its host's group, so that the host's other ranks, waiting for its result
-  // there, fail at once with its reason.
+  // LeaderChannel (host_groups.h): gloo among the hosts' leaders.
+  void LeadersAllreduce(void* data, size_t count, DType dtype) override {
+    Guard("allreduce among the hosts' leaders",
+          [&] { GlooAllreduce(leaders_, data, data, count, dtype); });
+  }
+  void LeadersAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
+    Guard("allgather among the hosts' leaders", [&] { GlooAllgatherv(leaders_, in, out, bytes); });
+  }
+  void LeadersBroadcast(void* data, size_t bytes, int root_host) override {
+    Guard("broadcast among the hosts' leaders",
+          [&] { GlooBroadcast(leaders_, data, bytes, root_host); });
+  }
+  void LeadersBarrier() override {
+    Guard("barrier among the hosts' leaders", [&] { GlooBarrier(leaders_); });
+  }
+
+  // Runs one collective through the host groups. After an error (the group's, naming the rank, or
+  // a leader's gloo call, which Guard has recorded) every later call fails the same way, and this
+  // rank abandons its host's group so that the ranks there fail at once instead of waiting for it.
   template <typename Call>
-  void LeaderCall(const char* what, Call&& call) {
-    if (!leaders_) return;
+  void GroupsCall(const char* what, Call&& call) {
+    if (timed_out_) throw TimeoutError(failure_);
+    if (!failure_.empty()) throw PeerError(failure_);
+    std::string error;
     try {
-      Guard((std::string(what) + " among the hosts' leaders").c_str(), call);
-    } catch (const Error& e) {
-      if (shm_) shm_->Abandon(e.what());
-      throw;
+      call();
+      return;
+    } catch (const TimeoutError& e) {
+      timed_out_ = true;
+      error = e.what();
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-  }
-
-  // Every rank's contribution, host by host: gathered within each host through its group, among
-  // the leaders as one block per host, back to each host from its leader, then put in rank order
-  // (a host's ranks need not be consecutive).
-  void HierarchicalAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {
-    std::vector<size_t> host_bytes(host_ranks_.size());
-    for (size_t h = 0; h < host_ranks_.size(); ++h) {
-      for (int r : host_ranks_[h]) host_bytes[h] += bytes[r];
+    groups_->Abandon(error);
+    CloseConnections();
+    if (failure_.empty()) {
+      failure_ = std::string(what) + " (shared memory) failed on rank " + std::to_string(rank_) +
+                 ": " + error;
     }
-    std::vector<size_t> local_bytes;
-    for (int r : host_ranks_[my_host_]) local_bytes.push_back(bytes[r]);
-    std::vector<char> block(host_bytes[my_host_]);
-    if (shm_) {
-      ShmGuard("allgather", [&] { shm_->Allgatherv(in, block.data(), local_bytes); });
-    } else if (!block.empty()) {
-      std::memcpy(block.data(), in, block.size());
-    }
-    size_t total = 0;
-    for (size_t b : host_bytes) total += b;
-    std::vector<char> blocks(total);
-    LeaderCall("allgather",
-               [&] { GlooAllgatherv(leaders_, block.data(), blocks.data(), host_bytes); });
-    if (shm_) ShmGuard("allgather", [&] { shm_->Broadcast(blocks.data(), total, 0); });
-    std::vector<size_t> offset(size_);
-    for (int r = 0, at = 0; r < size_; at += bytes[r], ++r) offset[r] = at;
-    size_t at = 0;
-    for (const auto& ranks : host_ranks_) {
-      for (int r : ranks) {
-        if (bytes[r])
-          std::memcpy(static_cast<char*>(out) + offset[r], blocks.data() + at, bytes[r]);
-        at += bytes[r];
-      }
-    }
-  }
-
-  // The root's data to its host's leader through their group, among the leaders from the root's
-  // host, then from each other leader to its host.
-  void HierarchicalBroadcast(void* data, size_t bytes, int root) {
-    const int root_host = host_of_rank_[root];
-    const auto& root_ranks = host_ranks_[root_host];
-    const int root_local = static_cast<int>(std::find(root_ranks.begin(), root_ranks.end(), root) -
-                                            root_ranks.begin());
-    if (my_host_ == root_host && shm_)
-      ShmGuard("broadcast", [&] { shm_->Broadcast(data, bytes, root_local); });
-    LeaderCall("broadcast", [&] { GlooBroadcast(leaders_, data, bytes, root_host); });
-    if (my_host_ != root_host && shm_)
-      ShmGuard("broadcast", [&] { shm_->Broadcast(data, bytes, 0); });
-  }
-
-  // Ranks on several hosts, some hosts with several: sum within each host through its shared
-  // memory group, among one leader per host (its lowest rank) over gloo, then each leader's
-  // result to its host.
-  void HierarchicalAllreduce(const void* in, void* out, size_t count, DType dtype) {
-    const size_t bytes = count * DTypeSize(dtype);
-    if (shm_) {
-      ShmGuard("allreduce", [&] { shm_->AllreduceSum(in, out, count, dtype); });
-    } else if (in != out) {
-      std::memcpy(out, in, bytes);
-    }
-    LeaderCall("allreduce", [&] { GlooAllreduce(leaders_, out, out, count, dtype); });
-    if (shm_) ShmGuard("allreduce", [&] { shm_->Broadcast(out, bytes, 0); });
+    if (timed_out_) throw TimeoutError(failure_);
+    throw PeerError(failure_);
   }
 
   gloo::rendezvous::Store& OpenStore(const CollectivesConfig& config) {
@@ -416,38 +374,23 @@ class GlooBackend final : public Communicator {
 
   static std::string ArrivedKey(int rank) { return "arrived/" + std::to_string(rank); }
 
-  // Ranks that share a host (the same HostId) exchange through a shared memory group
-  // (shm_group.h) instead of gloo's loopback TCP: every collective when all ranks share one host;
-  // with several hosts, the allreduces go hierarchically (HierarchicalAllreduce) and the rest over
-  // gloo. Each host's lowest rank, its leader, creates its host's group and always publishes its
-  // name ("" when it offers none) so that nobody waits for it in vain; every rank then says
-  // through gloo whether it is ready, and the groups are used only if all are (a full /dev/shm,
-  // or one rank with DTRAIN_GLOO_SHM=0, leaves every rank on gloo alone).
+  // Ranks that share a host exchange through their host's shared memory group (host_groups.h).
+  // Each host's leader creates its group and always publishes the name ("" when it offers none)
+  // so that nobody waits for it in vain; every rank then says through gloo whether it is ready,
+  // and the groups are used only if all are (a full /dev/shm, or one rank with DTRAIN_GLOO_SHM=0,
+  // leaves every rank on gloo alone).
   void SetUpSharedMemory(gloo::rendezvous::Store& store, const CollectivesConfig& config) {
     if (size_ == 1) return;
-    // Hosts in the order of their lowest rank, which leads each.
-    host_of_rank_.assign(size_, -1);
-    for (int r = 0; r < size_; ++r) {
-      const auto first = std::find(host_ids_.begin(), host_ids_.end(), host_ids_[r]);
-      const int leader = static_cast<int>(first - host_ids_.begin());
-      if (leader == r) host_ranks_.emplace_back();
-      host_of_rank_[r] = host_of_rank_[leader] < 0 ? static_cast<int>(host_ranks_.size()) - 1
-                                                   : host_of_rank_[leader];
-      host_ranks_[host_of_rank_[r]].push_back(r);
-    }
-    my_host_ = host_of_rank_[rank_];
-    const std::vector<int>& mine = host_ranks_[my_host_];
-    std::vector<int> leaders;
-    for (const auto& ranks : host_ranks_) leaders.push_back(ranks[0]);
-    if (leaders.size() == static_cast<size_t>(size_)) return;  // one rank per host: gloo only
+    HostLayout layout = HostLayout::FromHostIds(host_ids_, rank_);
+    if (layout.hosts() == size_) return;  // one rank per host: nothing to share
     const bool wanted = config.shared_memory && algorithm_ == "auto";
     std::string why_not = !config.shared_memory ? "DTRAIN_GLOO_SHM=0"
                           : !wanted             ? "DTRAIN_GLOO_ALGORITHM=" + algorithm_
                                                 : "";
-    const int local = static_cast<int>(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
+    const std::vector<int> mine = layout.mine();
     const std::string key = std::string(kShmKey) + "/" + std::to_string(mine[0]);
     ShmGroupOptions options;
-    options.rank = local;
+    options.rank = layout.local_rank;
     options.size = static_cast<int>(mine.size());
     options.timeout = config.collective_timeout;
     options.describe_rank = [this, mine](int r) { return peers_[mine[r]]; };
@@ -457,7 +400,7 @@ class GlooBackend final : public Communicator {
     };
     std::unique_ptr<ShmGroup> group;
     try {
-      if (mine.size() > 1 && local == 0) {
+      if (mine.size() > 1 && layout.leader()) {
         if (wanted) group = ShmGroup::Create(options);
         const std::string name = group ? group->name() : "";
         store.set(key, std::vector<char>(name.begin(), name.end()));
@@ -488,47 +431,21 @@ class GlooBackend final : public Communicator {
       return;
     }
     if (group) group->Unlink();  // every rank of this host has it mapped
-    shm_ = std::move(group);
-    if (leaders.size() == 1) return;  // one host: every collective through shm_
-    hierarchical_ = true;
-    const auto leader = std::find(leaders.begin(), leaders.end(), rank_);
-    if (leader == leaders.end()) return;
-    try {
-      gloo::rendezvous::PrefixStore prefixed("leaders", store);
-      auto context = std::make_shared<gloo::rendezvous::Context>(
-          static_cast<int>(leader - leaders.begin()), static_cast<int>(leaders.size()));
-      context->setTimeout(config.collective_timeout);
-      context->connectFullMesh(prefixed, device_);
-      leaders_ = std::move(context);
-    } catch (const gloo::Exception& e) {
-      throw PeerError("rank " + std::to_string(rank_) +
-                      " could not connect to the other hosts' leading gloo ranks (" + address_ +
-                      "): " + e.what());
+    if (layout.hosts() > 1 && layout.leader()) {
+      try {
+        gloo::rendezvous::PrefixStore prefixed("leaders", store);
+        auto context = std::make_shared<gloo::rendezvous::Context>(layout.my_host, layout.hosts());
+        context->setTimeout(config.collective_timeout);
+        context->connectFullMesh(prefixed, device_);
+        leaders_ = std::move(context);
+      } catch (const gloo::Exception& e) {
+        throw PeerError("rank " + std::to_string(rank_) +
+                        " could not connect to the other hosts' leading gloo ranks (" + address_ +
+                        "): " + e.what());
+      }
     }
-  }
-
-  // Runs one shared memory collective. Its errors name the rank (shm_group.h); after one, every
-  // later call fails the same way, and the group is abandoned so that the other ranks fail at once.
-  template <typename Call>
-  void ShmGuard(const char* what, Call&& call) {
-    if (timed_out_) throw TimeoutError(failure_);
-    if (!failure_.empty()) throw PeerError(failure_);
-    std::string error;
-    try {
-      call();
-      return;
-    } catch (const TimeoutError& e) {
-      timed_out_ = true;
-      error = e.what();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    shm_->Abandon(error);
-    CloseConnections();
-    failure_ = std::string(what) + " (shared memory) failed on rank " + std::to_string(rank_) +
-               ": " + error;
-    if (timed_out_) throw TimeoutError(failure_);
-    throw PeerError(failure_);
+    LeaderChannel* channel = leaders_ ? static_cast<LeaderChannel*>(this) : nullptr;
+    groups_ = std::make_unique<HostGroups>(std::move(layout), std::move(group), channel);
   }
 
   // Every rank's "hostname\naddress\nhost id": hostnames give the local layout, both name ranks in
@@ -677,14 +594,10 @@ class GlooBackend final : public Communicator {
   size_t cached_bytes_ = 0;  // buffer bytes of the cached instances
   std::string failure_;
   bool timed_out_ = false;
-  std::unique_ptr<GlooWatchdog> watchdog_;    // with a TCP rendezvous only
-  std::vector<std::string> host_ids_;         // every rank's HostId
-  std::unique_ptr<ShmGroup> shm_;             // this host's ranks, when it has several
-  bool hierarchical_ = false;                 // shm_ within hosts, leaders_ between them
-  std::vector<std::vector<int>> host_ranks_;  // each host's ranks, hosts by their lowest rank
-  std::vector<int> host_of_rank_;             // index into host_ranks_
-  int my_host_ = 0;
+  std::unique_ptr<GlooWatchdog> watchdog_;  // with a TCP rendezvous only
+  std::vector<std::string> host_ids_;       // every rank's HostId
   std::shared_ptr<gloo::Context> leaders_;  // one rank per host; set on those ranks only
+  std::unique_ptr<HostGroups> groups_;      // the collectives' path when set
 };
 
 }  // namespace
