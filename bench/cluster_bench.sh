@@ -41,6 +41,10 @@
 #   bash bench/cluster_bench.sh --no-overlap --env DTRAIN_TCP_NOTSENT_LOWAT:0   # A/B a feature
 # --env NAME:VALUE (repeatable) goes to every process of every job; --sysctl NAME=VALUE
 # (repeatable) is set in every host's namespace (net.* settings are per namespace);
+# --ranks-per-host R puts R workers on each host in the allreduce modes (horovod_gloo, horovod_mpi,
+# ddp: N / R hosts, for N a multiple of R), as with several accelerators a machine; dtrain's Gloo
+# ranks of one host then share memory and only one per host uses the link (host_groups.h); the
+# other modes keep one worker a host. bound_ms counts the hosts, not the workers.
 # --no-overlap makes each step wait for all of its values before the next forward (step_bench
 # --no-overlap); --queue-ms sets the tc queue of each link (100 ms).
 # --tcp-sndbuf BYTES|auto sets DTRAIN_TCP_SNDBUF for every job (0: the kernel's autotuning); the
@@ -68,6 +72,7 @@ extra_env=()
 sysctls=()
 overlap=--overlap
 tcp_sndbuf=auto
+ranks_per_host=1
 while (($#)); do
   case "$1" in
     --quick) workers_list="1 2 4"; modes="wire dist_sync_colocated horovod_gloo ddp"; shift ;;
@@ -85,6 +90,7 @@ while (($#)); do
     --train-batch) train_batch=$2; shift 2 ;;
     --no-overlap) overlap=--no-overlap; shift ;;
     --tcp-sndbuf) tcp_sndbuf=$2; shift 2 ;;
+    --ranks-per-host) ranks_per_host=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster_bench: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
@@ -106,6 +112,7 @@ for n in $workers_list; do
   [[ " $modes " == *" dist_sync_2to1 "* ]] && hosts_for_n=$((3 * n))
   ((hosts_for_n > max_hosts)) && max_hosts=$hosts_for_n
 done
+[[ $ranks_per_host =~ ^[1-9][0-9]*$ ]] || { echo "cluster_bench: --ranks-per-host takes a positive number" >&2; exit 2; }
 [[ $tcp_sndbuf =~ ^([0-9]+|auto)$ ]] || { echo "cluster_bench: --tcp-sndbuf takes bytes or auto" >&2; exit 2; }
 scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
 thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
@@ -221,25 +228,33 @@ run_job() {
   job_pid=""
   return "$rc"
 }
-use_hosts() {  # N: the job's hostfile lists the first N hosts
-  local i
+use_hosts() {  # N [SLOTS]: the job's hostfile lists the first N hosts, SLOTS workers each
+  local i slots=${2:-1}
   : >"$dir/hostfile"
-  for ((i = 0; i < $1; i++)); do echo "10.253.1.$((i + 2))" >>"$dir/hostfile"; done
+  for ((i = 0; i < $1; i++)); do
+    echo "10.253.1.$((i + 2))$( ((slots > 1)) && echo ":$slots")" >>"$dir/hostfile"
+  done
 }
 run_case() {  # MODE N
-  local mode=$1 n=$2 s layout hosts_needed kvstore
+  local mode=$1 n=$2 s layout hosts_needed kvstore per_host=1
   case $mode in
     dist_sync_colocated) s=$n; layout=colocated; hosts_needed=$n; kvstore=dist_sync ;;
     dist_sync_1server) s=1; layout=separate; hosts_needed=$((n + 1)); kvstore=dist_sync ;;
     dist_sync_separate) s=$n; layout=separate; hosts_needed=$((2 * n)); kvstore=dist_sync ;;
     dist_sync_2to1) s=$((2 * n)); layout=separate; hosts_needed=$((3 * n)); kvstore=dist_sync ;;
-    horovod_gloo | horovod_mpi | ddp) s=0; layout=ring; hosts_needed=$n; kvstore=horovod ;;
+    horovod_gloo | horovod_mpi | ddp)
+      s=0; layout=ring; kvstore=horovod; per_host=$ranks_per_host
+      if ((n % per_host)); then
+        echo "cluster_bench: $mode with $n workers skipped: not a multiple of --ranks-per-host" >&2
+        return 0
+      fi
+      hosts_needed=$((n / per_host)) ;;
     *) echo "cluster_bench: unknown mode $mode" >&2; exit 2 ;;
   esac
-  use_hosts "$hosts_needed"
+  use_hosts "$hosts_needed" "$per_host"
   read -r busy0 total0 < <(cpu_ticks)
   local out step=(--model "$model" --scale "$scale" --compute-ms "$compute_ms" --steps "$steps"
-    --warmup 1 --link-mbit "$link_mbit")
+    --warmup 1 --link-mbit "$link_mbit" --ranks-per-host "$per_host")
   if [[ $mode == ddp ]]; then
     step=(python3 "$PWD/bench/ddp_step.py" --step-bench "$step_bench" "${step[@]}")
   else
@@ -263,9 +278,9 @@ run_case() {  # MODE N
   cpu=$(cpu_busy_since "$busy0" "$total0")
   out=$(cat "$dir/case.out")
   # The ideal schedule's step (bench/ideal_step.py) where its model holds: a server on every
-  # worker's host, or ring allreduce.
+  # worker's host, or ring allreduce, one worker a host.
   local ideal=""
-  if [[ $layout != separate ]]; then
+  if [[ $layout != separate ]] && ((per_host == 1)); then
     ideal=$(python3 bench/ideal_step.py --workers "$n" --link-mbit "$link_mbit" \
       --compute-ms "$compute_ms" --model "$model" --scale "$scale" --build "$build" |
       python3 -c 'import json, sys; d = json.load(sys.stdin)

@@ -78,6 +78,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--link-mbit", type=float, default=0)
+    parser.add_argument("--ranks-per-host", type=int, default=1,
+                        help="workers per host, for bound_ms (as step_bench)")
     args = parser.parse_args()
 
     shapes = json.loads(subprocess.run(
@@ -111,11 +113,13 @@ def main():
     if rank == 0:
         nbytes = 4.0 * sum(sizes)
         link_ms = 0.0
-        if args.link_mbit > 0:  # a ring allreduce: 2 (N - 1) / N of the bytes each way per host
-            link_ms = 2 * nbytes * (world - 1) / world * 8 / (args.link_mbit * 1e6) * 1e3
+        hosts = max(1, world // args.ranks_per_host)
+        if args.link_mbit > 0:  # bandwidth-optimal allreduce: 2 (H - 1) / H of the bytes per host
+            link_ms = 2 * nbytes * (hosts - 1) / hosts * 8 / (args.link_mbit * 1e6) * 1e3
         median = statistics.median(step_ms)
         print(json.dumps({
-            "mode": "ddp", "workers": world, "servers": 0, "link_mbit": args.link_mbit,
+            "mode": "ddp", "workers": world, "servers": 0, "ranks_per_host": args.ranks_per_host,
+            "link_mbit": args.link_mbit,
             "model": args.model, "scale": args.scale, "params": sum(sizes), "bytes": nbytes,
             "compute_ms": args.compute_ms, "step_ms": median,
             "p90_ms": sorted(step_ms)[min(len(step_ms) - 1, int(0.9 * (len(step_ms) - 1) + 0.5))],

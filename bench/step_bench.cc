@@ -23,7 +23,8 @@
 //              same for its own server's share)
 //   separate   servers on hosts of their own: a worker's link carries `bytes` each way, a server's
 //              bytes * N / S
-//   ring       allreduce: 2 * bytes * (N - 1) / N each way per host
+//   ring       allreduce: 2 * bytes * (H - 1) / H each way per host, H = N / --ranks-per-host
+//              hosts (with several ranks a host, a host's ranks can reduce among themselves first)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -86,11 +87,14 @@ nlohmann::json PlacementSettings() {
 
 // The communication bound of one step, in ms (see the file's comment).
 double LinkBoundMs(const std::string& layout, double bytes, int workers, int servers,
-                   double link_mbit) {
+                   double link_mbit, int ranks_per_host) {
   if (link_mbit <= 0) return 0;
   const double n = workers;
   double busiest = 0;
-  if (layout == "colocated" || layout == "ring") {
+  if (layout == "ring") {
+    const double hosts = std::max(1, workers / ranks_per_host);
+    busiest = 2 * bytes * (hosts - 1) / hosts;
+  } else if (layout == "colocated") {
     busiest = 2 * bytes * (n - 1) / n;
   } else if (layout == "separate") {
     busiest = std::max(bytes, bytes * n / std::max(1, servers));
@@ -121,6 +125,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "samples per worker per step (for samples_per_s)");
   app.add_option("--link-mbit", link_mbit, "each host's link rate, for bound_ms (0: none)");
   app.add_option("--layout", layout, "colocated, separate or ring, for bound_ms");
+  int ranks_per_host = 1;
+  app.add_option("--ranks-per-host", ranks_per_host, "workers per host (ring layout), for bound_ms")
+      ->check(CLI::PositiveNumber);
   bool overlap = true;
   app.add_flag("--overlap,!--no-overlap", overlap,
                "start each layer's next forward when its value is back (default), or wait for all");
@@ -204,6 +211,7 @@ int main(int argc, char** argv) {
           {"mode", kvstore == "horovod" ? "horovod" : kvstore},
           {"workers", workers},
           {"servers", servers},
+          {"ranks_per_host", ranks_per_host},
           {"link_mbit", link_mbit},
           {"model", model},
           {"scale", scale},
@@ -216,7 +224,7 @@ int main(int argc, char** argv) {
           {"idle_ms", idle_ms.empty() ? 0 : Percentile(idle_ms, 0.5)},
           {"idle_first_ms", idle_first_ms.empty() ? 0 : Percentile(idle_first_ms, 0.5)},
           {"bound_ms",
-           std::max(compute_ms, LinkBoundMs(layout, bytes, workers, servers, link_mbit))},
+           std::max(compute_ms, LinkBoundMs(layout, bytes, workers, servers, link_mbit, ranks_per_host))},
           {"samples_per_s", workers * batch / (median / 1e3)},
           {"efficiency", compute_ms / median},
           {"placement", PlacementSettings()}};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/cluster_bench.sh end to end on a tiny case, then bench/plot_cluster.py on what it printed:
 # two namespace hosts with sshd, the wire probe, dist_sync and horovod over Gloo with 1 and 2
-# workers on LeNet's shapes; every line must be there with sane numbers, and the plot a PNG. Then a
+# workers on LeNet's shapes, and horovod over Gloo with 4 workers two a host; every line must be there with sane numbers, and the plot a PNG. Then a
 # Ctrl-C in the middle of a job: the bench must stop within seconds, leaving no namespace and no
 # process behind.
 # Skipped (77) where namespaces cannot be made (not root). Usage: cluster_bench_test.sh BUILD_DIR
@@ -38,6 +38,21 @@ for d in lines:
                                   "DTRAIN_PARTITION_BYTES": "52428",
                                   "DTRAIN_CHUNK_BYTES": "419430",
                                   "HOROVOD_FUSION_THRESHOLD": "1048576"}, d
+PY
+# Two workers a host (--ranks-per-host): 4 workers on 2 hosts; bound_ms counts the 2 hosts.
+timeout 300 bash bench/cluster_bench.sh --build "$build" --workers 4 --modes horovod_gloo \
+  --ranks-per-host 2 --model lenet --compute-ms 20 --steps 2 --link-mbit 200 >"$out/per_host.jsonl"
+cat "$out/per_host.jsonl"
+python3 - "$out/per_host.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert [(d["case"], d["workers"], d["ranks_per_host"]) for d in lines] == [("horovod_gloo", 4, 2)]
+d = lines[0]
+hosts = 2
+link_ms = 2 * d["bytes"] * (hosts - 1) / hosts * 8 / (200 * 1e6) * 1e3
+assert abs(d["bound_ms"] - max(20, link_ms)) < 0.01, d
+assert d["step_ms"] >= 20 and 0 < d["efficiency"] <= 1.01, d
+assert "ideal_ms" not in d, d  # the ideal schedule models one worker a host
 PY
 python3 bench/plot_cluster.py "$out/results.jsonl" -o "$out/cluster.png"
 python3 - "$out/cluster.png" <<'PY'
