@@ -65,15 +65,4 @@ std::unique_ptr<Communicator> CreateBackend(const CollectivesConfig& config) {
   return config.backend == BackendKind::kMpi ? CreateMpiBackend(config) : CreateGlooBackend(config);
 }
 
-void LocalLayout(const std::vector<std::string>& hostnames, int rank, int* local_rank,
-                 int* local_size) {
-  *local_rank = 0;
-  *local_size = 0;
-  for (int r = 0; r < static_cast<int>(hostnames.size()); ++r) {
-    if (hostnames[r] != hostnames[rank]) continue;
-    if (r < rank) ++*local_rank;
-    ++*local_size;
-  }
-}
-
 }  // namespace dtrain::collectives

@@ -78,9 +78,4 @@ std::unique_ptr<Communicator> CreateMpiBackend(const CollectivesConfig& config);
 std::unique_ptr<Communicator> CreateGlooBackend(const CollectivesConfig& config);
 std::unique_ptr<Communicator> CreateBackend(const CollectivesConfig& config);
 
-// From the hostnames of every rank (index = rank): this rank's position among the ranks with the
-// same hostname, and how many there are.
-void LocalLayout(const std::vector<std::string>& hostnames, int rank, int* local_rank,
-                 int* local_size);
-
 }  // namespace dtrain::collectives

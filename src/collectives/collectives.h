@@ -23,8 +23,9 @@
 //                            at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT (what `dtrain launch -s 0`
 //                            sets), or in the shared directory DTRAIN_GLOO_FILE_STORE.
 //   mpi layout               from MPI itself (mpirun).
-//   DTRAIN_GLOO_SHM=0        gloo between ranks of one host too; by default, when every rank is
-//                            on one host, they exchange through shared memory (shm_group.h).
+//   DTRAIN_GLOO_SHM=0        gloo between ranks of one host too; by default they exchange
+//                            through shared memory, and hosts through one leader each
+//                            (host_groups.h).
 //   DTRAIN_FUSION_THRESHOLD_MB (or Horovod's HOROVOD_FUSION_THRESHOLD in bytes): default 64 MB,
 //                            0 disables fusion.
 //   DTRAIN_CYCLE_TIME_MS (or HOROVOD_CYCLE_TIME): how long the engine gathers submissions before

@@ -30,9 +30,9 @@ struct CollectivesConfig {
   // DTRAIN_GLOO_ALGORITHM: auto | ring | ring_chunked | halving_doubling | bcube; empty = auto,
   // chosen by measurement (gloo_backend.cc). For benchmarks and tests.
   std::string gloo_algorithm;
-  // DTRAIN_GLOO_SHM: when every rank is on one host, the collectives go through a shared memory
-  // segment (shm_group.h) instead of gloo's loopback TCP. Not with an explicit
-  // DTRAIN_GLOO_ALGORITHM, which asks for gloo's.
+  // DTRAIN_GLOO_SHM: ranks of one host exchange through a shared memory segment instead of gloo's
+  // loopback TCP, and with several hosts the collectives go through one leader per host
+  // (host_groups.h). Not with an explicit DTRAIN_GLOO_ALGORITHM, which asks for gloo's.
   bool shared_memory = true;
   // DTRAIN_JOB_SECRET: the rendezvous store's connections authenticate with it (common/job_auth.h).
   // Never printed.

@@ -211,8 +211,8 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   // A gloo buffer over our memory, listed in `watched` for the watchdog to abort its waits.
   std::unique_ptr<gloo::transport::UnboundBuffer> Buffer(
       void* data, size_t bytes, std::vector<gloo::transport::UnboundBuffer*>* watched,
-      const std::shared_ptr<gloo::Context>& context = nullptr) {
-    auto buffer = (context ? context : context_)->createUnboundBuffer(data, bytes);
+      const std::shared_ptr<gloo::Context>& context) {
+    auto buffer = context->createUnboundBuffer(data, bytes);
     watched->push_back(buffer.get());
     return buffer;
   }
@@ -303,8 +303,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   // rank abandons its host's group so that the ranks there fail at once instead of waiting for it.
   template <typename Call>
   void GroupsCall(const char* what, Call&& call) {
-    if (timed_out_) throw TimeoutError(failure_);
-    if (!failure_.empty()) throw PeerError(failure_);
+    ThrowIfBroken();
     std::string error;
     try {
       call();
@@ -467,7 +466,10 @@ class GlooBackend final : public Communicator, private LeaderChannel {
       peers_[r] = "rank " + std::to_string(r) + " (" + hostnames[r] +
                   (address.empty() || address == hostnames[r] ? "" : ", " + address) + ")";
     }
-    LocalLayout(hostnames, rank_, &local_rank_, &local_size_);
+    // Local as Horovod counts it, by hostname.
+    const HostLayout by_name = HostLayout::FromHostIds(hostnames, rank_);
+    local_rank_ = by_name.local_rank;
+    local_size_ = static_cast<int>(by_name.mine().size());
   }
 
   gloo::Algorithm& CachedAlgorithm(void* data, size_t count, DType dtype) {
@@ -501,11 +503,16 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     return std::make_unique<gloo::AllreduceRingChunked<T>>(context_, ptrs, count);
   }
 
+  // After a failure every call fails the same way: the ranks no longer agree on what was exchanged.
+  void ThrowIfBroken() const {
+    if (timed_out_) throw TimeoutError(failure_);
+    if (!failure_.empty()) throw PeerError(failure_);
+  }
+
   // Runs one gloo call; turns gloo's exceptions into ours, naming the rank that left.
   template <typename Call>
   void Guard(const char* what, Call&& call) {
-    if (timed_out_) throw TimeoutError(failure_);
-    if (!failure_.empty()) throw PeerError(failure_);
+    ThrowIfBroken();
     try {
       call();
     } catch (const std::exception& e) {

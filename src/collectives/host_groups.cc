@@ -8,7 +8,6 @@ namespace dtrain::collectives {
 
 HostLayout HostLayout::FromHostIds(const std::vector<std::string>& host_ids, int rank) {
   HostLayout layout;
-  layout.rank = rank;
   const int size = static_cast<int>(host_ids.size());
   layout.host_of_rank.assign(size, -1);
   for (int r = 0; r < size; ++r) {

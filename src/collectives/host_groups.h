@@ -37,7 +37,6 @@ struct HostLayout {
 
   std::vector<std::vector<int>> host_ranks;  // each host's ranks, ascending
   std::vector<int> host_of_rank;             // index into host_ranks
-  int rank = 0;
   int my_host = 0;
   int local_rank = 0;  // this rank's index among its host's ranks
 

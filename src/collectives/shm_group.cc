@@ -254,10 +254,7 @@ void ShmGroup::WaitFor(int rank, uint32_t target, const Deadline& deadline, cons
     CheckAbandoned(what);
     const auto now = Clock::now();
     if (now >= next_check) {
-      if (!ProcessAlive(peer.pid.load())) {
-        throw PeerError(options_.explain_loss ? options_.explain_loss(rank)
-                                              : Describe(rank) + " left the job");
-      }
+      if (!ProcessAlive(peer.pid.load())) throw PeerError(Loss(rank));
       if (deadline.passed()) {
         throw TimeoutError("no progress within " + SecondsText(deadline.timeout()) +
                            " (DTRAIN_COLLECTIVE_TIMEOUT_MS) waiting for " + Describe(rank) +
@@ -280,14 +277,17 @@ std::string ShmGroup::Describe(int rank) const {
   return options_.describe_rank ? options_.describe_rank(rank) : "rank " + std::to_string(rank);
 }
 
+std::string ShmGroup::Loss(int rank) const {
+  return options_.explain_loss ? options_.explain_loss(rank) : Describe(rank) + " left the job";
+}
+
 void ShmGroup::CheckAbandoned(const char* what) const {
   const int32_t by = layout_->header().abandoned_by.load(std::memory_order_acquire);
   if (by == 0) return;
   // A rank usually abandons because another one died: name the dead one, as its own wait would.
   for (int r = 0; r < options_.size; ++r) {
     if (r != options_.rank && !ProcessAlive(layout_->control(r).pid.load())) {
-      throw PeerError(options_.explain_loss ? options_.explain_loss(r)
-                                            : Describe(r) + " left the job");
+      throw PeerError(Loss(r));
     }
   }
   throw PeerError(Describe(by - 1) + " stopped the shared-memory " + what + " after an error (" +

@@ -95,6 +95,7 @@ class ShmGroup {
   void WaitFor(int rank, uint32_t target, const Deadline& deadline, const char* what);
   void CheckAbandoned(const char* what) const;
   std::string Describe(int rank) const;
+  std::string Loss(int rank) const;  // the error's text once `rank`'s process is gone
 
   char* slot(int rank) const;
   char* result() const;

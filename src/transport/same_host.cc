@@ -11,6 +11,8 @@
 #include <random>
 #include <sstream>
 
+#include "common/host_id.h"
+
 namespace dtrain::transport::same_host {
 namespace {
 

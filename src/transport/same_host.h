@@ -15,11 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/host_id.h"
-
 namespace dtrain::transport::same_host {
-
-using dtrain::HostId;  // common/host_id.h: equal ids mean "same host" for the fast path
 
 // What a connecting process says about itself: "dtrain-hello 1 <pid> <host-id> <probe-address>
 // <probe-text>".
