@@ -24,6 +24,7 @@
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -58,6 +59,8 @@ namespace dtrain::collectives {
 namespace {
 
 constexpr size_t kAutoRingFromBytes = size_t{16} << 20;
+// Allgathers whose every block is at most this go to every peer directly (GlooAllgathervDirect).
+constexpr size_t kDirectAllgatherMaxBytes = size_t{64} << 10;
 
 // Caps every wait of the store it wraps: gloo waits for peers' addresses with its context timeout
 // (the collective timeout, minutes), but a rank that never arrives should fail the rendezvous
@@ -249,6 +252,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
 
   void GlooAllgatherv(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
                       const std::vector<size_t>& bytes) {
+    if (SendsDirectly(bytes)) return GlooAllgathervDirect(context, in, out, bytes);
     gloo::AllgathervOptions opts(context);
     // Gloo wants a buffer even for an empty contribution.
     static char empty = 0;
@@ -262,6 +266,38 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     // After the options that own the buffers, so that it ends before they do.
     GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
     gloo::allgatherv(opts);
+  }
+
+  // Gloo's allgatherv is a ring: size - 1 steps, each a hop between two ranks and their threads'
+  // wake-ups. For small blocks (the engine's negotiation rounds above all, during which the links
+  // idle) that latency is the cost. Sending this rank's block to every peer at once (gloo's
+  // alltoallv, the block repeated once per peer) puts the same bytes on each link in one hop: at 8
+  // emulated hosts a negotiation round took 2.7 ms (median) from the last rank's arrival, against
+  // 5.6 around the ring.
+  static bool SendsDirectly(const std::vector<size_t>& bytes) {
+    return bytes.size() > 2 && std::all_of(bytes.begin(), bytes.end(), [](size_t b) {
+             return b > 0 && b <= kDirectAllgatherMaxBytes;
+           });
+  }
+
+  void GlooAllgathervDirect(const std::shared_ptr<gloo::Context>& context, const void* in,
+                            void* out, const std::vector<size_t>& bytes) {
+    const size_t mine = bytes[context->rank];
+    direct_input_.resize(mine * bytes.size());
+    for (size_t r = 0; r < bytes.size(); ++r)
+      std::memcpy(direct_input_.data() + r * mine, in, mine);
+    size_t total = 0;
+    for (size_t b : bytes) total += b;
+    gloo::AlltoallvOptions opts(context);
+    std::vector<gloo::transport::UnboundBuffer*> watched;
+    opts.setInput<char>(Buffer(direct_input_.data(), direct_input_.size(), &watched, context),
+                        std::vector<int64_t>(bytes.size(), static_cast<int64_t>(mine)));
+    opts.setOutput<char>(Buffer(out, total, &watched, context),
+                         std::vector<int64_t>(bytes.begin(), bytes.end()));
+    opts.setTimeout(timeout_);
+    // After the options that own the buffers, so that it ends before they do.
+    GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
+    gloo::alltoallv(opts);
   }
 
   void GlooBroadcast(const std::shared_ptr<gloo::Context>& context, void* data, size_t bytes,
@@ -605,6 +641,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   std::vector<std::string> host_ids_;       // every rank's HostId
   std::shared_ptr<gloo::Context> leaders_;  // one rank per host; set on those ranks only
   std::unique_ptr<HostGroups> groups_;      // the collectives' path when set
+  std::vector<char> direct_input_;  // GlooAllgathervDirect's: this rank's block once per rank
 };
 
 }  // namespace

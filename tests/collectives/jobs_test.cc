@@ -144,6 +144,15 @@ TEST(GlooJob, TwoRanksExactUpTo64MBOverLoopbackTcp) {
   EXPECT_EQ(job->Output().find(kSharedMemoryLine), std::string::npos) << job->Output();
 }
 
+// Four ranks on gloo's TCP: allgathers of small blocks (and every negotiation round) go to every
+// peer directly, bigger ones around gloo's ring; both must put every rank's rows in place.
+TEST(GlooJob, FourRanksExactOverLoopbackTcp) {
+  TempDir dir;
+  auto job = StartGloo(dir, 4, Exact(65539), kNoSharedMemory);
+  ExpectAllSucceed(*job, "exact OK", 4);
+  EXPECT_EQ(job->Output().find(kSharedMemoryLine), std::string::npos) << job->Output();
+}
+
 TEST(GlooJob, OneRankWithoutSharedMemoryKeepsEveryRankOnTcp) {
   TempDir dir;
   auto job = StartGloo(dir, 3, Exact(65539), kVerbose, Rendezvous::kTcp,
