@@ -28,7 +28,9 @@
 # modes) is bench/ideal_step.py's: the step on an ideal network with priority. Unlike bound_ms it
 # counts that backward produces last the gradients the next forward needs first. fair_ms is the
 # same model's step with no priority on the links (every layer in flight an equal share): where
-# compute and communication are about equal, measured steps come near it, not ideal_ms.
+# compute and communication are about equal, measured steps come near it, not ideal_ms. batch_ms
+# (allreduce modes) is the same model's step for the allreduce engine: whole fused batches at the
+# fusion threshold, one at a time, no interruption, nothing else lost.
 # The size thresholds that decide how keys are placed and cut scale with the model, so that the
 # scaled model is placed as the full one would be: MXNET_KVSTORE_BIGARRAY_BOUND (10^6 elements),
 # DTRAIN_PARTITION_BYTES (512 KiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale; so does the
@@ -119,6 +121,10 @@ thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
   --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)"
   --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)")
 link_env=(--env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf")  # every job, training included
+fusion_bytes=$(scaled 10485760 4096)  # batch_ms's: the threshold the allreduce modes run with
+for setting in ${extra_env[@]+"${extra_env[@]}"}; do
+  [[ $setting == HOROVOD_FUSION_THRESHOLD:* ]] && fusion_bytes=${setting#*:}
+done
 
 tag=$$
 bridge=dcb$tag
@@ -282,9 +288,11 @@ run_case() {  # MODE N
   local ideal=""
   if [[ $layout != separate ]] && ((per_host == 1)); then
     ideal=$(python3 bench/ideal_step.py --workers "$n" --link-mbit "$link_mbit" \
-      --compute-ms "$compute_ms" --model "$model" --scale "$scale" --build "$build" |
+      --compute-ms "$compute_ms" --model "$model" --scale "$scale" --build "$build" \
+      --fusion-bytes "$fusion_bytes" |
       python3 -c 'import json, sys; d = json.load(sys.stdin)
-print("\"ideal_ms\":%s,\"fair_ms\":%s," % (d["ideal_ms"], d["fair_ms"]))')
+print("\"ideal_ms\":%s,\"fair_ms\":%s," % (d["ideal_ms"], d["fair_ms"]), end="")
+print("\"batch_ms\":%s," % d["batch_ms"] if sys.argv[1] == "ring" else "")' "$layout")
   fi
   grep -o '{"bound_ms".*}\|{.*"mode".*}' <<<"$out" | tail -n 1 |
     sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"tcp_sndbuf\":\"$tcp_sndbuf\",$ideal\"/"

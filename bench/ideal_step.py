@@ -25,6 +25,12 @@ flows share the links fairly; a layer's reply starts once its whole push has gon
 lie between the two: at ideal_ms where the links are the bottleneck, near fair_ms where compute
 and communication are about equal (docs/performance.md), since priority set by a sender orders
 only what waits in its own queues, not what the network's queues and the other hosts' flows hold.
+
+And batch_ms, the step of allreduce mode's engine (src/collectives/engine.cc) on the same ideal
+links: whole tensors, fused in priority order up to --fusion-bytes from those ready when a batch
+starts, one batch at a time, each taking --batch-overhead-ms (its negotiation round and the
+collective's latency) plus its bytes, reduce-scatter and allgather, at the link's rate; no batch
+is interrupted. With no overhead it says what running whole batches costs against ideal_ms.
 """
 import argparse
 import heapq
@@ -111,9 +117,35 @@ def send_fair(link_free, produced, layer_bytes, rate):
     return back, clock
 
 
-def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12, sharing="priority"):
+def send_batches(link_free, produced, sizes, rate, share, fusion_bytes, overhead_ms):
+    """One link carrying allreduce batches: each starts once the link is free and a layer is ready,
+    takes the nearest layers to the input among those ready then, whole, up to fusion_bytes (at
+    least one), and lasts overhead_ms plus both phases' bytes (2 x share x size) at the rate.
+    Returns when each layer's batch ends, and when the link is free."""
+    left, back, clock = set(produced), {}, link_free
+    while left:
+        ready = sorted(k for k in left if produced[k] <= clock)
+        if not ready:
+            clock = min(produced[k] for k in left)
+            continue
+        batch, fused = [], 0
+        for k in ready:
+            if batch and fused + sizes[k] > fusion_bytes:
+                break
+            batch.append(k)
+            fused += sizes[k]
+        clock += overhead_ms + 2 * share * fused / rate
+        for k in batch:
+            back[k] = clock
+            left.discard(k)
+    return back, clock
+
+
+def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12, sharing="priority",
+               fusion_bytes=1 << 20, batch_overhead_ms=0.0):
     """The step time; sharing "priority" (the nearest layer to the input first, preemptive, in
-    pieces) or "fair" (every layer in flight an equal share)."""
+    pieces), "fair" (every layer in flight an equal share) or "batches" (allreduce mode's engine:
+    whole fused batches, fusion_bytes and batch_overhead_ms each)."""
     rate = link_mbit * 1e6 / 8 / 1e3  # bytes per ms
     total = sum(sizes)
     share = (workers - 1) / workers
@@ -129,7 +161,10 @@ def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12, sha
         for k in reversed(layers):  # backward, last layer first
             clock += backward * sizes[k] / total
             produced[k] = clock
-        if sharing == "fair":
+        if sharing == "batches":
+            back, link_free = send_batches(link_free, produced, sizes, rate, share, fusion_bytes,
+                                           batch_overhead_ms)
+        elif sharing == "fair":
             back, link_free = send_fair(link_free, produced, {k: share * sizes[k] for k in layers},
                                         rate)
         else:
@@ -148,14 +183,23 @@ def main():
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--piece-bytes", type=int, default=16384,
                         help="values travel in pieces this big (smaller: closer to a fluid)")
+    parser.add_argument("--fusion-bytes", type=int, default=1 << 20,
+                        help="batch_ms: the fusion threshold (HOROVOD_FUSION_THRESHOLD)")
+    parser.add_argument("--batch-overhead-ms", type=float, default=0.0,
+                        help="batch_ms: what each batch costs beyond its bytes")
     parser.add_argument("--build", default="build")
     args = parser.parse_args()
-    if args.workers < 1 or args.link_mbit <= 0 or args.compute_ms < 0 or args.piece_bytes < 1:
-        sys.exit("ideal_step: --workers >= 1, --link-mbit > 0, --compute-ms >= 0, --piece-bytes >= 1")
+    if (args.workers < 1 or args.link_mbit <= 0 or args.compute_ms < 0 or args.piece_bytes < 1
+            or args.fusion_bytes < 1 or args.batch_overhead_ms < 0):
+        sys.exit("ideal_step: --workers >= 1, --link-mbit > 0, --compute-ms >= 0, --piece-bytes >= 1,"
+                 " --fusion-bytes >= 1, --batch-overhead-ms >= 0")
     sizes = layer_bytes(args)
     ideal = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes)
     fair = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes,
                       sharing="fair")
+    batches = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes,
+                         sharing="batches", fusion_bytes=args.fusion_bytes,
+                         batch_overhead_ms=args.batch_overhead_ms)
     share = (args.workers - 1) / args.workers
     wire = 2 * share * sum(sizes) / (args.link_mbit * 1e6 / 8 / 1e3)
     print(json.dumps({"model": args.model, "scale": args.scale, "workers": args.workers,
@@ -163,7 +207,10 @@ def main():
                       "wire_ms": round(wire, 1), "ideal_ms": round(ideal, 1),
                       "efficiency": round(args.compute_ms / ideal, 3) if ideal else 1.0,
                       "fair_ms": round(fair, 1),
-                      "fair_efficiency": round(args.compute_ms / fair, 3) if fair else 1.0}))
+                      "fair_efficiency": round(args.compute_ms / fair, 3) if fair else 1.0,
+                      "batch_ms": round(batches, 1), "fusion_bytes": args.fusion_bytes,
+                      "batch_overhead_ms": args.batch_overhead_ms,
+                      "batch_efficiency": round(args.compute_ms / batches, 3) if batches else 1.0}))
 
 
 if __name__ == "__main__":

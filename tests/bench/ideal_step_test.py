@@ -4,7 +4,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from ideal_step import ideal_step, send_fair  # noqa: E402
+from ideal_step import ideal_step, send_batches, send_fair  # noqa: E402
 
 SIZES = [4000, 40, 400000, 800, 2000000, 400]  # bytes per layer, input first
 PIECE = 16384
@@ -66,4 +66,30 @@ EQUAL = [400000] * 4
 mbit = 2 * 3 / 4 * sum(EQUAL) * 8 / 1e6 / 300 * 1e3
 fair = ideal_step(EQUAL, 4, mbit, 300, PIECE, sharing="fair")
 assert fair > ideal_step(EQUAL, 4, mbit, 300, PIECE) * 1.1, fair
+
+# Batches (allreduce mode's engine). Two layers of b bytes ready together, share 1/2 (2 workers):
+# each batch carries 2 x share x its bytes. Fused when they fit: both end after one batch; one at
+# a time otherwise, the nearest to the input first.
+back, free = send_batches(0.0, {0: 0.0, 1: 0.0}, {0: b, 1: b}, rate, 0.5, 2 * b, 3.0)
+assert close(back[0], 3 + 2 * b / rate) and close(back[1], back[0]) and close(free, back[0])
+back, free = send_batches(0.0, {0: 0.0, 1: 0.0}, {0: b, 1: b}, rate, 0.5, b, 3.0)
+assert close(back[0], 3 + b / rate) and close(back[1], 2 * (3 + b / rate)), back
+# A batch is never interrupted: layer 0, ready while layer 1's batch runs, waits for its end.
+back, free = send_batches(0.0, {1: 0.0, 0: 1.0}, {0: b, 1: b}, rate, 0.5, 2 * b, 0.0)
+assert close(back[1], b / rate) and close(back[0], 2 * b / rate), back
+# The step: one worker is the compute, no compute in one batch is the wire; never
+# faster than the priority schedule, and here slower with more overhead (not a law: an overhead
+# can shift which layers a batch finds ready).
+assert close(ideal_step(SIZES, 1, 100, 50, PIECE, sharing="batches"), 50)
+assert close(ideal_step(SIZES, 4, 100, 0, PIECE, sharing="batches", fusion_bytes=1 << 30),
+             wire_ms(4, 100))
+for workers in (2, 4, 8):
+    for mbit in (10, 50, 100, 500):
+        previous = 0.0
+        for overhead in (0.0, 1.0, 4.0):
+            batches = ideal_step(SIZES, workers, mbit, 300, PIECE, sharing="batches",
+                                 fusion_bytes=500000, batch_overhead_ms=overhead)
+            assert batches >= ideal_step(SIZES, workers, mbit, 300, PIECE) - 1e-6, (workers, mbit)
+            assert batches >= previous - 1e-6, (workers, mbit, overhead)
+            previous = batches
 print("ideal_step: all cases hold")
