@@ -151,7 +151,7 @@ std::unique_ptr<ShmGroup> ShmGroup::Create(const ShmGroupOptions& options) {
   layout->control(options.rank).pid.store(getpid());
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kMagic;
-  return std::unique_ptr<ShmGroup>(new ShmGroup(options, name, base, total, true));
+  return std::unique_ptr<ShmGroup>(new ShmGroup(options, name, base, total));
 }
 
 std::unique_ptr<ShmGroup> ShmGroup::Attach(const std::string& name,
@@ -191,16 +191,14 @@ std::unique_ptr<ShmGroup> ShmGroup::Attach(const std::string& name,
   }
   ShmGroupOptions with_slot = options;
   with_slot.slot_bytes = header.slot_bytes;
-  return std::unique_ptr<ShmGroup>(new ShmGroup(with_slot, name, base, st.st_size, false));
+  return std::unique_ptr<ShmGroup>(new ShmGroup(with_slot, name, base, st.st_size));
 }
 
-ShmGroup::ShmGroup(const ShmGroupOptions& options, std::string name, void* base, size_t bytes,
-                   bool creator)
+ShmGroup::ShmGroup(const ShmGroupOptions& options, std::string name, void* base, size_t bytes)
     : options_(options),
       name_(std::move(name)),
       base_(base),
       bytes_(bytes),
-      creator_(creator),
       slot_bytes_(static_cast<Layout*>(base)->header().slot_bytes),
       layout_(static_cast<Layout*>(base)) {}
 
@@ -210,7 +208,7 @@ ShmGroup::~ShmGroup() {
 }
 
 void ShmGroup::Unlink() {
-  if (!creator_ || unlinked_) return;
+  if (unlinked_) return;
   shm_unlink(name_.c_str());
   unlinked_ = true;
 }

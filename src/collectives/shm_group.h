@@ -69,7 +69,9 @@ class ShmGroup {
 
   const std::string& name() const { return name_; }
   size_t slot_bytes() const { return slot_bytes_; }
-  // Removes the name once every rank has attached (the mappings stay). Creator only; idempotent.
+  // Removes the name (the mappings stay): once every rank has attached, any rank may. Every rank
+  // does when it lets the group go, so that a creator killed before it could (SIGKILL during
+  // setup) leaves nothing in /dev/shm once the others end. Idempotent.
   void Unlink();
 
   // As Communicator's: out = sum over ranks of in (in == out allowed); every rank's contribution
@@ -86,8 +88,7 @@ class ShmGroup {
   struct Layout;
 
  private:
-  ShmGroup(const ShmGroupOptions& options, std::string name, void* base, size_t bytes,
-           bool creator);
+  ShmGroup(const ShmGroupOptions& options, std::string name, void* base, size_t bytes);
 
   void Arrive();
   // Waits until every other rank has arrived as often as this one.
@@ -104,7 +105,6 @@ class ShmGroup {
   std::string name_;
   void* base_;
   size_t bytes_;
-  bool creator_;
   bool unlinked_ = false;
   size_t slot_bytes_ = 0;
   uint32_t arrivals_ = 0;  // this rank's arrivals so far (its sequence number)

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <functional>
@@ -200,6 +202,36 @@ TEST(ShmGroup, NothingIsLeftInDevShmOnceUnlinkedOrDestroyed) {
     name = creator->name();
   }
   EXPECT_LT(shm_open(name.c_str(), O_RDONLY, 0), 0) << name << " outlived its creator";
+}
+
+TEST(ShmGroup, ACreatorKilledBeforeUnlinkingLeavesNothingOnceTheOthersEnd) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the creator: announces the name and dies as SIGKILL would leave it
+    auto creator = ShmGroup::Create(Options(0, 2));
+    const std::string& created = creator->name();
+    const bool written =
+        write(pipe_fds[1], created.data(), created.size()) == static_cast<ssize_t>(created.size());
+    _exit(written ? 0 : 1);  // no destructor runs: the name stays
+  }
+  close(pipe_fds[1]);
+  char buffer[256];
+  const ssize_t n = read(pipe_fds[0], buffer, sizeof buffer);
+  close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_GT(n, 0);
+  const std::string name(buffer, static_cast<size_t>(n));
+  { auto other = ShmGroup::Attach(name, Options(1, 2)); }
+  const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  EXPECT_LT(fd, 0) << name << " outlived every rank";
+  if (fd >= 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+  }
 }
 
 }  // namespace
