@@ -156,7 +156,9 @@ class GlooBackend final : public Communicator, private LeaderChannel {
                              << (!groups_ ? "allreduce " + algorithm_
                                  : groups_->layout().hosts() == 1
                                      ? "shared memory among all ranks"
-                                     : "hierarchical allreduce, shared memory within hosts");
+                                     : "hierarchical allreduce over " +
+                                           std::to_string(groups_->layout().hosts()) +
+                                           " hosts, shared memory within each");
   }
 
   ~GlooBackend() override {
