@@ -10,8 +10,8 @@ namespace dtrain::ps {
 
 std::string NodeInfo::Name() const {
   std::string s = RoleName(role);
-  if (role != Role::kScheduler) s += " " + std::to_string(rank);
-  return s + " (" + Address() + ")";
+  if (role != Role::kScheduler) s.append(" ").append(std::to_string(rank));
+  return s.append(" (").append(Address()).append(")");
 }
 
 const char* GroupName(Group g) {

@@ -349,7 +349,7 @@ Scheduler::Scheduler(const Config& config, std::unique_ptr<transport::Transport>
   State* s = state_.get();
   s->transport->SetHandlers(
       [s](Message&& msg) {
-        s->events.Push(Event{false, std::move(msg)});
+        s->events.Push(Event{false, std::move(msg), transport::kNoNode, {}, {}});
       },
       [s](NodeId peer, const std::string& remote, const std::string& reason) {
         s->events.Push(Event{true, Message{}, peer, remote, reason});

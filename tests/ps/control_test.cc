@@ -42,7 +42,9 @@ void ExpectProtocolError(F&& decode, const std::string& text, const std::string&
     decode(text);
     ADD_FAILURE() << "accepted: " << text.substr(0, 200);
   } catch (const ProtocolError& e) {
-    if (!needle.empty()) EXPECT_THAT(e.what(), HasSubstr(needle)) << text.substr(0, 200);
+    if (!needle.empty()) {
+      EXPECT_THAT(e.what(), HasSubstr(needle)) << text.substr(0, 200);
+    }
   } catch (const std::exception& e) {
     ADD_FAILURE() << "threw something other than ProtocolError for " << text.substr(0, 200) << ": "
                   << e.what();
@@ -57,7 +59,7 @@ std::string Registration(const std::string& role, const std::string& host, const
   auto add = [&j](const char* name, const std::string& value) {
     if (value == "<absent>") return;
     if (j.size() > 1) j += ",";
-    j += "\"" + std::string(name) + "\":" + value;
+    j.append("\"").append(name).append("\":").append(value);
   };
   add("role", role);
   add("host", host);

@@ -107,7 +107,9 @@ TEST(KeyPartition, ChunksNeverExceedChunkBytesAndAreEven) {
             lo = std::min(lo, slot.length);
             hi = std::max(hi, slot.length);
           }
-          if (hi > 0) EXPECT_LE(hi - lo, kCompressionAlignment) << size << " elements, " << chunk;
+          if (hi > 0) {
+            EXPECT_LE(hi - lo, kCompressionAlignment) << size << " elements, " << chunk;
+          }
         }
       }
     }
@@ -195,7 +197,9 @@ TEST(KeyPartition, KeysOverThePartitionBytesAreSplitOverTheLeastLoadedServers) {
   std::vector<int> parts_on(3, 0);
   for (size_t i = 0; i < many.size(); ++i) {
     ++parts_on[many[i].server];
-    if (i == 2 || i == 5) EXPECT_EQ(parts_on, std::vector<int>(3, static_cast<int>(i + 1) / 3));
+    if (i == 2 || i == 5) {
+      EXPECT_EQ(parts_on, std::vector<int>(3, static_cast<int>(i + 1) / 3));
+    }
   }
 }
 

@@ -373,7 +373,9 @@ TEST(TcpOptions, ConnectionsWithinThisHostUseTheLocalCongestionControl) {
   EXPECT_EQ(dialed_with("reno"), "reno");
   std::ifstream default_file("/proc/sys/net/ipv4/tcp_congestion_control");
   std::string kernel_default;
-  if (default_file >> kernel_default) EXPECT_EQ(dialed_with(""), kernel_default);
+  if (default_file >> kernel_default) {
+    EXPECT_EQ(dialed_with(""), kernel_default);
+  }
 }
 
 // Which connections DTRAIN_TCP_SNDBUF caps: those whose peer is neither loopback nor ourselves.
