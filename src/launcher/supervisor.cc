@@ -71,7 +71,7 @@ class Supervisor : public JobWatch {
     if (c->stdin_write.get() >= 0 && !c->spec.stdin_preamble.empty()) {
       WriteToPipe(c->stdin_write.get(), c->spec.stdin_preamble);
     }
-    const std::string prefix = "[" + c->spec.Name() + "] ";
+    const std::string prefix = std::string("[").append(c->spec.Name()).append("] ");
     c->out = MakeReader(c, std::move(started.stdout_read), prefix, false);
     c->err = MakeReader(c, std::move(started.stderr_read), prefix, true);
   }
