@@ -40,17 +40,9 @@ for bin in "$dtrain" "$bench" "$trainer"; do
   [[ -x $bin ]] || { echo "compression_bench: $bin is missing: bash scripts/build.sh" >&2; exit 2; }
 done
 
-a=dtrain-gc-a-$$
-b=dtrain-gc-b-$$
-addr_a=10.254.77.1
-addr_b=10.254.77.2
-logs=$(mktemp -d /tmp/compression_bench.XXXXXX)
 source "scripts/netns.sh"
-delete_on_exit "$a" "$b" "$logs"
-
-join_netns_pair "$a" "$b" veth-gc-a veth-gc-b "$addr_a" "$addr_b" ||
+make_host_pair gc 77 compression_bench ||
   { echo "compression_bench: cannot make network namespaces joined by a veth pair here" >&2; exit 1; }
-shape() { shape_link "$a" veth-gc-a "$1" && shape_link "$b" veth-gc-b "$1"; }  # RATE: both ways
 
 # in NS HOST ROLE RANK LOG CMD...: a job process in namespace NS, announcing HOST, in the
 # background.
@@ -68,7 +60,7 @@ wait_all() {  # PIDS...: every one must exit 0 within 10 minutes
 }
 
 for rate in $rates; do
-  shape "$rate"
+  shape_host_pair "$rate"
   declare -A fp32_ms=()
   for gc in none 2bit 1bit fp16; do
     job_env=(DMLC_PS_ROOT_URI=$addr_a DMLC_PS_ROOT_PORT=$((20000 + RANDOM % 20000))
@@ -92,7 +84,7 @@ for rate in $rates; do
 done
 
 ((train)) || exit 0
-shape 1gbit
+shape_host_pair 1gbit
 for net in lenet mlp; do
   for gc in none 2bit 1bit fp16; do
     job_env=(DMLC_PS_ROOT_URI=$addr_a DMLC_PS_ROOT_PORT=$((20000 + RANDOM % 20000))

@@ -34,17 +34,8 @@ bench=$PWD/${BUILD_DIR:-build}/bench/allreduce_bench
 [[ $(id -u) -eq 0 ]] || { echo "hierarchical_bench: needs root (ip netns, tc)" >&2; exit 2; }
 
 source scripts/netns.sh
-a=dtrain-hb-a-$$
-b=dtrain-hb-b-$$
-veth_a=vhba$$
-veth_b=vhbb$$
-addr_a=10.254.81.1
-addr_b=10.254.81.2
-logs=$(mktemp -d /tmp/hierarchical_bench.XXXXXX)
-delete_on_exit "$a" "$b" "$logs"
-join_netns_pair "$a" "$b" "$veth_a" "$veth_b" "$addr_a" "$addr_b"
-shape_link "$a" "$veth_a" "$rate"
-shape_link "$b" "$veth_b" "$rate"
+make_host_pair hb 81 hierarchical_bench
+shape_host_pair "$rate"
 
 ranks=$((2 * per_host))
 results=$logs/results.jsonl

@@ -47,19 +47,9 @@ for bin in "$dtrain" "$bench"; do
   [[ -x $bin ]] || { echo "send_buffer_bench: $bin is missing: bash scripts/build.sh" >&2; exit 2; }
 done
 
-a=dtrain-sb-a-$$
-b=dtrain-sb-b-$$
-veth_a=vsba$$
-veth_b=vsbb$$
-addr_a=10.254.76.1
-addr_b=10.254.76.2
-logs=$(mktemp -d /tmp/send_buffer_bench.XXXXXX)
 source "scripts/netns.sh"
-delete_on_exit "$a" "$b" "$logs"
-
-join_netns_pair "$a" "$b" "$veth_a" "$veth_b" "$addr_a" "$addr_b" ||
+make_host_pair sb 76 send_buffer_bench ||
   { echo "send_buffer_bench: cannot make network namespaces joined by a veth pair here" >&2; exit 1; }
-shape() { shape_link "$a" "$veth_a" "$1" && shape_link "$b" "$veth_b" "$1"; }  # RATE|none
 
 in_ns() {  # NS HOST ROLE LOG CMD...: a job process in namespace NS, in the background
   local ns=$1 host=$2 role=$3 log=$4
@@ -69,7 +59,7 @@ in_ns() {  # NS HOST ROLE LOG CMD...: a job process in namespace NS, in the back
 }
 
 for rate in $rates; do
-  shape "$rate"
+  shape_host_pair "$rate"
   for ((round = 1; round <= rounds; round++)); do
     for sndbuf in $sndbufs; do
       job_env=(DMLC_PS_ROOT_URI=$addr_a DMLC_PS_ROOT_PORT=$((20000 + RANDOM % 20000))

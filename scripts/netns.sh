@@ -1,6 +1,7 @@
 # Shell functions for emulated hosts (network namespaces), sourced by the benchmarks and tests that
-# build them (bench/compression_bench.sh, bench/send_buffer_bench.sh,
-# tests/network/link_faults_test.sh).
+# build a pair of them (bench/compression_bench.sh, bench/send_buffer_bench.sh,
+# bench/hierarchical_bench.sh, tests/network/link_faults_test.sh,
+# tests/network/hierarchical_allreduce_test.sh): make_host_pair, then shape_host_pair.
 
 # delete_netns NS...: kills whatever still runs in each namespace, then deletes it. Never fails.
 delete_netns() {
@@ -55,3 +56,23 @@ delete_on_exit() {
   trap "trap '' INT TERM; delete_netns ${1@Q} ${2@Q}; rm -rf ${3@Q}" EXIT
   trap 'exit 130' INT TERM
 }
+
+# make_host_pair TAG NET NAME: two emulated hosts joined by a veth pair, deleted with a scratch
+# directory on every exit path of the calling script (delete_on_exit). TAG (two letters) keeps the
+# names of concurrent users apart, NET their subnet. Sets, for the caller:
+#   a, b            the namespaces: dtrain-TAG-a-PID and dtrain-TAG-b-PID
+#   veth_a, veth_b  their ends of the veth pair: vTAGaPID in a, vTAGbPID in b
+#   addr_a, addr_b  10.254.NET.1 and 10.254.NET.2
+#   logs            a new directory, /tmp/NAME.XXXXXX
+# Returns non-zero where this machine cannot make them (join_netns_pair), so that a test can skip.
+make_host_pair() {
+  a=dtrain-$1-a-$$ b=dtrain-$1-b-$$
+  veth_a=v$1a$$ veth_b=v$1b$$
+  addr_a=10.254.$2.1 addr_b=10.254.$2.2
+  logs=$(mktemp -d "/tmp/$3.XXXXXX")
+  delete_on_exit "$a" "$b" "$logs"
+  join_netns_pair "$a" "$b" "$veth_a" "$veth_b" "$addr_a" "$addr_b"
+}
+
+# shape_host_pair RATE: both directions of make_host_pair's link at RATE (shape_link's units).
+shape_host_pair() { shape_link "$a" "$veth_a" "$1" && shape_link "$b" "$veth_b" "$1"; }

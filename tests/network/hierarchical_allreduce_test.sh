@@ -31,16 +31,8 @@ skip() { echo "SKIPPED: $*"; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "needs root for ip netns"
 command -v ip >/dev/null || skip "needs iproute2 (ip)"
 
-a=dtrain-ha-a-$$
-b=dtrain-ha-b-$$
-veth_a=vhaa$$
-veth_b=vhab$$
-addr_a=10.254.79.1
-addr_b=10.254.79.2
-logs=$(mktemp -d /tmp/hierarchical.XXXXXX)
 source "$(dirname "$0")/../../scripts/netns.sh"
-delete_on_exit "$a" "$b" "$logs"
-join_netns_pair "$a" "$b" "$veth_a" "$veth_b" "$addr_a" "$addr_b" ||
+make_host_pair ha 79 hierarchical ||
   skip "cannot create network namespaces joined by a veth pair here"
 
 port=$((20000 + $$ % 20000))

@@ -46,17 +46,8 @@ skip() { echo "SKIPPED: $*"; exit 77; }
 command -v ip >/dev/null && command -v ss >/dev/null || skip "needs iproute2 (ip, ss)"
 command -v nft >/dev/null || skip "needs nftables (nft)"
 
-a=dtrain-lf-a-$$
-b=dtrain-lf-b-$$
-veth_a=vlfa$$
-veth_b=vlfb$$
-addr_a=10.254.78.1
-addr_b=10.254.78.2
-logs=$(mktemp -d /tmp/link_faults.XXXXXX)
 source "$(dirname "$0")/../../scripts/netns.sh"
-delete_on_exit "$a" "$b" "$logs"
-
-join_netns_pair "$a" "$b" "$veth_a" "$veth_b" "$addr_a" "$addr_b" ||
+make_host_pair lf 78 link_faults ||
   skip "cannot create network namespaces joined by a veth pair here"
 
 # In NS, nft STATEMENTS applied to every packet NS sends to PEER.
@@ -86,7 +77,7 @@ case $case_name in
     extra_env=(DTRAIN_TCP_SNDBUF=32768) ;;
   send-buffer-auto)
     command -v tc >/dev/null || skip "needs tc (iproute2)"
-    { shape_link "$a" "$veth_a" 100mbit && shape_link "$b" "$veth_b" 100mbit; } ||
+    shape_host_pair 100mbit ||
       skip "tc cannot shape a link here (sch_tbf)"
     rounds=400
     extra_env=(PS_VERBOSE=1) ;;
