@@ -141,7 +141,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
       throw PeerError("rank " + std::to_string(rank_) +
                       " could not connect to the other gloo ranks (" + address_ + "): " + e.what());
     }
-    LearnPeers(capped);
+    const std::vector<std::string> host_ids = LearnPeers(capped);
     if (client_) {
       // Only the TCP rendezvous knows who left; under a FileStore a stuck call ends at the
       // timeout.
@@ -149,7 +149,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
           std::make_unique<GlooWatchdog>([this] { return LostRanksText(Duration(0)); },
                                          [this](const std::string& lost) { NotifyPeerLost(lost); });
     }
-    SetUpSharedMemory(capped, config);
+    SetUpSharedMemory(capped, config, host_ids);
     DTRAIN_LOG(kConnections) << "collectives: gloo rank " << rank_ << " of " << size_ << " at "
                              << address_ << " (local " << local_rank_ << " of " << local_size_
                              << "), "
@@ -416,9 +416,10 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   // so that nobody waits for it in vain; every rank then says through gloo whether it is ready,
   // and the groups are used only if all are (a full /dev/shm, or one rank with DTRAIN_GLOO_SHM=0,
   // leaves every rank on gloo alone).
-  void SetUpSharedMemory(gloo::rendezvous::Store& store, const CollectivesConfig& config) {
+  void SetUpSharedMemory(gloo::rendezvous::Store& store, const CollectivesConfig& config,
+                         const std::vector<std::string>& host_ids) {
     if (size_ == 1) return;
-    HostLayout layout = HostLayout::FromHostIds(host_ids_, rank_);
+    HostLayout layout = HostLayout::FromHostIds(host_ids, rank_);
     if (layout.hosts() == size_) return;  // one rank per host: nothing to share
     const bool wanted = config.shared_memory && algorithm_ == "auto";
     std::string why_not = !config.shared_memory ? "DTRAIN_GLOO_SHM=0"
@@ -486,11 +487,11 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   }
 
   // Every rank's "hostname\naddress\nhost id": hostnames give the local layout, both name ranks in
-  // errors; host ids (common/host_id.h) say whether they may share memory.
-  void LearnPeers(gloo::rendezvous::Store& store) {
+  // errors; returns the host ids (common/host_id.h), which say whether they may share memory.
+  std::vector<std::string> LearnPeers(gloo::rendezvous::Store& store) {
     std::vector<std::string> hostnames(size_);
     peers_.resize(size_);
-    host_ids_.resize(size_);
+    std::vector<std::string> host_ids(size_);
     for (int r = 0; r < size_; ++r) {
       const auto bytes = store.get(ArrivedKey(r));
       const std::string text(bytes.begin(), bytes.end());
@@ -499,8 +500,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
       hostnames[r] = text.substr(0, newline);
       const std::string address =
           newline == std::string::npos ? "" : text.substr(newline + 1, second - newline - 1);
-      const std::string host_id = second == std::string::npos ? "" : text.substr(second + 1);
-      host_ids_[r] = host_id;
+      host_ids[r] = second == std::string::npos ? "" : text.substr(second + 1);
       peers_[r] = "rank " + std::to_string(r) + " (" + hostnames[r] +
                   (address.empty() || address == hostnames[r] ? "" : ", " + address) + ")";
     }
@@ -508,6 +508,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     const HostLayout by_name = HostLayout::FromHostIds(hostnames, rank_);
     local_rank_ = by_name.local_rank;
     local_size_ = static_cast<int>(by_name.mine().size());
+    return host_ids;
   }
 
   gloo::Algorithm& CachedAlgorithm(void* data, size_t count, DType dtype) {
@@ -640,7 +641,6 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   std::string failure_;
   bool timed_out_ = false;
   std::unique_ptr<GlooWatchdog> watchdog_;  // with a TCP rendezvous only
-  std::vector<std::string> host_ids_;       // every rank's HostId
   std::shared_ptr<gloo::Context> leaders_;  // one rank per host; set on those ranks only
   std::unique_ptr<HostGroups> groups_;      // the collectives' path when set
   std::vector<char> direct_input_;  // GlooAllgathervDirect's: this rank's block once per rank
