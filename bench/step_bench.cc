@@ -223,8 +223,8 @@ int main(int argc, char** argv) {
           {"p90_ms", Percentile(step_ms, 0.9)},
           {"idle_ms", idle_ms.empty() ? 0 : Percentile(idle_ms, 0.5)},
           {"idle_first_ms", idle_first_ms.empty() ? 0 : Percentile(idle_first_ms, 0.5)},
-          {"bound_ms",
-           std::max(compute_ms, LinkBoundMs(layout, bytes, workers, servers, link_mbit, ranks_per_host))},
+          {"bound_ms", std::max(compute_ms, LinkBoundMs(layout, bytes, workers, servers, link_mbit,
+                                                        ranks_per_host))},
           {"samples_per_s", workers * batch / (median / 1e3)},
           {"efficiency", compute_ms / median},
           {"placement", PlacementSettings()}};

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench/cluster_bench.sh end to end on a tiny case, then bench/plot_cluster.py on what it printed:
 # two namespace hosts with sshd, the wire probe, dist_sync and horovod over Gloo with 1 and 2
-# workers on LeNet's shapes, and horovod over Gloo with 4 workers two a host; every line must be there with sane numbers, and the plot a PNG. Then a
-# Ctrl-C in the middle of a job: the bench must stop within seconds, leaving no namespace and no
-# process behind.
+# workers on LeNet's shapes, and horovod over Gloo with 4 workers two a host; every line must be
+# there with sane numbers, and the plot a PNG. Then a Ctrl-C in the middle of a job: the bench must
+# stop within seconds, leaving no namespace and no process behind.
 # Skipped (77) where namespaces cannot be made (not root). Usage: cluster_bench_test.sh BUILD_DIR
 set -euo pipefail
 build=$1
