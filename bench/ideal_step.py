@@ -6,18 +6,20 @@ compute.
   python3 bench/ideal_step.py --workers 8 --link-mbit 467 --compute-ms 300
   python3 bench/ideal_step.py --workers 4 --link-mbit 187 --compute-ms 200 --model resnet50
 
-step_bench spends a third of --compute-ms on forward and the rest on backward, each layer's share
-in proportion to its size; backward produces the gradients last layer first, and the next forward
-needs each layer's new value before it runs that layer. This replays that step against an ideal
-network, for the colocated layout (a server on each of N hosts) and, with the same bytes, for ring
-allreduce: every host sends (N - 1) / N of each gradient out (the push, or reduce-scatter) and, once
-that has arrived, the same again (the reply, or allgather); each host's outgoing link, at
---link-mbit, is the only limit (incoming links carry the same by symmetry; no latency, no CPU) and
-always sends the layer nearest the input first, interrupting a bigger one. It runs 12 steps and
-prints one JSON line for the last: ideal_ms, the efficiency compute_ms / ideal_ms, and wire_ms
-(the bytes alone at the link's rate). At the links' nominal rate this is a floor for the measured
-step; at the rate cluster_bench's wire case measures (one TCP stream each way) it is an estimate,
-which dtrain has beaten by a few percent at N = 2.
+step_bench spends a third of --compute-ms on forward and the rest on backward, each layer's share in
+proportion to its size; backward produces the gradients last layer first, and the next forward needs
+each layer's new value before it runs that layer. This replays that step against an ideal network,
+for the colocated layout (a server on each of N hosts) and, with the same bytes, for ring allreduce:
+every host sends (N - 1) / N of each gradient out (the push, or reduce-scatter) and, once that has
+arrived, the same again (the reply, or allgather); each host's outgoing link, at --link-mbit, is the
+only limit (incoming links carry the same by symmetry; no CPU, and no latency but --turnaround-ms's)
+and always sends the layer nearest the input first, interrupting a bigger one. It runs 12 steps and
+prints one JSON line for the last: ideal_ms, the efficiency compute_ms / ideal_ms, and wire_ms (the
+bytes alone at the link's rate). At the links' nominal rate this is a floor for the measured step;
+at the rate cluster_bench's wire case measures (one TCP stream each way) it is an estimate, which
+dtrain has beaten by a few percent at N = 2. --turnaround-ms T delays each reply's start by T after
+its push has gone and each value's return by T after its reply has gone (queues, latency, the wait
+for the last worker's push): what any real network adds to ideal_ms.
 
 It also prints fair_ms, the same step with no priority on the links: every layer whose push (or
 reply) is under way gets an equal share of the link, as when each is its own TCP flow and the
@@ -52,25 +54,25 @@ def pieces_of(size, piece_bytes):
     return [piece_bytes] * whole + ([rest] if rest else [])
 
 
-def send(link_free, produced, pieces, rate):
-    """One link carrying each piece's push from when its layer is produced and its reply from when
-    that push has gone, the lowest (layer, piece, phase) first, preemptively. pieces: layer ->
-    list of piece sizes. Returns when each layer's last reply has gone, and when the link is free."""
+def send(link_free, produced, pieces, rate, turnaround_ms=0.0):
+    """One link carrying each piece's push from when its layer is produced and its reply from
+    turnaround_ms after that push has gone, the lowest (layer, piece, phase) first, preemptively; a
+    reply is back turnaround_ms after it has gone. pieces: layer -> list of piece sizes. Returns
+    when each layer's last reply is back, and when the link is free."""
     left = {(k, i, phase): b for k, sizes in pieces.items() for i, b in enumerate(sizes)
             for phase in (0, 1)}
-    arrivals = sorted((produced[k], (k, i, 0)) for k, sizes in pieces.items()
-                      for i in range(len(sizes)))
+    arrivals = [(produced[k], (k, i, 0)) for k, sizes in pieces.items() for i in range(len(sizes))]
+    heapq.heapify(arrivals)
     back = dict.fromkeys(pieces, 0.0)
-    clock, nxt, waiting, sent = link_free, 0, [], 0
+    clock, waiting, sent = link_free, [], 0
     while sent < len(left):
-        while nxt < len(arrivals) and arrivals[nxt][0] <= clock:
-            heapq.heappush(waiting, arrivals[nxt][1])
-            nxt += 1
+        while arrivals and arrivals[0][0] <= clock:
+            heapq.heappush(waiting, heapq.heappop(arrivals)[1])
         if not waiting:
-            clock = arrivals[nxt][0]
+            clock = arrivals[0][0]
             continue
         item = waiting[0]
-        arrival = arrivals[nxt][0] if nxt < len(arrivals) else float("inf")
+        arrival = arrivals[0][0] if arrivals else float("inf")
         finish = clock + left[item] / rate
         if finish <= arrival:
             heapq.heappop(waiting)
@@ -78,9 +80,9 @@ def send(link_free, produced, pieces, rate):
             sent += 1
             k, i, phase = item
             if phase == 0:
-                heapq.heappush(waiting, (k, i, 1))
+                heapq.heappush(arrivals, (clock + turnaround_ms, (k, i, 1)))
             else:
-                back[k] = max(back[k], clock)
+                back[k] = max(back[k], clock + turnaround_ms)
         else:  # something arrives first: it may outrank this one
             left[item] -= (arrival - clock) * rate
             clock = arrival
@@ -142,10 +144,11 @@ def send_batches(link_free, produced, sizes, rate, share, fusion_bytes, overhead
 
 
 def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12, sharing="priority",
-               fusion_bytes=1 << 20, batch_overhead_ms=0.0):
+               fusion_bytes=1 << 20, batch_overhead_ms=0.0, turnaround_ms=0.0):
     """The step time; sharing "priority" (the nearest layer to the input first, preemptive, in
-    pieces), "fair" (every layer in flight an equal share) or "batches" (allreduce mode's engine:
-    whole fused batches, fusion_bytes and batch_overhead_ms each)."""
+    pieces; turnaround_ms between a push leaving and its reply starting, and between a reply
+    leaving and its value being back), "fair" (every layer in flight an equal share) or "batches"
+    (allreduce mode's engine: whole fused batches, fusion_bytes and batch_overhead_ms each)."""
     rate = link_mbit * 1e6 / 8 / 1e3  # bytes per ms
     total = sum(sizes)
     share = (workers - 1) / workers
@@ -169,7 +172,7 @@ def ideal_step(sizes, workers, link_mbit, compute_ms, piece_bytes, steps=12, sha
                                         rate)
         else:
             pieces = {k: [share * b for b in pieces_of(sizes[k], piece_bytes)] for k in layers}
-            back, link_free = send(link_free, produced, pieces, rate)
+            back, link_free = send(link_free, produced, pieces, rate, turnaround_ms)
         value_back = [back[k] for k in layers]
     return starts[-1] - starts[-2]
 
@@ -187,14 +190,20 @@ def main():
                         help="batch_ms: the fusion threshold (HOROVOD_FUSION_THRESHOLD)")
     parser.add_argument("--batch-overhead-ms", type=float, default=0.0,
                         help="batch_ms: what each batch costs beyond its bytes")
+    parser.add_argument("--turnaround-ms", type=float, default=0.0,
+                        help="ideal_ms: the time from a push leaving to its reply starting, and "
+                             "from a reply leaving to its value being back (latency, queues, the "
+                             "wait for the last worker's push); 0: the floor")
     parser.add_argument("--build", default="build")
     args = parser.parse_args()
     if (args.workers < 1 or args.link_mbit <= 0 or args.compute_ms < 0 or args.piece_bytes < 1
-            or args.fusion_bytes < 1 or args.batch_overhead_ms < 0):
-        sys.exit("ideal_step: --workers >= 1, --link-mbit > 0, --compute-ms >= 0, --piece-bytes >= 1,"
-                 " --fusion-bytes >= 1, --batch-overhead-ms >= 0")
+            or args.fusion_bytes < 1 or args.batch_overhead_ms < 0 or args.turnaround_ms < 0):
+        sys.exit("ideal_step: --workers >= 1, --link-mbit > 0, --compute-ms >= 0,"
+                 " --piece-bytes >= 1, --fusion-bytes >= 1, --batch-overhead-ms >= 0,"
+                 " --turnaround-ms >= 0")
     sizes = layer_bytes(args)
-    ideal = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes)
+    ideal = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes,
+                       turnaround_ms=args.turnaround_ms)
     fair = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes,
                       sharing="fair")
     batches = ideal_step(sizes, args.workers, args.link_mbit, args.compute_ms, args.piece_bytes,
@@ -204,7 +213,8 @@ def main():
     wire = 2 * share * sum(sizes) / (args.link_mbit * 1e6 / 8 / 1e3)
     print(json.dumps({"model": args.model, "scale": args.scale, "workers": args.workers,
                       "link_mbit": args.link_mbit, "compute_ms": args.compute_ms,
-                      "wire_ms": round(wire, 1), "ideal_ms": round(ideal, 1),
+                      "wire_ms": round(wire, 1), "turnaround_ms": args.turnaround_ms,
+                      "ideal_ms": round(ideal, 1),
                       "efficiency": round(args.compute_ms / ideal, 3) if ideal else 1.0,
                       "fair_ms": round(fair, 1),
                       "fair_efficiency": round(args.compute_ms / fair, 3) if fair else 1.0,

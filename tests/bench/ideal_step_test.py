@@ -4,7 +4,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from ideal_step import ideal_step, send_batches, send_fair  # noqa: E402
+from ideal_step import ideal_step, send, send_batches, send_fair  # noqa: E402
 
 SIZES = [4000, 40, 400000, 800, 2000000, 400]  # bytes per layer, input first
 PIECE = 16384
@@ -37,6 +37,30 @@ for workers in (2, 4, 8):
 # equals the compute, the step is longer than both.
 mbit_equal = 2 * 3 / 4 * sum(SIZES) * 8 / 1e6 / 300 * 1e3
 assert ideal_step(SIZES, 4, mbit_equal, 300, PIECE) > 300 * 1.01
+
+# Turnaround: a reply starts T after its push has gone and is back T after it has gone. One piece
+# of b bytes alone: back at 2b/R + 2T, the link free at 2b/R + T. A second layer's push fills the
+# gap before the first one's reply, which then still goes first.
+b, rate, T = 1000.0, 10.0, 30.0
+back, free = send(0.0, {0: 0.0}, {0: [b]}, rate, T)
+assert close(back[0], 2 * b / rate + 2 * T) and close(free, 2 * b / rate + T), (back, free)
+back, free = send(0.0, {0: 0.0, 1: 0.0}, {0: [b], 1: [b]}, rate, T)
+# 0's push [0, 100], 1's push [100, 200] (0's reply is due at 130 and interrupts it at 130:
+# 1's push has 70 left), 0's reply [130, 230], 1's push [230, 300], its reply [330, 430].
+assert close(back[0], 230 + T) and close(back[1], 430 + T), back
+# No turnaround is the model without it; more is never faster where the layers are many and small
+# against the link (here), and the compute far longer than the wire pays it on the first layer's
+# round trip alone.
+assert close(ideal_step(SIZES, 4, 100, 300, PIECE, turnaround_ms=0.0),
+             ideal_step(SIZES, 4, 100, 300, PIECE))
+for workers in (2, 4, 8):
+    previous = 0.0
+    for turnaround in (0.0, 1.0, 5.0, 20.0):
+        step = ideal_step(SIZES, workers, 100, 300, PIECE, turnaround_ms=turnaround)
+        assert step >= previous - 1e-6, (workers, turnaround, step, previous)
+        previous = step
+long = ideal_step(SIZES, 4, 1000, 10000, PIECE, turnaround_ms=20.0)
+assert 10000 + 40 <= long <= 10000 + 40 + 2 * 3 / 4 * SIZES[0] / (1000e6 / 8 / 1e3) + 1e-6, long
 
 # Fair sharing. Two layers of b bytes produced together: each push gets half the link, so both
 # end at 2b/R and both replies at 4b/R; one produced when the other's push is half done shares
