@@ -30,7 +30,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/config.h"
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 
 namespace {
 

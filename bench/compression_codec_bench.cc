@@ -1,4 +1,4 @@
-// Speed of gradient compression's codecs (common/gradient_compression.h) on one core: GB/s of
+// Speed of gradient compression's codecs (compression/codec.h) on one core: GB/s of
 // float32 input for compress (with the residual's error feedback) and for decompress, plain and
 // accumulating (a server summing pushes), and the plain float32 sum for comparison (memory bound).
 // One JSON line per case:
@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "common/array.h"
-#include "common/gradient_compression.h"
+#include "compression/codec.h"
+#include "dtrain/common/array.h"
 
 namespace {
 

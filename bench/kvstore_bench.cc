@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "common/error.h"
-#include "common/gradient_compression.h"
-#include "kvstore/init.h"
-#include "kvstore/kvstore.h"
+#include "compression/codec.h"
+#include "dtrain/common/error.h"
+#include "dtrain/kvstore/init.h"
+#include "dtrain/kvstore/kvstore.h"
 #include "percentile.h"
 
 namespace {

@@ -34,8 +34,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
-#include "kvstore/kvstore.h"
+#include "dtrain/common/error.h"
+#include "dtrain/kvstore/kvstore.h"
 #include "model_shapes.h"
 #include "percentile.h"
 

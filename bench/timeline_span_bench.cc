@@ -1,4 +1,4 @@
-// What one timeline span (common/timeline.h) costs the thread that records it, in nanoseconds:
+// What one timeline span (report/timeline.h) costs the thread that records it, in nanoseconds:
 // off (DTRAIN_TIMELINE unset) and on, with the arguments a kvstore span carries. The recording
 // thread's cost only: sending the events to the launcher happens on the reports' thread.
 // Prints one JSON line:
@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "common/timeline.h"
+#include "report/timeline.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"timeline span cost"};

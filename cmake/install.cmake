@@ -1,11 +1,14 @@
-# `cmake --install`: the dtrain and dtrain-train commands, the C++ libraries with their headers
-# under include/dtrain/ and a CMake package (find_package(dtrain): dtrain::kvstore,
+# `cmake --install`: the dtrain and dtrain-train commands, the C++ libraries with the public headers
+# (include/dtrain/, and nothing from src/) and a CMake package (find_package(dtrain): dtrain::kvstore,
 # dtrain::collectives, dtrain::train, ...), and the Python package (python/CMakeLists.txt).
 include(CMakePackageConfigHelpers)
 
 # Library target -> exported name (dtrain::<name>), in dependency order.
 set(dtrain_exported
   dtrain_common common
+  dtrain_auth auth
+  dtrain_compression compression
+  dtrain_report report
   dtrain_transport transport
   dtrain_optim optim
   dtrain_ps ps
@@ -23,12 +26,10 @@ endwhile()
 install(TARGETS ${targets} EXPORT dtrainTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS dtrain dtrain-train RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
-# Headers keep their folders: <dtrain/kvstore/kvstore.h>, which includes "common/array.h"
-# (include/dtrain is on the include path too).
-foreach(module common transport optim ps collectives kvstore train)
-  install(DIRECTORY src/${module} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dtrain
-    FILES_MATCHING PATTERN "*.h")
-endforeach()
+# The public API only: <dtrain/kvstore/kvstore.h>, <dtrain/collectives/collectives.h>,
+# <dtrain/train/trainer.h>, ... The libraries under them are installed (a static library's users
+# link what it uses) but their headers are not.
+install(DIRECTORY include/dtrain DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/dtrain)
 install(EXPORT dtrainTargets NAMESPACE dtrain:: DESTINATION ${config_dir})

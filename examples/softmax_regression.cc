@@ -14,9 +14,9 @@
 #include <random>
 #include <vector>
 
-#include "common/error.h"
-#include "kvstore/init.h"
-#include "kvstore/kvstore.h"
+#include "dtrain/common/error.h"
+#include "dtrain/kvstore/init.h"
+#include "dtrain/kvstore/kvstore.h"
 
 namespace {
 
@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
     kv->Init(0, w);
     kv->Init(1, b);
     // The servers apply SGD to the sum of all workers' gradients, rescaled to a mean.
-    kv->SetOptimizer({"sgd", {{"learning_rate", lr},
-                              {"momentum", 0.9},
-                              {"rescale_grad", 1.0 / (batch * workers)}}});
+    kv->SetOptimizer(
+        {"sgd",
+         {{"learning_rate", lr}, {"momentum", 0.9}, {"rescale_grad", 1.0 / (batch * workers)}}});
 
     // This worker's part of the training set, shuffled each epoch.
     const int part = train.size() / workers;

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "ps/control.h"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <span>
 #include <vector>
 
-#include "collectives/negotiation.h"
-#include "common/error.h"
+#include "collectives/engine/negotiation.h"
+#include "dtrain/common/error.h"
 
 namespace {
 

@@ -31,7 +31,7 @@
 #include <memory>
 #include <string>
 
-#include "common/job_auth.h"
+#include "auth/job_auth.h"
 #include "common/logging.h"
 #include "transport/tcp_transport.h"
 #include "transport/wire.h"

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "transport/wire.h"
 
 namespace {

@@ -3,7 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "collectives/collectives.h"
+#include "dtrain/collectives/collectives.h"
 #include "tensor_array.h"
 
 namespace py = pybind11;

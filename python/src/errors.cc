@@ -2,7 +2,7 @@
 
 #include <exception>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace py = pybind11;
 

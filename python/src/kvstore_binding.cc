@@ -5,7 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "kvstore/key_names.h"
 #include "tensor_array.h"
 

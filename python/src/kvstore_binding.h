@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "kvstore/kvstore.h"
+#include "dtrain/kvstore/kvstore.h"
 
 namespace dtrain::python {
 

@@ -3,10 +3,10 @@
 
 #include "bindings.h"
 #include "common/config.h"
-#include "common/error.h"
 #include "common/logging.h"
-#include "common/timeline.h"
+#include "dtrain/common/error.h"
 #include "ps/roles.h"
+#include "report/timeline.h"
 
 namespace py = pybind11;
 

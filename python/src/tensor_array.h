@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "common/array.h"
+#include "dtrain/common/array.h"
 
 namespace dtrain::python {
 

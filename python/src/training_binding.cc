@@ -5,10 +5,10 @@
 #include <memory>
 
 #include "bindings.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
+#include "dtrain/train/data/dataset.h"
+#include "dtrain/train/parameter_sync.h"
 #include "kvstore_binding.h"
-#include "train/data/dataset.h"
-#include "train/parameter_sync.h"
 
 namespace py = pybind11;
 

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "common/elementwise.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/collectives.h"
 #include "collectives/config.h"
-#include "common/dtype.h"
+#include "dtrain/collectives/collectives.h"
+#include "dtrain/common/dtype.h"
 
 namespace dtrain::collectives {
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 

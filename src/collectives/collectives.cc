@@ -1,14 +1,14 @@
 // The process-wide API of collectives.h: one Communicator and one Engine, made by Init.
-#include "collectives/collectives.h"
+#include "dtrain/collectives/collectives.h"
 
 #include <cstdlib>
 #include <mutex>
 
 #include "collectives/backend.h"
 #include "collectives/config.h"
-#include "collectives/engine.h"
-#include "common/error.h"
+#include "collectives/engine/engine.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 namespace {

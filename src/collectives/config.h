@@ -1,8 +1,10 @@
-// CollectivesConfig: the environment of the allreduce mode, read once by Init.
+// CollectivesConfig: what the allreduce mode needs of the job's one Config (common/config.h, which
+// reads every variable), with the Gloo layout checked: a rank below the size, and a rendezvous
+// for a job of more than one rank.
 //
 // The variables are listed in collectives.h. Horovod's names are accepted as fallbacks so that a
-// Horovod job script runs unchanged; the DTRAIN_* name wins when both are set. A malformed value is
-// a ConfigError naming the variable and the value.
+// Horovod job script runs unchanged; the DTRAIN_* name wins when both are set. A missing or
+// malformed value is a ConfigError naming the variable and the value.
 #pragma once
 
 #include <chrono>
@@ -10,9 +12,9 @@
 #include <cstdint>
 #include <string>
 
-#include "collectives/collectives.h"
 #include "common/config.h"
-#include "common/deadline.h"
+#include "dtrain/collectives/collectives.h"
+#include "dtrain/common/deadline.h"
 
 namespace dtrain::collectives {
 
@@ -34,7 +36,7 @@ struct CollectivesConfig {
   // loopback TCP, and with several hosts the collectives go through one leader per host
   // (host_groups.h). Not with an explicit DTRAIN_GLOO_ALGORITHM, which asks for gloo's.
   bool shared_memory = true;
-  // DTRAIN_JOB_SECRET: the rendezvous store's connections authenticate with it (common/job_auth.h).
+  // DTRAIN_JOB_SECRET: the rendezvous store's connections authenticate with it (auth/job_auth.h).
   // Never printed.
   std::string job_secret;
 
@@ -47,7 +49,9 @@ struct CollectivesConfig {
   bool fp16_allreduce = false;                       // DTRAIN_FP16_ALLREDUCE
   int verbose = 0;                                   // PS_VERBOSE
 
-  // Reads and validates everything. Throws ConfigError.
+  // The allreduce mode's view of `config`. Throws ConfigError.
+  static CollectivesConfig FromConfig(const Config& config);
+  // FromConfig(Config::FromEnvironment(env)).
   static CollectivesConfig FromEnvironment(const EnvLookup& env = ProcessEnvironment());
 
   // "name=value" pairs of the values in effect, for PS_VERBOSE=1.

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/deadline.h"
+#include "dtrain/common/deadline.h"
 
 namespace dtrain::collectives {
 

@@ -1,11 +1,11 @@
-#include "common/array.h"
+#include "dtrain/common/array.h"
 
 #include <cstring>
 #include <sstream>
 
 #include "common/buffer_pool.h"
 #include "common/elementwise.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <thread>
 
-#include "common/error.h"
-#include "common/job_auth.h"
+#include "common/logging.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 
@@ -32,97 +33,66 @@ std::optional<Role> RoleFromName(const std::string& name) {
   return std::nullopt;
 }
 
-EnvLookup ProcessEnvironment() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-}
-
-EnvLookup MapEnvironment(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
+std::string JobSecretFromVariable(const std::optional<std::string>& value) {
+  if (!value || value->empty()) return "";
+  if (value->size() < kMinSecretChars) {
+    throw ConfigError("DTRAIN_JOB_SECRET is too short (" + std::to_string(value->size()) +
+                      " characters; at least " + std::to_string(kMinSecretChars) +
+                      "; e.g. `openssl rand -hex 32`)");
+  }
+  return *value;
 }
 
 namespace {
 
-class Reader {
- public:
-  explicit Reader(const EnvLookup& env) : env_(env) {}
-
-  std::optional<std::string> Text(const std::string& name) {
-    auto v = env_(name);
-    if (v && v->empty()) return std::nullopt;  // NAME= counts as unset, as in the shell
-    return v;
+// The name of a TCP congestion control algorithm as the kernel spells them (at most 15 lower-case
+// letters, digits or '_'), or "system".
+std::optional<std::string> CongestionControl(const EnvReader& r, const std::string& name) {
+  auto text = r.Text(name);
+  if (!text) return std::nullopt;
+  const bool well_formed =
+      text->size() <= 15 && std::all_of(text->begin(), text->end(), [](char ch) {
+        return std::islower(static_cast<unsigned char>(ch)) ||
+               std::isdigit(static_cast<unsigned char>(ch)) || ch == '_';
+      });
+  if (!well_formed) {
+    throw ConfigError(name + "='" + *text +
+                      "' is not a congestion control algorithm's name (cubic, reno, bbr, ...; "
+                      "or system)");
   }
+  return text;
+}
 
-  std::optional<int64_t> Integer(const std::string& name, int64_t min, int64_t max) {
-    auto text = Text(name);
-    if (!text) return std::nullopt;
-    // Digits with an optional leading minus only: no spaces, no '+', no hex.
-    const char first = (*text)[0];
-    if (!(std::isdigit(static_cast<unsigned char>(first)) || first == '-')) {
-      throw ConfigError(name + "='" + *text + "' is not an integer");
-    }
-    errno = 0;
-    char* end = nullptr;
-    long long value = std::strtoll(text->c_str(), &end, 10);
-    if (end == text->c_str() || *end != '\0') {
-      throw ConfigError(name + "='" + *text + "' is not an integer");
-    }
-    if (errno == ERANGE) {
-      throw ConfigError(name + "=" + *text + " is out of range [" + std::to_string(min) + ", " +
-                        std::to_string(max) + "]");
-    }
-    if (value < min || value > max) {
-      throw ConfigError(name + "=" + *text + " is out of range [" + std::to_string(min) + ", " +
-                        std::to_string(max) + "]");
-    }
-    return value;
+AllreduceSettings ReadAllreduce(const EnvReader& r) {
+  AllreduceSettings a;
+  a.backend = r.Choice("DTRAIN_COLLECTIVES", {"mpi", "gloo"}).value_or("");
+  a.under_mpirun = r.Text("OMPI_COMM_WORLD_SIZE").has_value();
+  a.gloo_file_store = r.Text("DTRAIN_GLOO_FILE_STORE").value_or("");
+  a.gloo_algorithm = r.Choice("DTRAIN_GLOO_ALGORITHM",
+                              {"auto", "ring", "ring_chunked", "halving_doubling", "bcube"})
+                         .value_or("");
+  if (auto v = r.Boolean("DTRAIN_GLOO_SHM")) a.gloo_shared_memory = *v;
+  if (auto v = r.Integer("DTRAIN_FUSION_THRESHOLD_MB", 0, 1 << 16)) {
+    a.fusion_threshold_bytes = static_cast<size_t>(*v) << 20;
+  } else if (auto v = r.Integer("HOROVOD_FUSION_THRESHOLD", 0, int64_t{1} << 36)) {
+    a.fusion_threshold_bytes = static_cast<size_t>(*v);
   }
-
-  std::optional<bool> Boolean(const std::string& name) {
-    auto text = Text(name);
-    if (!text) return std::nullopt;
-    if (*text == "1" || *text == "true" || *text == "TRUE" || *text == "yes") return true;
-    if (*text == "0" || *text == "false" || *text == "FALSE" || *text == "no") return false;
-    throw ConfigError(name + "='" + *text + "' is not a boolean (use 0 or 1)");
+  if (auto v = r.First({"DTRAIN_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME"})) {
+    const double ms = EnvReader::ParseDecimal(v->first, v->second, 0, 60000);
+    a.cycle_time = std::chrono::microseconds(static_cast<int64_t>(std::llround(ms * 1000)));
   }
-
-  // The name of a TCP congestion control algorithm as the kernel spells them (at most 15 lower-case
-  // letters, digits or '_'), or "system".
-  std::optional<std::string> CongestionControl(const std::string& name) {
-    auto text = Text(name);
-    if (!text) return std::nullopt;
-    const bool well_formed =
-        text->size() <= 15 && std::all_of(text->begin(), text->end(), [](char ch) {
-          return std::islower(static_cast<unsigned char>(ch)) ||
-                 std::isdigit(static_cast<unsigned char>(ch)) || ch == '_';
-        });
-    if (!well_formed) {
-      throw ConfigError(name + "='" + *text +
-                        "' is not a congestion control algorithm's name (cubic, reno, bbr, ...; "
-                        "or system)");
-    }
-    return text;
+  if (auto v = r.First({"DTRAIN_STALL_WARNING_S", "HOROVOD_STALL_CHECK_TIME_SECONDS"})) {
+    a.stall_warning = Duration(EnvReader::ParseInteger(v->first, v->second, 0, 1 << 24) * 1000);
   }
-
-  void Millis(const std::string& name, Duration* out, int64_t min = 1) {
-    if (auto v = Integer(name, min, int64_t{1} << 40)) *out = Duration(*v);
-  }
-
- private:
-  const EnvLookup& env_;
-};
+  r.Millis("DTRAIN_COLLECTIVE_TIMEOUT_MS", &a.collective_timeout);
+  if (auto v = r.Boolean("DTRAIN_FP16_ALLREDUCE")) a.fp16_allreduce = *v;
+  return a;
+}
 
 }  // namespace
 
 Config Config::FromEnvironment(const EnvLookup& env) {
-  Reader r(env);
+  const EnvReader r(env);
   Config c;
   if (auto role = r.Text("DMLC_ROLE")) {
     c.role = RoleFromName(*role);
@@ -178,16 +148,22 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   } else if (auto v = r.Integer("DTRAIN_TCP_SNDBUF", 0, int64_t{1} << 30)) {
     c.tcp_send_buffer = *v;
   }
-  if (auto v = r.CongestionControl("DTRAIN_TCP_LOCAL_CONGESTION")) c.tcp_local_congestion = *v;
+  if (auto v = CongestionControl(r, "DTRAIN_TCP_LOCAL_CONGESTION")) c.tcp_local_congestion = *v;
   if (auto v = r.Boolean("DTRAIN_SAME_HOST")) c.same_host_direct = *v;
   if (auto v = r.Integer("DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40)) {
     c.max_message_bytes = *v;
   }
-  c.job_secret = auth::SecretFromVariable(env("DTRAIN_JOB_SECRET"));
+  c.job_secret = JobSecretFromVariable(r.Text("DTRAIN_JOB_SECRET"));
+  c.allreduce = ReadAllreduce(r);
+  c.timeline_path = r.First({"DTRAIN_TIMELINE", "HOROVOD_TIMELINE"})
+                        .value_or(std::pair<std::string, std::string>{})
+                        .second;
+  c.report_address = r.Text("DTRAIN_REPORT_ADDR").value_or("");
+  c.report_token = r.Text("DTRAIN_REPORT_TOKEN").value_or("");
   // A worker of an allreduce job (`dtrain launch -s 0`: DMLC_NUM_SERVER=0) has no servers to
   // need; the dist kvstores still refuse such a job when they are created.
   const bool allreduce_worker =
-      c.role == Role::kWorker && env("DMLC_NUM_SERVER").value_or("") == "0";
+      c.role == Role::kWorker && r.Text("DMLC_NUM_SERVER").value_or("") == "0";
   if (c.role) {
     c.RequireDistributed(std::string("DMLC_ROLE=") + RoleName(*c.role),
                          /*servers_needed=*/!allreduce_worker);
@@ -243,8 +219,21 @@ std::string Config::Describe() const {
       << " DTRAIN_FAILURE_EXIT_MS=" << failure_exit_grace.count()
       << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes
       << " DTRAIN_SAME_HOST=" << same_host_direct
-      << " DTRAIN_JOB_SECRET=" << (job_secret.empty() ? "(unset)" : "(set)");
+      << " DTRAIN_JOB_SECRET=" << (job_secret.empty() ? "(unset)" : "(set)")
+      << " DTRAIN_TIMELINE=" << timeline_path;
   return out.str();
+}
+
+const Config& ProcessConfig() {
+  static const Config config = [] {
+    try {
+      return Config::FromEnvironment();
+    } catch (const ConfigError& e) {
+      DTRAIN_LOG(kError) << e.what();
+      return Config{};
+    }
+  }();
+  return config;
 }
 
 }  // namespace dtrain

@@ -1,11 +1,15 @@
 // The job configuration, read once from the environment.
 //
-// Every variable dtrain understands is read here and nowhere else, validated, and kept typed. The
-// names are the ones MXNet and ps-lite users already set (DMLC_*, PS_*, MXNET_KVSTORE_*), plus
-// DTRAIN_* for what they lack (deadlines, streams per peer). A missing or malformed variable is a
-// ConfigError whose message names the variable and the value it had.
+// Every variable dtrain understands is read here and nowhere else (through EnvReader's one
+// grammar, common/env_reader.h; the table of names is common/variables.cc), validated, and kept
+// typed. The names are the ones MXNet, ps-lite and Horovod users already set (DMLC_*, PS_*,
+// MXNET_KVSTORE_*, HOROVOD_*), plus DTRAIN_* for what they lack (deadlines, streams per peer). A
+// missing or malformed variable is a ConfigError whose message names the variable and the value it
+// had. Modules take what they need from a Config (collectives/config.h derives the allreduce
+// mode's view from one) instead of reading the environment again.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -13,7 +17,8 @@
 #include <optional>
 #include <string>
 
-#include "common/deadline.h"
+#include "common/env_reader.h"
+#include "dtrain/common/deadline.h"
 
 namespace dtrain {
 
@@ -23,11 +28,30 @@ const char* RoleName(Role role);
 // "scheduler", "server", "worker" -> the role; nullopt for anything else.
 std::optional<Role> RoleFromName(const std::string& name);
 
-// Looks a variable up; returns nullopt when unset. Lets tests supply an environment of their own.
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+// The shortest DTRAIN_JOB_SECRET accepted (characters).
+constexpr size_t kMinSecretChars = 16;
 
-EnvLookup ProcessEnvironment();
-EnvLookup MapEnvironment(std::map<std::string, std::string> vars);
+// The job secret from DTRAIN_JOB_SECRET's value (unset or empty: none, ""). Throws ConfigError if
+// it is shorter than kMinSecretChars; the message never quotes the value (it may reach a shared
+// log).
+std::string JobSecretFromVariable(const std::optional<std::string>& value);
+
+// The allreduce mode's variables, as read (collectives/config.h checks the layout it needs).
+struct AllreduceSettings {
+  std::string backend;             // DTRAIN_COLLECTIVES: "mpi", "gloo" or "" (unset)
+  bool under_mpirun = false;       // OMPI_COMM_WORLD_SIZE is set: mpirun started this process
+  std::string gloo_file_store;     // DTRAIN_GLOO_FILE_STORE
+  std::string gloo_algorithm;      // DTRAIN_GLOO_ALGORITHM ("" = auto)
+  bool gloo_shared_memory = true;  // DTRAIN_GLOO_SHM
+  // DTRAIN_FUSION_THRESHOLD_MB, else HOROVOD_FUSION_THRESHOLD (bytes); 0: no fusion.
+  size_t fusion_threshold_bytes = size_t{64} << 20;
+  // DTRAIN_CYCLE_TIME_MS, else HOROVOD_CYCLE_TIME (decimal milliseconds).
+  std::chrono::microseconds cycle_time{1000};
+  // DTRAIN_STALL_WARNING_S, else HOROVOD_STALL_CHECK_TIME_SECONDS; 0: no warnings.
+  Duration stall_warning{60000};
+  Duration collective_timeout{600000};  // DTRAIN_COLLECTIVE_TIMEOUT_MS
+  bool fp16_allreduce = false;          // DTRAIN_FP16_ALLREDUCE
+};
 
 struct Config {
   // --- job layout (DMLC_*) ---
@@ -90,9 +114,16 @@ struct Config {
   std::string tcp_local_congestion = "cubic";
   bool same_host_direct = true;  // DTRAIN_SAME_HOST: one-copy path between local processes
   size_t max_message_bytes = size_t{1} << 32;  // DTRAIN_MAX_MESSAGE_BYTES: larger is rejected
-  // DTRAIN_JOB_SECRET: when set, every connection proves knowledge of it (common/job_auth.h) before
+  // DTRAIN_JOB_SECRET: when set, every connection proves knowledge of it (auth/job_auth.h) before
   // any message counts. Never printed. `dtrain launch` sets a fresh one per job.
   std::string job_secret;
+
+  AllreduceSettings allreduce;
+
+  // --- what a process tells its launcher ---
+  std::string timeline_path;   // DTRAIN_TIMELINE, else HOROVOD_TIMELINE: "" is off
+  std::string report_address;  // DTRAIN_REPORT_ADDR (host:port), set by dtrain launch
+  std::string report_token;    // DTRAIN_REPORT_TOKEN, set with it
 
   bool distributed() const { return role.has_value(); }
 
@@ -105,5 +136,11 @@ struct Config {
   // "name=value" lines of the values in effect, for PS_VERBOSE=1.
   std::string Describe() const;
 };
+
+// This process's environment, read once (the first call) and kept: for the parts of a process
+// that have no Config handed to them (its reports to the launcher, its timeline). A malformed
+// variable is logged there once, naming it, and the defaults stand in (the node's own
+// Config::FromEnvironment fails on the same variable with the same message).
+const Config& ProcessConfig();
 
 }  // namespace dtrain

@@ -9,7 +9,7 @@
 #include <immintrin.h>
 #endif
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

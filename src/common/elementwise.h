@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/dtype.h"
+#include "dtrain/common/dtype.h"
 
 namespace dtrain {
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <set>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

@@ -1,6 +1,6 @@
 #include "kvstore/array_checks.h"
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "kvstore/key_names.h"
 
 namespace dtrain {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "common/array.h"
-#include "kvstore/kvstore.h"
+#include "dtrain/common/array.h"
+#include "dtrain/kvstore/kvstore.h"
 
 namespace dtrain {
 

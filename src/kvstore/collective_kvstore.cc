@@ -2,11 +2,11 @@
 
 #include <cstring>
 
-#include "common/error.h"
-#include "common/gradient_compression.h"
-#include "common/timeline.h"
+#include "compression/codec.h"
+#include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
+#include "report/timeline.h"
 
 namespace dtrain {
 

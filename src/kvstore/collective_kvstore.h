@@ -28,9 +28,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collectives/collectives.h"
 #include "common/config.h"
-#include "kvstore/kvstore.h"
+#include "dtrain/collectives/collectives.h"
+#include "dtrain/kvstore/kvstore.h"
 
 namespace dtrain {
 

@@ -4,10 +4,10 @@
 #include <string_view>
 
 #include "common/config.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
+#include "dtrain/kvstore/kvstore.h"
 #include "kvstore/collective_kvstore.h"
 #include "kvstore/dist_kvstore.h"
-#include "kvstore/kvstore.h"
 #include "kvstore/local_kvstore.h"
 #include "ps/roles.h"
 #include "transport/tcp_transport.h"

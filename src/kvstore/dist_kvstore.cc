@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/buffer_pool.h"
-#include "common/error.h"
 #include "common/logging.h"
-#include "common/timeline.h"
+#include "dtrain/common/error.h"
 #include "kvstore/key_names.h"
+#include "report/timeline.h"
 
 namespace dtrain {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "common/config.h"
-#include "common/gradient_compression.h"
-#include "kvstore/kvstore.h"
+#include "compression/codec.h"
+#include "dtrain/kvstore/kvstore.h"
 #include "ps/key_partition.h"
 #include "ps/node.h"
 #include "ps/worker_client.h"

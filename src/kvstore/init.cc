@@ -1,4 +1,4 @@
-#include "kvstore/init.h"
+#include "dtrain/kvstore/init.h"
 
 #include "ps/roles.h"
 

@@ -3,7 +3,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

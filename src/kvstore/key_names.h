@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "kvstore/kvstore.h"
+#include "dtrain/kvstore/kvstore.h"
 
 namespace dtrain {
 

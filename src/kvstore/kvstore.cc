@@ -1,10 +1,10 @@
 // The list forms of the KVStore API, shared by every store type. KVStore::Create is in create.cc.
-#include "kvstore/kvstore.h"
+#include "dtrain/kvstore/kvstore.h"
 
 #include <string>
 #include <unordered_map>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

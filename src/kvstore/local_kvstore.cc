@@ -6,7 +6,7 @@
 #include <system_error>
 #include <thread>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
 

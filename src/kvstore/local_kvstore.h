@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "common/config.h"
-#include "common/gradient_compression.h"
-#include "kvstore/kvstore.h"
+#include "compression/codec.h"
+#include "dtrain/kvstore/kvstore.h"
 
 namespace dtrain {
 

@@ -1,6 +1,6 @@
-#include "kvstore/operation.h"
+#include "dtrain/kvstore/operation.h"
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

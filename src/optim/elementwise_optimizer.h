@@ -28,8 +28,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dtrain/optim/optimizer.h"
 #include "optim/lr_schedule.h"
-#include "optim/optimizer.h"
 #include "optim/optimizer_params.h"
 
 namespace dtrain {

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

@@ -34,7 +34,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "optim/optimizer.h"
+#include "dtrain/optim/optimizer.h"
 #include "optim/optimizer_params.h"
 
 namespace dtrain {

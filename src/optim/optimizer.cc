@@ -1,11 +1,11 @@
-#include "optim/optimizer.h"
+#include "dtrain/optim/optimizer.h"
 
 #include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/rmsprop.h"

@@ -5,7 +5,7 @@
 #include <limits>
 #include <sstream>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "optim/optimizer.h"
+#include "dtrain/optim/optimizer.h"
 
 namespace dtrain {
 

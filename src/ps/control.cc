@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::ps {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/error.h"
-#include "common/gradient_compression.h"
+#include "compression/codec.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::ps {
 

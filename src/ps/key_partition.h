@@ -28,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/dtype.h"
+#include "dtrain/common/dtype.h"
 
 namespace dtrain::ps {
 

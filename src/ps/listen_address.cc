@@ -4,9 +4,9 @@
 
 #include <atomic>
 
-#include "common/error.h"
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::ps {
 namespace {

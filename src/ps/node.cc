@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "common/error.h"
-#include "common/job_report.h"
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "dtrain/common/error.h"
 #include "ps/control.h"
 #include "ps/listen_address.h"
+#include "report/reporter.h"
 
 namespace dtrain::ps {
 

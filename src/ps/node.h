@@ -12,8 +12,12 @@
 // running DTRAIN_FAILURE_EXIT_MS after the failure, so nothing lingers even if the program is busy
 // elsewhere and never calls dtrain again.
 //
-// Threads: Start, Barrier, Finish, WaitForTermination and Shutdown block the caller (each with a
-// deadline) and may be called from any one thread; Send and the accessors are thread-safe.
+// Threads: Start, Barrier, Finish, WaitForTermination and Shutdown block the caller and may be
+// called from any one thread; Send and the accessors are thread-safe. All but WaitForTermination
+// have a deadline. WaitForTermination waits as long as the job runs, with no deadline of its own:
+// the scheduler's kTerminate ends it, and so does the first failure (a lost peer, the scheduler's
+// report of one or its abort, or the scheduler silent past PS_HEARTBEAT_TIMEOUT, which the
+// heartbeat thread notices), so failure detection bounds it.
 #pragma once
 
 #include <condition_variable>
@@ -76,7 +80,8 @@ class Node {
 
   // Worker: tells the scheduler this worker is done and waits until the job ends.
   void Finish();
-  // Server: blocks until the job ends (returns 0) or fails (logs and returns 1).
+  // Server: blocks until the job ends (returns 0) or fails (logs and returns 1); no deadline, see
+  // Threads above.
   int WaitForTermination();
   // Says goodbye to every peer and stops the transport. Idempotent.
   void Shutdown();

@@ -2,8 +2,8 @@
 
 #include <cstdlib>
 
-#include "common/error.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 #include "ps/node.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"

@@ -8,12 +8,12 @@
 #include <optional>
 #include <set>
 
-#include "common/error.h"
-#include "common/job_report.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 #include "ps/control.h"
 #include "ps/listen_address.h"
 #include "ps/node_info.h"
+#include "report/reporter.h"
 
 namespace dtrain::ps {
 

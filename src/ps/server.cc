@@ -6,13 +6,13 @@
 #include <deque>
 #include <nlohmann/json.hpp>
 
-#include "common/array.h"
 #include "common/buffer_pool.h"
-#include "common/error.h"
-#include "common/gradient_compression.h"
-#include "common/job_report.h"
 #include "common/logging.h"
-#include "common/timeline.h"
+#include "compression/codec.h"
+#include "dtrain/common/array.h"
+#include "dtrain/common/error.h"
+#include "report/reporter.h"
+#include "report/timeline.h"
 
 namespace dtrain::ps {
 

@@ -4,7 +4,7 @@
 // then applied (handed to the optimizer if one is set, else stored as the new value) and only then
 // are the round's pushes acknowledged and its pulls answered. A worker that pushes again before the
 // round completes has that push (and whatever it sends after, in order) held for the next round.
-// Compressed pushes (gradient_compression.h) are checked against the slot (length, float32, well
+// Compressed pushes (compression/codec.h) are checked against the slot (length, float32, well
 // formed words) and decoded into float32 as they are summed; replies are never compressed.
 // dist_async: each push is applied on arrival under the slot's lock (with the optimizer, or added
 // to the value when there is none, so the value is the total of all pushes).
@@ -23,7 +23,7 @@
 
 #include "common/config.h"
 #include "common/thread_pool.h"
-#include "optim/optimizer.h"
+#include "dtrain/optim/optimizer.h"
 #include "ps/node.h"
 #include "transport/message.h"
 
@@ -85,7 +85,7 @@ class Server {
   std::mutex finished_mutex_;
   std::vector<int> finished_workers_;
   std::atomic<bool> any_worker_finished_{false};  // lets sync pushes skip the mutex
-  // Traffic of the values (bodies), for the launcher's status page (job_report.h).
+  // Traffic of the values (bodies), for the launcher's status page (report/reporter.h).
   std::atomic<int64_t> bytes_in_{0};
   std::atomic<int64_t> bytes_out_{0};
   int report_id_ = 0;

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::ps {
 

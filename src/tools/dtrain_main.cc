@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "common/config.h"
-#include "common/error.h"
 #include "common/logging.h"
-#include "launcher/launch_command.h"
-#include "launcher/process_group.h"
+#include "dtrain/common/error.h"
+#include "launcher/run/launch_command.h"
+#include "launcher/run/process_group.h"
 #include "ps/roles.h"
 
 namespace {

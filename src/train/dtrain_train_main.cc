@@ -15,16 +15,16 @@
 #include <map>
 #include <thread>
 
-#include "collectives/collectives.h"
 #include "common/config.h"
-#include "common/error.h"
-#include "common/job_report.h"
-#include "common/timeline.h"
-#include "kvstore/init.h"
-#include "kvstore/kvstore.h"
-#include "train/data/dataset.h"
-#include "train/models/network.h"
-#include "train/trainer.h"
+#include "dtrain/collectives/collectives.h"
+#include "dtrain/common/error.h"
+#include "dtrain/kvstore/init.h"
+#include "dtrain/kvstore/kvstore.h"
+#include "dtrain/train/data/dataset.h"
+#include "dtrain/train/models/network.h"
+#include "dtrain/train/trainer.h"
+#include "report/reporter.h"
+#include "report/timeline.h"
 
 namespace {
 

@@ -1,13 +1,13 @@
-#include "train/parameter_sync.h"
+#include "dtrain/train/parameter_sync.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
-#include "common/error.h"
-#include "common/job_report.h"
 #include "common/logging.h"
-#include "common/timeline.h"
+#include "dtrain/common/error.h"
+#include "report/reporter.h"
+#include "report/timeline.h"
 
 namespace dtrain::train {
 

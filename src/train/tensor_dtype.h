@@ -6,7 +6,7 @@
 
 #include <optional>
 
-#include "common/dtype.h"
+#include "dtrain/common/dtype.h"
 
 namespace dtrain::train {
 

@@ -1,9 +1,9 @@
-#include "train/trainer.h"
+#include "dtrain/train/trainer.h"
 
 #include <cstring>
 
-#include "common/error.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::train {
 

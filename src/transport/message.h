@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
-#include "common/dtype.h"
-#include "common/gradient_compression.h"
+#include "compression/codec.h"
+#include "dtrain/common/dtype.h"
 
 namespace dtrain::transport {
 
@@ -74,7 +74,7 @@ struct Header {
   uint64_t key = 0;
   uint32_t part = 0;
   DType dtype = DType::kFloat32;
-  // A compressed push (gradient_compression.h): the body holds `elements` float32 values packed
+  // A compressed push (compression/codec.h): the body holds `elements` float32 values packed
   // with `compression` at `threshold`. kNone for every other message.
   Compression compression = Compression::kNone;
   float threshold = 0;

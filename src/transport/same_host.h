@@ -9,6 +9,10 @@
 // as OpenMPI's shared-memory transport does for large messages): one copy, no TCP segments. The
 // receiver acknowledges each token on the same connection so the sender knows when it may release
 // the buffer.
+//
+// This is no Transport of its own but an option inside TcpTransport (TcpOptions::same_host_direct,
+// DTRAIN_SAME_HOST, on by default): the TCP connection stays, the handshake decides per stream
+// (direct=0|1 in the welcome), and control messages and bodies under 64 KiB still travel inline.
 #pragma once
 
 #include <cstddef>

@@ -7,8 +7,9 @@
 #include <array>
 #include <future>
 #include <memory>
+#include <optional>
 
-#include "common/job_auth.h"
+#include "auth/job_auth.h"
 #include "transport/same_host.h"
 #include "transport/tcp_transport.h"
 
@@ -39,10 +40,6 @@ void SetLinkTimeout(tcp::socket& socket, Duration timeout) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
-}
-
-bool IsNonce(const std::string& s) {
-  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 std::string RemoteOf(const tcp::socket& socket) {
@@ -172,21 +169,23 @@ Welcome Handshake(tcp::socket& socket, NodeId peer, NodeId self, StreamIdentity 
   hello.header.command = Command::kHello;
   hello.header.sender = self;
   hello.header.recipient = peer;
-  const std::string nonce = secret.empty() ? "" : auth::NewNonce();
-  hello.meta = HelloMeta(stream, nonce, options);
+  std::optional<auth::ConnectorHandshake> handshake;
+  if (!secret.empty()) handshake.emplace(secret, kLabels);
+  hello.meta = HelloMeta(stream, handshake ? handshake->nonce() : "", options);
   WriteFrame(socket, hello);
 
   std::string answer = ReadAnswer(socket, deadline, limits);
   ThrowIfRefused(answer);
-  if (!secret.empty()) {
+  if (handshake) {
     const std::string their_nonce = auth::WordValue(answer, "nonce");
-    if (answer.rfind("dtrain-challenge 1 ", 0) != 0 || !IsNonce(their_nonce)) {
+    if (answer.rfind("dtrain-challenge 1 ", 0) != 0 || !auth::IsNonce(their_nonce)) {
       throw Refused(
           "it did not answer our authentication: DTRAIN_JOB_SECRET is not set there, or it is no "
           "node of this job");
     }
-    const std::string expected = auth::Proof(secret, kAcceptorLabel, {nonce, their_nonce});
-    if (!auth::ProofsEqual(expected, auth::WordValue(answer, "proof"))) {
+    const std::optional<std::string> our_proof = handshake->Answer(
+        their_nonce, auth::WordValue(answer, "proof"), {std::to_string(self), hello.meta});
+    if (!our_proof) {
       throw Refused(
           "it does not know this job's DTRAIN_JOB_SECRET (another job's node, or a stranger, "
           "listens there)");
@@ -195,8 +194,7 @@ Welcome Handshake(tcp::socket& socket, NodeId peer, NodeId self, StreamIdentity 
     proof.header.command = Command::kHello;
     proof.header.sender = self;
     proof.header.recipient = peer;
-    proof.meta = "proof=" + auth::Proof(secret, kConnectorLabel,
-                                        {their_nonce, nonce, std::to_string(self), hello.meta});
+    proof.meta = "proof=" + *our_proof;
     WriteFrame(socket, proof);
     answer = ReadAnswer(socket, deadline, limits);
     ThrowIfRefused(answer);

@@ -6,8 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "common/deadline.h"
-#include "common/error.h"
+#include "auth/handshake.h"
+#include "dtrain/common/deadline.h"
+#include "dtrain/common/error.h"
 #include "transport/message.h"
 #include "transport/wire.h"
 
@@ -19,8 +20,8 @@ namespace tcp_handshake {
 
 // Handshake frames carry a few words (nonces and proofs are 64 hex digits each).
 constexpr size_t kMaxMeta = 1024;
-constexpr char kAcceptorLabel[] = "dtrain-acceptor";
-constexpr char kConnectorLabel[] = "dtrain-connector";
+// The labels of the transport's challenge-response (auth/handshake.h).
+constexpr auth::HandshakeLabels kLabels{"dtrain-acceptor", "dtrain-connector"};
 
 // A refusal by the other side, or a proof that does not check: retrying cannot help, so a
 // connection attempt fails at once with this message instead of retrying until its deadline.
@@ -56,7 +57,6 @@ std::string Frame(const std::string& meta);
 // Keepalive and TCP_USER_TIMEOUT so that a silent peer is noticed within about `timeout`.
 void SetLinkTimeout(asio::ip::tcp::socket& socket, Duration timeout);
 
-bool IsNonce(const std::string& s);
 std::string RemoteOf(const asio::ip::tcp::socket& socket);
 
 // True if a connection between these two ends never leaves this host: the peer is a loopback

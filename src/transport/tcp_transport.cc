@@ -13,10 +13,10 @@
 #include <optional>
 #include <unordered_map>
 
+#include "auth/job_auth.h"
 #include "common/buffer_pool.h"
-#include "common/error.h"
-#include "common/job_auth.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 #include "transport/same_host.h"
 #include "transport/tcp_handshake.h"
 #include "transport/tcp_transport_impl.h"
@@ -36,7 +36,6 @@ constexpr Duration kAckDelay{20};
 // ... unless they carried at least this many body bytes: then at once, bounding what is held.
 constexpr size_t kAckBytes = size_t{64} << 20;
 
-using tcp_handshake::IsNonce;
 using tcp_handshake::RemoteOf;
 using tcp_handshake::SetLinkTimeout;
 
@@ -119,9 +118,8 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   bool greeted = false;  // the handshake is complete: messages count from now on
   bool refused = false;  // a refusal is being written; the stream closes after it
   // With a job secret, between the hello and the connector's proof:
-  std::optional<Message> hello;  // the hello, kept until its proof arrives
-  std::string connector_nonce;
-  std::string acceptor_nonce;
+  std::optional<Message> hello;                      // the hello, kept until its proof arrives
+  std::optional<auth::AcceptorHandshake> challenge;  // this stream's side of the exchange
   int sender_pid = 0;  // non-zero: the same-host fast path is on for this stream
   std::array<uint64_t, 2> descriptor{};
   std::string out_pending;  // handshake answer and acknowledgements not yet written
@@ -352,23 +350,19 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
       return Greet(msg);
     }
     if (!hello) {
-      if (!IsNonce(nonce)) {
+      challenge.emplace(secret, tcp_handshake::kLabels);
+      const std::optional<auth::Challenge> sent = challenge->OnHello(nonce);
+      if (!sent) {
         return Refuse("secret-required",
                       "it did not authenticate (DTRAIN_JOB_SECRET is not set there, or it is no "
                       "node of this job)");
       }
-      connector_nonce = nonce;
-      acceptor_nonce = auth::NewNonce();
-      const std::string proof =
-          auth::Proof(secret, tcp_handshake::kAcceptorLabel, {connector_nonce, acceptor_nonce});
       hello = std::move(msg);
-      return Write(
-          tcp_handshake::Frame("dtrain-challenge 1 nonce=" + acceptor_nonce + " proof=" + proof));
+      return Write(tcp_handshake::Frame("dtrain-challenge 1 nonce=" + sent->nonce +
+                                        " proof=" + sent->proof));
     }
-    const std::string expected = auth::Proof(
-        secret, tcp_handshake::kConnectorLabel,
-        {acceptor_nonce, connector_nonce, std::to_string(hello->header.sender), hello->meta});
-    if (!auth::ProofsEqual(expected, auth::WordValue(msg.meta, "proof"))) {
+    if (!challenge->Verify(auth::WordValue(msg.meta, "proof"),
+                           {std::to_string(hello->header.sender), hello->meta})) {
       return Refuse("bad-proof", "it failed authentication (its DTRAIN_JOB_SECRET differs)");
     }
     Message first = std::move(*hello);

@@ -11,8 +11,12 @@
 // their destination: the BodySink's buffer (a pull lands in the caller's array) or a pooled buffer.
 //
 // Messages flow one way on a stream: a node writes messages only on the streams it opened and reads
-// them only on the ones it accepted. The accepting side writes back only the handshake answer and,
-// on the same-host fast path (same_host.h), acknowledgements of bodies it has copied.
+// them only on the ones it accepted. The socket itself carries both ways: the accepting side
+// writes back the handshake answer and 8-byte acknowledgement words (the tokens of same-host
+// bodies it has copied, same_host.h, and with PS_RESEND its count of messages delivered, below),
+// and the connecting side reads them, which also tells it at once when the peer's end closes.
+// kAck frames are different: they travel ahead of a message, on the acknowledging node's own
+// stream (one it opened).
 //
 // The handshake, on every new stream (C connects, A accepts; each line one kHello frame whose meta
 // is space-separated words):
@@ -64,7 +68,8 @@ struct TcpOptions {
   int streams_per_peer = 2;
   int io_threads = 2;
   size_t max_message_bytes = size_t{1} << 32;
-  // Same-host fast path (same_host.h) for bodies of at least direct_min_bytes.
+  // Same-host fast path (same_host.h, DTRAIN_SAME_HOST) for bodies of at least direct_min_bytes:
+  // an option of this transport, used on each stream whose handshake finds both ends on one host.
   bool same_host_direct = true;
   size_t direct_min_bytes = 64 * 1024;
   // How long an accepted connection has to send its Hello before it is closed as a stranger's.
@@ -73,7 +78,7 @@ struct TcpOptions {
   // TCP_USER_TIMEOUT while data waits, so that a peer cut off by the network is reported within
   // about this long, not when a request times out. 0: the kernel's defaults.
   Duration link_timeout{15000};
-  // Non-empty: every connection runs the challenge-response of common/job_auth.h before any of its
+  // Non-empty: every connection runs the challenge-response of auth/job_auth.h before any of its
   // messages counts, in both roles (connecting and accepting).
   std::string job_secret;
   // PS_RESEND: a stream that breaks between live members is re-established and what the peer had

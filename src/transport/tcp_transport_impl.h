@@ -1,5 +1,7 @@
-// TcpTransport's insides, shared by tcp_transport.cc (accepting, reading, the public calls) and
-// tcp_out_stream.cc (writing, and re-establishing a broken stream for PS_RESEND).
+// TcpTransport's insides, shared by tcp_transport.cc (accepting, reading, writing back the
+// handshake's answers and acknowledgements, the public calls) and tcp_out_stream.cc (writing
+// messages, reading the peer's acknowledgements, and re-establishing a broken stream for
+// PS_RESEND).
 #pragma once
 
 #include <asio.hpp>
@@ -97,11 +99,12 @@ struct TcpTransport::Impl::Inbound {
   const void* carrier = nullptr;  // the InStream reading it now
 };
 
-// One stream we write on. Messages wait here, the highest priority first; one is written at once
-// in the caller's thread (Asio's speculative write) and later ones by the io thread that completes
-// the previous. The socket's TCP_NOTSENT_LOWAT keeps the kernel from taking much more than it can
-// send soon, so that an urgent message overtakes the ones waiting instead of queueing behind
-// megabytes in the kernel's buffer.
+// One stream we write messages on (and read the peer's acknowledgement words from, which also
+// shows at once that its end closed). Messages wait here, the highest priority first; one is
+// written at once in the caller's thread (Asio's speculative write) and later ones by the io thread
+// that completes the previous. The socket's TCP_NOTSENT_LOWAT keeps the kernel from taking much
+// more than it can send soon, so that an urgent message overtakes the ones waiting instead of
+// queueing behind megabytes in the kernel's buffer.
 //
 // With PS_RESEND (negotiated in the handshake), a written message stays queued until the peer
 // acknowledges having received it, and each message has a sequence number. When the connection

@@ -2,11 +2,14 @@
 //
 // The parameter-server core talks only to this interface, so the same protocol code runs over TCP
 // (tcp_transport.h) in production and over an in-memory network (inmemory_transport.h) in tests,
-// where messages can be dropped, delayed or cut. A future same-host shared-memory path is another
-// implementation of this interface.
+// where messages can be dropped, delayed or cut. The same-host fast path (same_host.h) is no
+// implementation of its own: it is an option inside TcpTransport (DTRAIN_SAME_HOST), chosen per
+// stream in the handshake, and nothing above this interface sees it.
 //
 // Model: every node listens at one address. To send to a peer, a node first Connect()s to the
 // peer's address; messages then flow one way over that link (the peer connects back to answer).
+// Only the transport's own traffic comes back on it: over TCP, the handshake's answer and
+// acknowledgements (tcp_transport.h).
 // Messages on one link that share (key, part) arrive in the order they were sent; a link may use
 // several streams (TCP connections) to carry different (key, part) pairs in parallel.
 //
@@ -19,7 +22,7 @@
 #include <functional>
 #include <string>
 
-#include "common/deadline.h"
+#include "dtrain/common/deadline.h"
 #include "transport/message.h"
 
 namespace dtrain::transport {

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "common/buffer_pool.h"
-#include "common/error.h"
-#include "common/gradient_compression.h"
+#include "compression/codec.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::transport {
 

@@ -7,7 +7,7 @@
 //  48  u64 body_len     56 f32 threshold  60 u32 elements
 //
 // Compression (a compressed push only, else zero): the body holds `elements` float32 values
-// packed as gradient_compression.h says, and must be exactly that long.
+// packed as compression/codec.h says, and must be exactly that long.
 //
 // Everything read off the network is untrusted: DecodeHeader checks every field and every length
 // against its limit before anyone allocates or reads a byte more.

@@ -1,7 +1,7 @@
 // The engine over real Gloo backends, N ranks as threads of this process (rendezvous through a
 // FileStore, pairs over loopback TCP): the protocol without process start-up costs. Whole jobs of
 // real processes are in jobs_test.cc.
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "../integration/subprocess.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 namespace {

@@ -1,6 +1,7 @@
 // The watchdog over a real two-rank gloo context in one process (loopback TCP, HashStore).
-#include "collectives/gloo_watchdog.h"
+#include "collectives/gloo/gloo_watchdog.h"
 
+#include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/hash_store.h>
 #include <gloo/transport/tcp/device.h>
@@ -91,9 +92,22 @@ TEST(GlooWatchdog, LeavesAHealthySlowCallAlone) {
   EXPECT_EQ(watchdog.found(), "");
 }
 
-TEST(GlooWatchdog, ANullWatchdogWatchesNothing) {
-  GlooWatchdog::Call call(nullptr, {});
-  SUCCEED();
+TEST(GlooWatchdog, ACallWithoutAWatchdogKeepsGloosOwnTimeout) {
+  // Without a watchdog (a backend that has none), a wait for a rank that never answers is not
+  // aborted (an abort returns false) but ends with gloo's own timeout error.
+  TwoRanks ranks;
+  int value = 0;
+  auto buffer = ranks.context[0]->createUnboundBuffer(&value, sizeof(value));
+  buffer->recv(1, /*slot=*/9);
+  GlooWatchdog::Call call(nullptr, {buffer.get()});
+  const auto wait = GlooWatchdog::kQuietPeriod + 2 * GlooWatchdog::kAskEvery;
+  bool threw = false;
+  try {
+    (void)buffer->waitRecv(nullptr, std::chrono::duration_cast<std::chrono::milliseconds>(wait));
+  } catch (const gloo::IoException&) {
+    threw = true;
+  }
+  EXPECT_TRUE(threw);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // HostLayout from host ids, and HostGroups' two-level algorithms with every level real: ranks are
 // threads, each host's ranks share a real ShmGroup, and the leaders' channel is one more ShmGroup
 // between the leaders (in a job it is gloo over TCP: tests/network/hierarchical_allreduce_test.sh).
-#include "collectives/host_groups.h"
+#include "collectives/gloo/host_groups.h"
 
 #include <gtest/gtest.h>
 

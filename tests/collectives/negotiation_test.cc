@@ -1,11 +1,11 @@
 // The negotiation protocol in one process: N tables fed the same rounds, as N ranks would be.
-#include "collectives/negotiation.h"
+#include "collectives/engine/negotiation.h"
 
 #include <gtest/gtest.h>
 
 #include <optional>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 namespace {

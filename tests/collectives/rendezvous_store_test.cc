@@ -1,5 +1,5 @@
 // The gloo rendezvous store over real loopback sockets, in one process.
-#include "collectives/rendezvous_store.h"
+#include "collectives/gloo/rendezvous_store.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "../integration/subprocess.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 namespace {

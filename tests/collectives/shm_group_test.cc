@@ -1,7 +1,7 @@
 // ShmGroup on its own: ranks are threads of this process, each with its own mapping of a real
 // segment in /dev/shm, exactly as separate processes would map it. Small slots force operations
 // over many rounds. (Processes that die are covered by jobs_test.cc, through the gloo backend.)
-#include "collectives/shm_group.h"
+#include "collectives/gloo/shm_group.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 namespace {

@@ -1,5 +1,5 @@
 // Array: shapes, construction, shared and deep copies, and the summing kernel.
-#include "common/array.h"
+#include "dtrain/common/array.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/elementwise.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

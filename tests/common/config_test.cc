@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

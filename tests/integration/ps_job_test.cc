@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "subprocess.h"
 #include "transport/tcp_transport.h"
 

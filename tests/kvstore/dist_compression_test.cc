@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "common/array.h"
-#include "common/gradient_compression.h"
+#include "compression/codec.h"
+#include "dtrain/common/array.h"
 #include "inprocess_job.h"
 #include "support/invalid_argument_from.h"
 

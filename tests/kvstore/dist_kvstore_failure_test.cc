@@ -6,14 +6,16 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "common/array.h"
+#include "dtrain/common/array.h"
 #include "inprocess_job.h"
 
 namespace dtrain::testing {
@@ -276,22 +278,47 @@ TEST(DistJobFailure, SurplusWorkerIsRefusedAndTheJobGoesOn) {
 
 class LeaveDuringBarrierTest : public ::testing::TestWithParam<bool> {};
 
-// A worker that finishes while another waits at a barrier fails the job at once.
+// A worker that finishes while another waits at a barrier fails the job at once, whichever
+// reaches the scheduler first: worker 0's barrier or worker 1's finish. The order is made, not
+// hoped for: each side acts only once the network has carried the other's message, and the
+// network's own record of the two messages proves which came first.
 TEST_P(LeaveDuringBarrierTest, EveryoneErrorsInsteadOfWaiting) {
   const bool barrier_first = GetParam();
   InProcessJob job("dist_sync", FailureConfig(1, 2));
+  std::mutex mutex;
+  std::condition_variable carried;
+  std::vector<transport::Command> order;  // kBarrier and kFinish, as the network carried them
+  job.network().SetFilter([&](transport::NodeId, transport::NodeId, const transport::Message& msg) {
+    const auto command = msg.header.command;
+    if (command == transport::Command::kBarrier || command == transport::Command::kFinish) {
+      std::lock_guard<std::mutex> lock(mutex);
+      order.push_back(command);
+      carried.notify_all();
+    }
+    return transport::FaultAction::Deliver();
+  });
+  auto wait_for = [&](transport::Command command) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return carried.wait_for(
+        lock, 10s, [&] { return std::find(order.begin(), order.end(), command) != order.end(); });
+  };
   Clock::time_point left_at;
   job.Run([&](DistKVStore& kv) {
     kv.Init(0, Array({4}));
     if (kv.rank() == 1) {
-      if (barrier_first) std::this_thread::sleep_for(200ms);
+      if (barrier_first) ASSERT_TRUE(wait_for(transport::Command::kBarrier));
       left_at = Clock::now();
       return;  // the destructor tells the scheduler this worker is done
     }
-    if (!barrier_first) std::this_thread::sleep_for(200ms);
+    if (!barrier_first) ASSERT_TRUE(wait_for(transport::Command::kFinish));
     kv.Barrier();
     ADD_FAILURE() << "passed a barrier that worker 1 never reached";
   });
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    ASSERT_GE(order.size(), 2u);
+    EXPECT_EQ(order[0], barrier_first ? transport::Command::kBarrier : transport::Command::kFinish);
+  }
   const WorkerOutcome& w0 = job.worker(0);
   EXPECT_EQ(w0.error_kind, "PeerError") << job.Summary();
   EXPECT_THAT(w0.error, HasSubstr("worker 1 (inmem:"));

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/array.h"
+#include "dtrain/common/array.h"
+#include "dtrain/optim/optimizer.h"
 #include "inprocess_job.h"
-#include "optim/optimizer.h"
 
 namespace dtrain::testing {
 namespace {

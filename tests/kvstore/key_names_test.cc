@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "kvstore/local_kvstore.h"
 #include "support/invalid_argument_from.h"
 

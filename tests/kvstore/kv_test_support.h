@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "kvstore/kvstore.h"
+#include "dtrain/common/error.h"
+#include "dtrain/kvstore/kvstore.h"
 #include "support/invalid_argument_from.h"
 
 namespace dtrain::kvtest {

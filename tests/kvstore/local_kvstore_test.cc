@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/elementwise.h"
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "kv_test_support.h"
 
 namespace dtrain {

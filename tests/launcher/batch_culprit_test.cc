@@ -1,8 +1,8 @@
 // Which failure a job run through cluster tools names: the evidence arrives in the orders seen
-// with real mpirun jobs (see batch_culprit.h).
-#include "launcher/batch_culprit.h"
-
+// with real mpirun jobs (see cluster_tool_culprit.h).
 #include <gtest/gtest.h>
+
+#include "launcher/watch/cluster_tool_culprit.h"
 
 namespace dtrain::launcher::testing {
 namespace {

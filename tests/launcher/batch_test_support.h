@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "launch_test_support.h"
-#include "launcher/batch_job.h"
-#include "launcher/batch_plan.h"
-#include "launcher/local_address.h"
+#include "launcher/plan/cluster_tool_plan.h"
+#include "launcher/plan/local_address.h"
+#include "launcher/watch/cluster_tool_job.h"
 
 namespace dtrain::launcher::testing {
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "launch_test_support.h"
-#include "launcher/process_group.h"
-#include "launcher/setup_command.h"
+#include "launcher/run/process_group.h"
+#include "launcher/run/setup_command.h"
 
 namespace dtrain::launcher::testing {
 

@@ -1,4 +1,4 @@
-#include "launcher/forwarded_env.h"
+#include "launcher/plan/forwarded_env.h"
 
 #include <gtest/gtest.h>
 

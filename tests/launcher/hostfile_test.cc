@@ -1,5 +1,5 @@
 // Parsing `dtrain launch -H FILE`: hosts, slots, comments, and errors that name file:line.
-#include "launcher/hostfile.h"
+#include "launcher/plan/hostfile.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "launch_test_support.h"
-#include "launcher/launch_options.h"
+#include "launcher/plan/launch_options.h"
 
 namespace dtrain::launcher {
 namespace {

@@ -1,5 +1,5 @@
 // Which processes a job has and what each is given; pure, no processes start.
-#include "launcher/job_plan.h"
+#include "launcher/plan/job_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

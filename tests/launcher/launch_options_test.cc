@@ -1,5 +1,5 @@
 // Parsing the flags of `dtrain launch`, in-process: no processes start here.
-#include "launcher/launch_options.h"
+#include "launcher/plan/launch_options.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

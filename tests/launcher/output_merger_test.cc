@@ -1,5 +1,5 @@
 // Line splitting and prefixed merging, on temporary files instead of a terminal.
-#include "launcher/output_merger.h"
+#include "launcher/run/output_merger.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

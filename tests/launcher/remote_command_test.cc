@@ -1,6 +1,6 @@
 // The ssh and rsync command lines, the shell quoting, and the remote guard, run here by a real
 // /bin/sh in place of the remote login shell (no ssh needed).
-#include "launcher/remote_command.h"
+#include "launcher/run/remote_command.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>

@@ -1,5 +1,5 @@
 // Short commands run to their end before a job (ssh -G, rsync): output, codes, the deadline.
-#include "launcher/setup_command.h"
+#include "launcher/run/setup_command.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "launcher/setup_command.h"
+#include "launcher/run/setup_command.h"
 
 namespace dtrain::launcher::testing {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "optim/optimizer.h"
+#include "dtrain/common/error.h"
+#include "dtrain/optim/optimizer.h"
 #include "optim_test_util.h"
 
 namespace dtrain {

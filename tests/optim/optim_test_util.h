@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "optim/optimizer.h"
+#include "dtrain/common/error.h"
+#include "dtrain/optim/optimizer.h"
 #include "support/invalid_argument_from.h"
 
 namespace dtrain::optim_test {

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/error.h"
-#include "optim/optimizer.h"
+#include "dtrain/common/error.h"
+#include "dtrain/optim/optimizer.h"
 #include "support/invalid_argument_from.h"
 
 namespace dtrain {

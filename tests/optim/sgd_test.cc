@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {

@@ -17,9 +17,9 @@
 #include <fstream>
 #include <thread>
 
-#include "common/error.h"
-#include "kvstore/init.h"
-#include "kvstore/kvstore.h"
+#include "dtrain/common/error.h"
+#include "dtrain/kvstore/init.h"
+#include "dtrain/kvstore/kvstore.h"
 
 namespace {
 
@@ -141,8 +141,9 @@ int RunAsync(dtrain::KVStore& kv, const Options& o) {
     Array out({o.sizes[k]});
     kv.Pull(static_cast<Key>(k), {out}).Wait();
     for (float x : out.floats()) {
-      if (x != want) return Fail("async key " + std::to_string(k) + ": got " + std::to_string(x) +
-                                 ", want " + std::to_string(want));
+      if (x != want)
+        return Fail("async key " + std::to_string(k) + ": got " + std::to_string(x) + ", want " +
+                    std::to_string(want));
     }
   }
   std::printf("async OK: rank %d of %d\n", kv.rank(), n);
@@ -155,8 +156,8 @@ int RunBarrier(dtrain::KVStore& kv, const Options& o) {
   for (int round = 0; round < o.rounds; ++round) {
     // The last rank arrives late; everyone must still see its mark after the barrier.
     if (kv.rank() == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::ofstream(fs::path(o.dir) / ("arrived-" + std::to_string(round) + "-" +
-                                     std::to_string(kv.rank())));
+    std::ofstream(fs::path(o.dir) /
+                  ("arrived-" + std::to_string(round) + "-" + std::to_string(kv.rank())));
     kv.Barrier();
     for (int r = 0; r < n; ++r) {
       if (!fs::exists(fs::path(o.dir) /
@@ -190,11 +191,15 @@ int RunErrors(dtrain::KVStore& kv) {
   rc |= ExpectInvalid("pull of a key never initialised", "never initialised",
                       [&] { kv.Pull(12345, {Array({3})}).Wait(); });
   kv.Init(1, Array({4}));
-  rc |= ExpectInvalid("init of a key twice", "already initialised", [&] { kv.Init(1, Array({4})); });
+  rc |=
+      ExpectInvalid("init of a key twice", "already initialised", [&] { kv.Init(1, Array({4})); });
   rc |= ExpectInvalid("push of the wrong length", "(4,)", [&] { kv.Push(1, {Array({5})}).Wait(); });
-  rc |= ExpectInvalid("pull into the wrong length", "(4,)", [&] { kv.Pull(1, {Array({3})}).Wait(); });
+  rc |=
+      ExpectInvalid("pull into the wrong length", "(4,)", [&] { kv.Pull(1, {Array({3})}).Wait(); });
   rc |= ExpectInvalid("push of no values", "no value", [&] { kv.Push(1, {}).Wait(); });
-  rc |= ExpectInvalid("unknown optimizer", "nosuchopt", [&] { kv.SetOptimizer({"nosuchopt", {}}); });
+  rc |= ExpectInvalid("unknown optimizer", "nosuchopt", [&] {
+    kv.SetOptimizer({"nosuchopt", {}});
+  });
   // The store still works after all that.
   Array out({4});
   kv.PushPull(1, {Array::FromFloats(std::vector<float>{1, 2, 3, 4})}, {out}).Wait();
@@ -223,7 +228,8 @@ int main(int argc, char** argv) {
   dtrain::Initialize();
   CLI::App app{"KVStore protocol checker"};
   Options o;
-  app.add_option("--scenario", o.scenario)->check(CLI::IsMember({"sync", "async", "barrier", "die", "errors"}));
+  app.add_option("--scenario", o.scenario)
+      ->check(CLI::IsMember({"sync", "async", "barrier", "die", "errors"}));
   app.add_option("--kvstore", o.kvstore);
   app.add_option("--rounds", o.rounds);
   app.add_option("--devices", o.devices)->check(CLI::Range(1, 8));

@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <fstream>
 
-#include "common/error.h"
-#include "kvstore/init.h"
-#include "kvstore/kvstore.h"
-#include "train/models/network.h"
-#include "train/trainer.h"
+#include "dtrain/common/error.h"
+#include "dtrain/kvstore/init.h"
+#include "dtrain/kvstore/kvstore.h"
+#include "dtrain/train/models/network.h"
+#include "dtrain/train/trainer.h"
 
 int main(int argc, char** argv) {
   dtrain::Initialize();

@@ -35,13 +35,13 @@
 #include <vector>
 
 #include "common/config.h"
-#include "common/deadline.h"
-#include "common/error.h"
+#include "dtrain/common/deadline.h"
+#include "dtrain/common/error.h"
 #include "ps/node.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"
 #include "ps/worker_client.h"
-#include "transport/inmemory_transport.h"
+#include "support/transport/inmemory_transport.h"
 
 namespace dtrain::testing {
 

@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "common/error.h"
-#include "common/gradient_compression.h"
+#include "compression/codec.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::ps {
 namespace {

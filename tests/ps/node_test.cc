@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "inprocess_cluster.h"
 #include "ps/scheduler.h"
 
@@ -213,7 +213,8 @@ TEST(NodeEnd, AWorkerGoneBeforeTheServersTerminateIsNoFailure) {
   EXPECT_EQ(cluster.scheduler_code(), 0);
 }
 
-TEST(NodeBarrier, WorkersAndAllGroupsCompleteOnlyWithEveryMember) {
+// The workers' group: a round completes only once both workers arrived (worker 1 always later).
+TEST(NodeBarrier, TheWorkersGroupCompletesOnlyWithEveryWorker) {
   InProcessCluster cluster(InMemoryJobConfig(1, 2));
   cluster.StartScheduler();
   cluster.StartServers();

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common/deadline.h"
-#include "transport/inmemory_transport.h"
+#include "dtrain/common/deadline.h"
+#include "support/transport/inmemory_transport.h"
 
 namespace dtrain::testing {
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::test_support {
 

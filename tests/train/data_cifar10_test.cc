@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "data_test_support.h"
-#include "train/data/dataset.h"
+#include "dtrain/train/data/dataset.h"
 
 namespace dtrain::train {
 namespace {

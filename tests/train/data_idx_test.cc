@@ -10,7 +10,7 @@
 #include <string>
 
 #include "data_test_support.h"
-#include "train/data/dataset.h"
+#include "dtrain/train/data/dataset.h"
 
 namespace dtrain::train {
 namespace {

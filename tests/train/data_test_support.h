@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::train::testing {
 

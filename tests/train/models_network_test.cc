@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "train/models/network.h"
+#include "dtrain/common/error.h"
+#include "dtrain/train/models/network.h"
 
 namespace dtrain::train {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/kvstore.h"
-#include "train/parameter_sync.h"
+#include "dtrain/kvstore/kvstore.h"
+#include "dtrain/train/parameter_sync.h"
 
 namespace dtrain::train {
 namespace {

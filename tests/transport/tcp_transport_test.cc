@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
-#include "common/job_auth.h"
+#include "auth/job_auth.h"
+#include "dtrain/common/error.h"
 #include "transport/tcp_handshake.h"
 #include "transport/wire.h"
 
@@ -195,9 +195,10 @@ TEST(TcpAuth, AMissingOrWrongSecretIsRefusedAtOnceWithTheReason) {
             std::string::npos);
   Acceptor open("");
   EXPECT_NE(ConnectError(open, kSecret, 5).find("set here but not there"), std::string::npos);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  a.transport.Shutdown(Deadline(Duration(5000)));  // joins the threads that deliver
   EXPECT_TRUE(a.messages.empty());
   EXPECT_TRUE(a.lost.empty()) << a.lost.front();
+  open.transport.Shutdown(Deadline(Duration(5000)));
   EXPECT_TRUE(open.lost.empty()) << open.lost.front();
 }
 
@@ -233,7 +234,7 @@ TEST(TcpAuth, AReplayedHandshakeIsRefused) {
   replay.Send(Heartbeat(7).header, "forged");
   EXPECT_EQ(replay.ReadAnswer(), "dtrain-welcome 1 refused=bad-proof");
   EXPECT_TRUE(replay.ClosedByPeer());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  a.transport.Shutdown(Deadline(Duration(5000)));  // joins the threads that deliver
   EXPECT_TRUE(a.messages.empty());
   EXPECT_TRUE(a.lost.empty()) << a.lost.front();
 }
@@ -254,7 +255,7 @@ TEST(TcpAuth, AMessageBeforeTheHandshakeIsDropped) {
       half.Send(Heartbeat(2).header, "no proof");
       EXPECT_TRUE(half.ClosedByPeer());
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    a.transport.Shutdown(Deadline(Duration(5000)));  // joins the threads that deliver
     EXPECT_TRUE(a.messages.empty()) << "secret: " << !secret.empty();
     EXPECT_TRUE(a.lost.empty()) << a.lost.front();
   }

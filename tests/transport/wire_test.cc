@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::transport {
 namespace {

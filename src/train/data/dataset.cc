@@ -1,7 +1,7 @@
 // LoadDataset and DefaultDataDir: data set names to readers, normalisation and install hints.
-#include "train/data/dataset.h"
+#include "dtrain/train/data/dataset.h"
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "train/data/formats.h"
 
 namespace dtrain::train {

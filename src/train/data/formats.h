@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "train/data/dataset.h"
+#include "dtrain/train/data/dataset.h"
 
 namespace dtrain::train::data_internal {
 

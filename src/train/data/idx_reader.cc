@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "train/data/formats.h"
 
 namespace dtrain::train::data_internal {

@@ -5,8 +5,8 @@
 #include <random>
 #include <string>
 
-#include "common/error.h"
-#include "train/data/dataset.h"
+#include "dtrain/common/error.h"
+#include "dtrain/train/data/dataset.h"
 #include "train/data/formats.h"
 
 namespace dtrain::train {

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "train/data/formats.h"
 
 namespace dtrain::train {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "train/models/network.h"
+#include "dtrain/train/models/network.h"
 
 namespace dtrain::train {
 

@@ -2,7 +2,7 @@
 #include <memory>
 #include <string>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
 #include "train/models/families.h"
 
 namespace dtrain::train {

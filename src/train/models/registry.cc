@@ -2,9 +2,9 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "dtrain/common/error.h"
+#include "dtrain/train/models/network.h"
 #include "train/models/families.h"
-#include "train/models/network.h"
 
 namespace dtrain::train {
 namespace {

@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/collectives.h"
 #include "common/elementwise.h"
-#include "common/error.h"
+#include "dtrain/collectives/collectives.h"
+#include "dtrain/common/error.h"
 
 namespace {
 

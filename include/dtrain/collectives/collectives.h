@@ -1,0 +1,120 @@
+// Allreduce mode, in the manner of Horovod: workers sum gradients among themselves instead of
+// sending them to parameter servers.
+//
+//   dtrain::collectives::Init();                       // backend and layout from the environment
+//   auto h = dtrain::collectives::AllreduceAsync("grad.fc1", grad, grad, ReduceOp::kAverage);
+//   ...                                                 // submit more; order may differ per rank
+//   h.Wait();                                           // throws on a dead rank or at the deadline
+//
+// Two layers:
+//   - Backend (backend.h): plain synchronous collectives on an existing engine, OpenMPI or Gloo.
+//   - Engine (engine.h): a background thread, as Horovod's. Tensors are submitted by name; the
+//     ranks agree which names every rank has submitted (so submission order may differ), fuse the
+//     small ready ones into one buffer up to the fusion threshold, and run one backend call per
+//     buffer. A collective that waits past the stall time logs a warning naming the missing ranks
+//     and tensors.
+// This header is the process-wide API over one Engine; it has no LibTorch dependency (src/train
+// adapts torch tensors to Arrays).
+//
+// Environment (read by Init; see CollectivesConfig::FromEnvironment):
+//   DTRAIN_COLLECTIVES       mpi | gloo. Default: mpi when started by mpirun (OMPI_COMM_WORLD_SIZE
+//                            set), gloo otherwise.
+//   gloo layout              rank DTRAIN_NODE_RANK, size DMLC_NUM_WORKER, rendezvous with rank 0
+//                            at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT (what `dtrain launch -s 0`
+//                            sets), or in the shared directory DTRAIN_GLOO_FILE_STORE.
+//   mpi layout               from MPI itself (mpirun).
+//   DTRAIN_GLOO_SHM=0        gloo between ranks of one host too; by default they exchange
+//                            through shared memory, and hosts through one leader each
+//                            (host_groups.h).
+//   DTRAIN_FUSION_THRESHOLD_MB (or Horovod's HOROVOD_FUSION_THRESHOLD in bytes): default 64 MB,
+//                            0 disables fusion.
+//   DTRAIN_CYCLE_TIME_MS (or HOROVOD_CYCLE_TIME): how long the engine gathers submissions before
+//                            a negotiation round; default 1 ms (see engine.h).
+//   DTRAIN_STALL_WARNING_S (or HOROVOD_STALL_CHECK_TIME_SECONDS): default 60.
+//   DTRAIN_COLLECTIVE_TIMEOUT_MS: deadline of one collective and of Wait (default 600000).
+//   DTRAIN_FP16_ALLREDUCE=1: float32 allreduces are sent as float16 (compression).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/common/array.h"
+#include "dtrain/common/deadline.h"
+
+namespace dtrain::collectives {
+
+enum class BackendKind { kMpi, kGloo };
+enum class ReduceOp { kSum, kAverage };
+
+// A submitted collective. Copies share state. Wait() rethrows the collective's error
+// (dtrain::PeerError naming the rank that died, TimeoutError at the deadline).
+class Handle {
+ public:
+  Handle() = default;
+  bool done() const;
+  void Wait() const;
+  // Runs `callback` once the collective has finished, with its error (null on success): at once
+  // on this thread if it already has, else on the engine's thread, which it must not block for
+  // long nor throw from. One callback per handle. A collective that never finishes never calls
+  // it: callers keep their own deadline.
+  void OnDone(std::function<void(std::exception_ptr)> callback) const;
+  // For allgather: the gathered array (first dimension = the sum of every rank's); valid after
+  // Wait.
+  Array result() const;
+
+  struct State;
+  explicit Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Starts the backend and the engine once per process; later calls are no-ops. Throws ConfigError
+// for a bad environment and PeerError/TimeoutError when the rendezvous fails.
+void Init();
+// Stops the engine (waits for what is in flight) and the backend. Called at exit if not before.
+void Shutdown();
+bool IsInitialized();
+
+BackendKind Backend();
+int Rank();
+int Size();
+int LocalRank();  // rank among the processes on this host
+int LocalSize();
+
+// Asynchronous, by name. A name must be unique among the collectives in flight. `in` and `out`
+// may be the same array (in place); they must stay untouched until the handle is done. Among the
+// allreduces ready on every rank, those of higher `priority` (rank 0's) run first; equal ones in
+// the order they became ready (the KVStore passes MXNet's priority: layers nearest the input,
+// needed first by the next forward, overtake the backlog).
+Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op,
+                      int priority = 0);
+// Every rank's `in`, concatenated along the first dimension in rank order; the other dimensions
+// must agree.
+Handle AllgatherAsync(const std::string& name, const Array& in);
+// Root's `inout` into everyone's `inout`.
+Handle BroadcastAsync(const std::string& name, const Array& inout, int root);
+
+// Synchronous forms.
+void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op);
+Array Allgather(const std::string& name, const Array& in);
+void Broadcast(const std::string& name, const Array& inout, int root);
+void Barrier();
+// Horovod's join (engine.h): returns the rank that joined last, once every rank has joined.
+Handle JoinAsync();
+int Join();
+
+// Counters of this process's engine, for tests and benchmarks (zero before Init).
+struct EngineStats {
+  uint64_t rounds = 0;         // negotiation rounds (cycles) run
+  uint64_t data_calls = 0;     // backend calls that moved tensors: one per fusion buffer
+  uint64_t collectives = 0;    // collectives completed (successfully or not)
+  uint64_t fused_tensors = 0;  // allreduces that shared a backend call with others
+};
+EngineStats Stats();
+
+}  // namespace dtrain::collectives

@@ -1,0 +1,66 @@
+// Array: a dense n-dimensional value, the unit that KVStore init/push/pull move.
+//
+// Copies of an Array share their memory, as MXNet's NDArray handles do: a pull writes into the
+// memory of the Array the caller passed, and a push keeps its source alive until it is sent.
+// An Array can own its memory or wrap memory owned by someone else (a LibTorch tensor), kept alive
+// through `owner`. Not synchronised: callers must not write an Array that an unfinished push reads,
+// nor read one that an unfinished pull writes (wait on the operation first).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dtrain/common/dtype.h"
+
+namespace dtrain {
+
+using Shape = std::vector<int64_t>;
+
+int64_t NumElements(const Shape& shape);
+std::string ShapeToString(const Shape& shape);
+
+class Array {
+ public:
+  Array() = default;
+  // Zero-filled array.
+  explicit Array(Shape shape, DType dtype = DType::kFloat32);
+
+  static Array FromFloats(std::span<const float> values, Shape shape = {});
+  // Wraps external memory; `owner` keeps it alive for as long as any copy of this Array lives.
+  static Array Wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> owner);
+
+  bool defined() const { return data_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int64_t size() const { return size_; }
+  DType dtype() const { return dtype_; }
+  size_t nbytes() const { return static_cast<size_t>(size_) * DTypeSize(dtype_); }
+
+  void* data() const { return data_; }
+  char* bytes() const { return static_cast<char*>(data_); }
+  // Typed view; throws InvalidArgument if the dtype is not float32.
+  std::span<float> floats() const;
+  std::vector<float> ToVector() const;
+
+  // A deep copy in new memory.
+  Array Clone() const;
+  // Copies `other`'s contents into this array's memory; sizes and dtypes must match.
+  void CopyFrom(const Array& other) const;
+  void Fill(float value) const;
+
+  const std::shared_ptr<void>& owner() const { return owner_; }
+
+ private:
+  std::shared_ptr<void> owner_;
+  void* data_ = nullptr;
+  Shape shape_;
+  int64_t size_ = 0;
+  DType dtype_ = DType::kFloat32;
+};
+
+// dst[i] += src[i] for n elements of `dtype` (float16 and bfloat16 through float32, rounded once).
+void AddInto(void* dst, const void* src, int64_t n, DType dtype);
+
+}  // namespace dtrain

@@ -1,0 +1,66 @@
+// Operation: a handle on an asynchronous KVStore call (push, pull, pushpull).
+//
+// KVStore calls return at once so that communication overlaps computation; Wait() blocks until the
+// call has finished and rethrows its error, if any. Waits are bounded: past the deadline (the
+// job's DTRAIN_REQUEST_TIMEOUT_MS unless given) Wait throws TimeoutError saying what it waited for.
+// Copies share state. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dtrain/common/deadline.h"
+
+namespace dtrain {
+
+class OperationState {
+ public:
+  OperationState(std::string what, int parts, Duration timeout)
+      : what_(std::move(what)), remaining_(parts), timeout_(timeout) {}
+
+  // One part finished; `error` (if not null) fails the whole operation. The first error wins.
+  void PartDone(std::exception_ptr error = nullptr);
+  // Adds parts still to come (before the last part is done).
+  void AddParts(int n);
+  // Runs `fn` once, on the thread of the last part, when the operation is done (set it before
+  // any part can finish). For the timeline's spans.
+  void SetOnDone(std::function<void()> fn) { on_done_ = std::move(fn); }
+
+  bool done() const;
+  // Waits for the operation; rethrows its error; throws TimeoutError at the deadline.
+  void Wait(Duration timeout) const;
+  void Wait() const { Wait(timeout_); }
+  const std::string& what() const { return what_; }
+
+ private:
+  const std::string what_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  int remaining_;
+  std::exception_ptr error_;
+  const Duration timeout_;
+  std::function<void()> on_done_;
+};
+
+class Operation {
+ public:
+  Operation() = default;  // an operation that is already complete
+  explicit Operation(std::shared_ptr<OperationState> state) { states_.push_back(std::move(state)); }
+
+  // One operation that is done when all of `ops` are.
+  static Operation Combine(const std::vector<Operation>& ops);
+
+  bool done() const;
+  void Wait() const;
+  void Wait(Duration timeout) const;
+
+ private:
+  std::vector<std::shared_ptr<OperationState>> states_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,98 @@
+// Engine: the background thread that runs named collectives in the same order on every rank, as
+// Horovod's does.
+//
+// Threads: Allreduce/Allgather/Broadcast/Barrier may be called from any thread; the Communicator is
+// used only by the engine's own thread. Each cycle (DTRAIN_CYCLE_TIME_MS, default 1 ms: a small
+// collective waits about half a cycle plus one round; an engine with nothing to do on any rank
+// slows to one round per 20 ms to leave the CPU to training) the thread
+//   1. announces the collectives submitted since the last cycle and learns everyone else's (one
+//      small allgather; negotiation.h), so ranks may submit in different orders;
+//   2. runs those that every rank has now submitted, in one agreed order: allreduces of the same
+//      dtype and op are packed into one fusion buffer up to DTRAIN_FUSION_THRESHOLD_MB and reduced
+//      by one backend call; a lone tensor is reduced in its own memory without a copy;
+//   3. on rank 0, warns when a collective has waited for some ranks longer than
+//      DTRAIN_STALL_WARNING_S, naming the ranks and the collectives.
+//
+// Failures: when the backend fails (a rank died), every pending and later collective fails with
+// that error (PeerError naming the rank when known). Ranks that submit one name with different
+// dtypes, shapes, ops or roots all get an InvalidArgument describing each rank's version. A
+// handle's Wait throws TimeoutError once DTRAIN_COLLECTIVE_TIMEOUT_MS have passed since submission.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "collectives/backend.h"
+#include "dtrain/collectives/collectives.h"
+#include "collectives/config.h"
+
+namespace dtrain::collectives {
+
+struct Handle::State {
+  State(std::string what, Duration timeout)
+      : what(std::move(what)), timeout(timeout), deadline(Clock::now() + timeout) {}
+
+  // Marks the collective done (with `error` if it failed) and wakes the waiters. Only the first
+  // call counts (a handle the engine failed early stays failed); returns whether it was it.
+  bool Complete(std::exception_ptr error = nullptr, Array result = {});
+
+  const std::string what;  // "allreduce 'grad.fc1'"
+  const Duration timeout;
+  const Clock::time_point deadline;
+
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::exception_ptr error;
+  Array result;
+  std::string waiting_for;  // "ranks 1, 3" while some ranks have not submitted it
+  std::function<void(std::exception_ptr)> on_done;  // Handle::OnDone, run once by Complete
+};
+
+class Engine {
+ public:
+  // Starts the background thread. The engine uses `backend` exclusively until Shutdown returns.
+  Engine(std::shared_ptr<Communicator> backend, const CollectivesConfig& config);
+  ~Engine();  // Shutdown()
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // See collectives.h. Throw InvalidArgument for a bad argument or a name already in flight; a
+  // failure after submission is reported by the handle.
+  Handle Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op,
+                   int priority = 0);
+  Handle Allgather(const std::string& name, const Array& in);
+  Handle Broadcast(const std::string& name, const Array& inout, int root);
+  // Completes once every rank has called Barrier as often (barriers are numbered per process).
+  Handle Barrier();
+  // Horovod's join: this rank has no more data. Until every rank has joined, it takes part in
+  // the others' allreduces with zeros (other collectives fail with an InvalidArgument while a
+  // rank has joined). Completes once every rank has joined; result() is then a float32 scalar
+  // holding the rank that joined last. InvalidArgument if this rank's last Join is still pending.
+  Handle Join();
+
+  // Collective: stops once every rank has called Shutdown, or once DTRAIN_COLLECTIVE_TIMEOUT_MS
+  // has passed (then the other ranks see this rank leave). Collectives that not every rank
+  // submitted fail. Idempotent.
+  void Shutdown();
+
+  EngineStats stats() const;
+  Communicator& backend() { return *backend_; }
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Communicator> backend_;
+  std::shared_ptr<Impl> impl_;  // shared with the thread, which may outlive a timed-out Shutdown
+  std::mutex shutdown_mutex_;   // one Shutdown at a time joins the thread
+  std::thread thread_;
+};
+
+}  // namespace dtrain::collectives

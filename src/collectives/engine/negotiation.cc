@@ -1,0 +1,278 @@
+#include "collectives/engine/negotiation.h"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include "collectives/byte_codec.h"
+#include "dtrain/common/error.h"
+
+namespace dtrain::collectives {
+namespace {
+
+constexpr uint8_t kVersion = 2;  // 2: a priority after each descriptor's shape
+constexpr uint8_t kShuttingDown = 1;
+constexpr uint8_t kJoined = 2;
+// The smallest encodings, to bound counts read off the wire before allocating for them.
+constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1 + 4;
+constexpr size_t kNumberBytes = 4;
+
+bool SameExceptFirstDimension(const Descriptor& a, const Descriptor& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.shape.size() == b.shape.size() &&
+         !a.shape.empty() && std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
+}
+
+}  // namespace
+
+bool Descriptor::SameWork(const Descriptor& other) const {
+  return kind == other.kind && dtype == other.dtype && op == other.op && root == other.root &&
+         shape == other.shape;
+}
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllreduce:
+      return "allreduce";
+    case OpKind::kAllgather:
+      return "allgather";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kBarrier:
+      return "barrier";
+  }
+  return "unknown";
+}
+
+std::string Descriptor::ToString() const {
+  std::ostringstream out;
+  out << OpKindName(kind);
+  if (kind == OpKind::kAllreduce) out << (op == ReduceOp::kSum ? "(sum)" : "(average)");
+  if (kind == OpKind::kBroadcast) out << "(root " << root << ")";
+  if (kind != OpKind::kBarrier) out << " " << DTypeName(dtype) << " " << ShapeToString(shape);
+  return out.str();
+}
+
+std::vector<char> EncodeRound(const RoundMessage& message) {
+  ByteWriter out;
+  out.U8(kVersion);
+  out.U8((message.shutting_down ? kShuttingDown : 0) | (message.joined ? kJoined : 0));
+  out.U32(static_cast<uint32_t>(message.named.size()));
+  for (const auto& [name, d] : message.named) {
+    out.U16(static_cast<uint16_t>(name.size()));
+    out.Raw(name.data(), name.size());
+    out.U8(static_cast<uint8_t>(d.kind));
+    out.U8(static_cast<uint8_t>(d.dtype));
+    out.U8(static_cast<uint8_t>(d.op));
+    out.I32(d.root);
+    out.U8(static_cast<uint8_t>(d.shape.size()));
+    for (int64_t dim : d.shape) out.I64(dim);
+    out.I32(d.priority);
+  }
+  out.U32(static_cast<uint32_t>(message.numbered.size()));
+  for (uint32_t number : message.numbered) out.U32(number);
+  return std::move(out.bytes());
+}
+
+RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
+  ByteReader in(bytes, "negotiation message from rank " + std::to_string(rank));
+  RoundMessage m;
+  const uint8_t version = in.U8("version");
+  if (version != kVersion) {
+    in.Fail("version", std::to_string(version) + " (this build speaks " + std::to_string(kVersion) +
+                           "; are all ranks the same dtrain?)");
+  }
+  const uint8_t flags = in.U8("flags");
+  if ((flags & ~(kShuttingDown | kJoined)) != 0) in.Fail("flags", std::to_string(flags));
+  m.shutting_down = (flags & kShuttingDown) != 0;
+  m.joined = (flags & kJoined) != 0;
+  const uint32_t named = in.U32("named count");
+  if (named > in.left() / kMinNamedBytes) in.Fail("named count", std::to_string(named));
+  m.named.reserve(named);
+  for (uint32_t i = 0; i < named; ++i) {
+    const uint16_t length = in.U16("name length");
+    if (length == 0 || length > kMaxNameLength) in.Fail("name length", std::to_string(length));
+    std::string name = in.Chars("name", length);
+    Descriptor d;
+    const uint8_t kind = in.U8("kind");
+    if (kind > static_cast<uint8_t>(OpKind::kBarrier)) in.Fail("kind", std::to_string(kind));
+    d.kind = static_cast<OpKind>(kind);
+    const uint8_t dtype = in.U8("dtype");
+    if (!IsValidDType(dtype)) in.Fail("dtype", std::to_string(dtype));
+    d.dtype = static_cast<DType>(dtype);
+    const uint8_t op = in.U8("op");
+    if (op > static_cast<uint8_t>(ReduceOp::kAverage)) in.Fail("op", std::to_string(op));
+    d.op = static_cast<ReduceOp>(op);
+    d.root = in.I32("root");
+    const uint8_t dims = in.U8("dimensions");
+    if (dims > kMaxDimensions) in.Fail("dimensions", std::to_string(dims));
+    d.shape.resize(dims);
+    for (auto& dim : d.shape) {
+      dim = in.I64("dimension");
+      if (dim < 0) in.Fail("dimension", std::to_string(dim));
+    }
+    d.priority = in.I32("priority");
+    m.named.emplace_back(std::move(name), std::move(d));
+  }
+  const uint32_t numbered = in.U32("numbered count");
+  if (numbered > in.left() / kNumberBytes) in.Fail("numbered count", std::to_string(numbered));
+  m.numbered.resize(numbered);
+  for (auto& number : m.numbered) number = in.U32("number");
+  in.ExpectEnd();
+  return m;
+}
+
+NegotiationTable::NegotiationTable(int size) : size_(size), has_joined_(size, 0) {}
+
+void NegotiationTable::Announce(int rank, const std::string& name, const Descriptor& descriptor,
+                                RoundMessage* message) const {
+  auto it = numbers_.find(name);
+  if (it != numbers_.end() && names_[it->second].last[rank] == descriptor) {
+    message->numbered.push_back(it->second);
+  } else {
+    message->named.emplace_back(name, descriptor);
+  }
+}
+
+std::vector<ReadyCollective> NegotiationTable::Apply(const std::vector<RoundMessage>& round,
+                                                     Clock::time_point now) {
+  for (int r = 0; r < size_; ++r) {
+    for (const auto& [name, d] : round[r].named) {
+      if (d.kind == OpKind::kBroadcast && (d.root < 0 || d.root >= size_)) {
+        throw ProtocolError("rank " + std::to_string(r) + " announced broadcast '" + name +
+                            "' from root " + std::to_string(d.root) + ", not a rank");
+      }
+      auto [it, added] = numbers_.emplace(name, static_cast<uint32_t>(names_.size()));
+      if (added) names_.push_back({name, std::vector<std::optional<Descriptor>>(size_)});
+      names_[it->second].last[r] = d;
+      Submit(r, it->second, d, now);
+    }
+    for (uint32_t number : round[r].numbered) {
+      if (number >= names_.size() || !names_[number].last[r]) {
+        throw ProtocolError("rank " + std::to_string(r) + " announced collective number " +
+                            std::to_string(number) + ", which it never named");
+      }
+      Submit(r, number, *names_[number].last[r], now);
+    }
+  }
+  int last_joined = -1;
+  for (int r = 0; r < size_; ++r) {
+    if (!round[r].joined) continue;
+    if (has_joined_[r]) {
+      throw ProtocolError("rank " + std::to_string(r) + " joined twice in one join");
+    }
+    has_joined_[r] = 1;
+    ++num_joined_;
+    last_joined = r;
+  }
+  if (num_joined_ > 0) FillForJoined();
+  if (num_joined_ == size_) {
+    join_completed_ = last_joined;
+    std::fill(has_joined_.begin(), has_joined_.end(), 0);
+    num_joined_ = 0;
+  }
+  std::vector<ReadyCollective> ready;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.count < size_) {
+      ++it;
+      continue;
+    }
+    ReadyCollective c;
+    c.name = names_[it->first.second].name;
+    for (auto& d : it->second.submitted) c.descriptors.push_back(std::move(*d));
+    c.joined = std::move(it->second.joined);
+    c.mismatch = Mismatch(c.name, c.descriptors);
+    const bool stood_in = std::find(c.joined.begin(), c.joined.end(), 1) != c.joined.end();
+    if (c.mismatch.empty() && stood_in && c.descriptors[0].kind != OpKind::kAllreduce) {
+      c.mismatch = "collective '" + c.name + "' (" + c.descriptors[0].ToString() +
+                   ") cannot run while some ranks have joined: only allreduces go on until "
+                   "every rank has joined";
+    }
+    ready.push_back(std::move(c));
+    pending_sequence_.erase(it->first.second);
+    it = pending_.erase(it);
+  }
+  return ready;
+}
+
+void NegotiationTable::Submit(int rank, uint32_t number, const Descriptor& descriptor,
+                              Clock::time_point now) {
+  auto [seq, added] = pending_sequence_.emplace(number, next_sequence_);
+  if (added) ++next_sequence_;
+  Pending& p = pending_[{seq->second, number}];
+  if (added) {
+    p.submitted.resize(size_);
+    p.joined.assign(size_, 0);
+    p.since = now;
+  }
+  if (p.submitted[rank]) {
+    throw ProtocolError("rank " + std::to_string(rank) + " announced '" + names_[number].name +
+                        "' twice while it was in flight");
+  }
+  p.submitted[rank] = descriptor;
+  ++p.count;
+}
+
+void NegotiationTable::FillForJoined() {
+  for (auto& [key, p] : pending_) {
+    const auto first = std::find_if(p.submitted.begin(), p.submitted.end(),
+                                    [](const auto& d) { return d.has_value(); });
+    if (first == p.submitted.end()) continue;
+    const Descriptor model = **first;
+    for (int r = 0; r < size_; ++r) {
+      if (!has_joined_[r] || p.submitted[r]) continue;
+      p.submitted[r] = model;
+      p.joined[r] = 1;
+      ++p.count;
+    }
+  }
+}
+
+std::optional<int> NegotiationTable::TakeJoinCompleted() {
+  return std::exchange(join_completed_, std::nullopt);
+}
+
+std::string NegotiationTable::Mismatch(const std::string& name,
+                                       const std::vector<Descriptor>& d) const {
+  bool agree = true;
+  for (int r = 1; r < size_ && agree; ++r) {
+    agree = d[0].kind == OpKind::kAllgather ? SameExceptFirstDimension(d[0], d[r])
+                                            : d[0].SameWork(d[r]);
+  }
+  if (agree) return {};
+  std::ostringstream out;
+  out << "collective '" << name << "' was submitted differently by the ranks:";
+  for (int r = 0; r < size_; ++r) out << (r ? "," : "") << " rank " << r << " " << d[r].ToString();
+  if (d[0].kind == OpKind::kAllgather) out << " (allgather inputs may differ only in dimension 0)";
+  return out.str();
+}
+
+std::vector<PendingCollective> NegotiationTable::Waiting(Clock::time_point now,
+                                                         Duration older_than) const {
+  std::vector<PendingCollective> out;
+  for (const auto& [key, p] : pending_) {
+    if (now - p.since < older_than) continue;
+    PendingCollective c;
+    c.name = names_[key.second].name;
+    for (int r = 0; r < size_; ++r) {
+      if (!p.submitted[r]) c.missing_ranks.push_back(r);
+    }
+    c.waiting = std::chrono::duration_cast<Duration>(now - p.since);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<int> NegotiationTable::MissingRanks(const std::string& name) const {
+  auto number = numbers_.find(name);
+  if (number == numbers_.end()) return {};
+  auto seq = pending_sequence_.find(number->second);
+  if (seq == pending_sequence_.end()) return {};
+  const Pending& p = pending_.at({seq->second, number->second});
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!p.submitted[r]) missing.push_back(r);
+  }
+  return missing;
+}
+
+}  // namespace dtrain::collectives

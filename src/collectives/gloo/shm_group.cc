@@ -1,0 +1,386 @@
+#include "collectives/gloo/shm_group.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <sstream>
+
+#include "collectives/error_text.h"
+#include "common/elementwise.h"
+#include "dtrain/common/error.h"
+
+namespace dtrain::collectives {
+namespace {
+
+constexpr uint64_t kMagic = 0x6474726e73686d31;  // "dtrnshm1"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kLine = 64;
+constexpr size_t kPage = 4096;
+// All slots together stay under this, so that a container's small /dev/shm (Docker's default is
+// 64 MiB) still holds the segment of many local ranks.
+constexpr size_t kMaxDataBytes = size_t{48} << 20;
+constexpr size_t kMinSlotBytes = size_t{64} << 10;
+constexpr size_t kReasonBytes = 512;
+
+// How a wait spends its time: a few polls for a peer that is about to arrive (both running), a few
+// yields for one that waits for this core, then sleeps on the peer's futex, looking at its health
+// between sleeps.
+constexpr int kSpins = 100;
+constexpr int kYields = 2;
+constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+constexpr auto kHealthEvery = std::chrono::milliseconds(100);
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+// False once `pid` has exited (gone, or a zombie its parent has not reaped yet).
+bool ProcessAlive(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // kill says it exists; no /proc to ask
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
+  const char state = line[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+std::string RandomName() {
+  std::random_device rd;
+  std::ostringstream name;
+  name << "/dtrain-collectives-" << getpid() << "-" << std::hex << rd() << rd();
+  return name.str();
+}
+
+std::string ErrnoText(int error) { return std::strerror(error); }
+
+}  // namespace
+
+struct alignas(kLine) RankControl {
+  std::atomic<uint32_t> sequence;  // arrivals so far
+  std::atomic<uint32_t> sleepers;  // ranks in a futex wait on `sequence`
+  std::atomic<int32_t> pid;        // 0 until the rank attaches
+};
+
+struct alignas(kLine) SegmentHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t size;
+  uint64_t slot_bytes;
+  uint64_t total_bytes;
+  std::atomic<int32_t> abandoning;    // rank + 1 of the first rank to abandon; 0: none
+  std::atomic<int32_t> abandoned_by;  // set to `abandoning` once `reason` is written
+  char reason[kReasonBytes];          // that rank's error, NUL-terminated
+};
+
+struct ShmGroup::Layout {
+  static size_t DataOffset(int size) {
+    return RoundUp(sizeof(SegmentHeader) + sizeof(RankControl) * size, kPage);
+  }
+  static size_t TotalBytes(int size, size_t slot_bytes) {
+    return DataOffset(size) + (size + 1) * slot_bytes;
+  }
+  SegmentHeader& header() { return *reinterpret_cast<SegmentHeader*>(this); }
+  RankControl& control(int rank) {
+    return reinterpret_cast<RankControl*>(reinterpret_cast<char*>(this) +
+                                          sizeof(SegmentHeader))[rank];
+  }
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+                  std::atomic<int32_t>::is_always_lock_free,
+              "futex words must be plain integers in shared memory");
+
+std::unique_ptr<ShmGroup> ShmGroup::Create(const ShmGroupOptions& options) {
+  size_t slot = options.slot_bytes;
+  if (slot == 0) {
+    slot = std::min(kDefaultSlotBytes, kMaxDataBytes / (options.size + 1));
+    slot = std::max(kMinSlotBytes, slot / kMinSlotBytes * kMinSlotBytes);
+  }
+  slot = RoundUp(slot, kLine);
+  const size_t total = Layout::TotalBytes(options.size, slot);
+  const std::string name = RandomName();
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    throw Error("cannot create the shared memory segment " + name + ": " + ErrnoText(errno));
+  // posix_fallocate, not ftruncate: a full /dev/shm fails here with ENOSPC instead of killing the
+  // process with SIGBUS at its first write to the mapping.
+  const int fallocate_error = posix_fallocate(fd, 0, static_cast<off_t>(total));
+  void* base = fallocate_error == 0
+                   ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                   : MAP_FAILED;
+  const int map_error = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    throw Error("cannot make a shared memory segment of " + std::to_string(total >> 20) +
+                " MiB in /dev/shm: " + ErrnoText(fallocate_error ? fallocate_error : map_error));
+  }
+  auto* header = new (base) SegmentHeader{};
+  header->version = kVersion;
+  header->size = static_cast<uint32_t>(options.size);
+  header->slot_bytes = slot;
+  header->total_bytes = total;
+  auto* layout = static_cast<Layout*>(base);
+  for (int r = 0; r < options.size; ++r) new (&layout->control(r)) RankControl{};
+  layout->control(options.rank).pid.store(getpid());
+  std::atomic_thread_fence(std::memory_order_release);
+  header->magic = kMagic;
+  return std::unique_ptr<ShmGroup>(new ShmGroup(options, name, base, total));
+}
+
+std::unique_ptr<ShmGroup> ShmGroup::Attach(const std::string& name,
+                                           const ShmGroupOptions& options) {
+  if (options.rank <= 0 || options.rank >= options.size) {
+    throw Error("rank " + std::to_string(options.rank) + " cannot attach to a group of " +
+                std::to_string(options.size) + " (rank 0 creates it)");
+  }
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0)
+    throw Error("cannot open the shared memory segment " + name + ": " + ErrnoText(errno));
+  struct stat st {};
+  void* base = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(SegmentHeader))) {
+    base = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  if (base == MAP_FAILED) throw Error("cannot map the shared memory segment " + name);
+  auto fail = [&](const std::string& why) -> std::unique_ptr<ShmGroup> {
+    munmap(base, st.st_size);
+    throw Error("the shared memory segment " + name + " " + why);
+  };
+  auto* layout = static_cast<Layout*>(base);
+  const SegmentHeader& header = layout->header();
+  if (header.magic != kMagic || header.version != kVersion) return fail("is not dtrain's");
+  if (header.slot_bytes < kLine || header.slot_bytes % kLine != 0 ||
+      header.size != static_cast<uint32_t>(options.size) ||
+      header.total_bytes != static_cast<uint64_t>(st.st_size) ||
+      header.total_bytes != Layout::TotalBytes(options.size, header.slot_bytes)) {
+    return fail("is laid out for " + std::to_string(header.size) + " ranks, not " +
+                std::to_string(options.size));
+  }
+  int32_t nobody = 0;
+  if (!layout->control(options.rank).pid.compare_exchange_strong(nobody, getpid())) {
+    return fail("already has a rank " + std::to_string(options.rank) + " (process " +
+                std::to_string(nobody) + ")");
+  }
+  ShmGroupOptions with_slot = options;
+  with_slot.slot_bytes = header.slot_bytes;
+  return std::unique_ptr<ShmGroup>(new ShmGroup(with_slot, name, base, st.st_size));
+}
+
+ShmGroup::ShmGroup(const ShmGroupOptions& options, std::string name, void* base, size_t bytes)
+    : options_(options),
+      name_(std::move(name)),
+      base_(base),
+      bytes_(bytes),
+      slot_bytes_(static_cast<Layout*>(base)->header().slot_bytes),
+      layout_(static_cast<Layout*>(base)) {}
+
+ShmGroup::~ShmGroup() {
+  Unlink();
+  munmap(base_, bytes_);
+}
+
+void ShmGroup::Unlink() {
+  if (unlinked_) return;
+  shm_unlink(name_.c_str());
+  unlinked_ = true;
+}
+
+char* ShmGroup::slot(int rank) const {
+  return static_cast<char*>(base_) + Layout::DataOffset(options_.size) + rank * slot_bytes_;
+}
+
+char* ShmGroup::result() const { return slot(options_.size); }
+
+void ShmGroup::Arrive() {
+  RankControl& mine = layout_->control(options_.rank);
+  ++arrivals_;
+  // Both seq_cst, as the sleeper's increment of `sleepers` and its load of `sequence`: either it
+  // sees the new number or this sees it sleeping.
+  mine.sequence.store(arrivals_);
+  if (mine.sleepers.load() > 0) Futex(&mine.sequence, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void ShmGroup::WaitForAll(const Deadline& deadline, const char* what) {
+  for (int r = 0; r < options_.size; ++r) {
+    if (r != options_.rank) WaitFor(r, arrivals_, deadline, what);
+  }
+}
+
+void ShmGroup::WaitFor(int rank, uint32_t target, const Deadline& deadline, const char* what) {
+  RankControl& peer = layout_->control(rank);
+  auto reached = [&] {
+    return static_cast<int32_t>(peer.sequence.load(std::memory_order_acquire) - target) >= 0;
+  };
+  for (int i = 0; i < kSpins; ++i) {
+    if (reached()) return;
+    Pause();
+  }
+  for (int i = 0; i < kYields; ++i) {
+    if (reached()) return;
+    sched_yield();
+  }
+  auto next_check = Clock::now() + kHealthEvery;
+  while (true) {
+    CheckAbandoned(what);
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      if (!ProcessAlive(peer.pid.load())) throw PeerError(Loss(rank));
+      if (deadline.passed()) {
+        throw TimeoutError("no progress within " + SecondsText(deadline.timeout()) +
+                           " (DTRAIN_COLLECTIVE_TIMEOUT_MS) waiting for " + Describe(rank) +
+                           " in a shared-memory " + what + "; a rank is stuck or far behind");
+      }
+      next_check = now + kHealthEvery;
+    }
+    peer.sleepers.fetch_add(1);
+    const uint32_t seen = peer.sequence.load();
+    if (static_cast<int32_t>(seen - target) < 0) {
+      const timespec slice{0, std::chrono::nanoseconds(kSleepSlice).count()};
+      Futex(&peer.sequence, FUTEX_WAIT, seen, &slice);
+    }
+    peer.sleepers.fetch_sub(1);
+    if (reached()) return;
+  }
+}
+
+std::string ShmGroup::Describe(int rank) const {
+  return options_.describe_rank ? options_.describe_rank(rank) : "rank " + std::to_string(rank);
+}
+
+std::string ShmGroup::Loss(int rank) const {
+  return options_.explain_loss ? options_.explain_loss(rank) : Describe(rank) + " left the job";
+}
+
+void ShmGroup::CheckAbandoned(const char* what) const {
+  const int32_t by = layout_->header().abandoned_by.load(std::memory_order_acquire);
+  if (by == 0) return;
+  // A rank usually abandons because another one died: name the dead one, as its own wait would.
+  for (int r = 0; r < options_.size; ++r) {
+    if (r != options_.rank && !ProcessAlive(layout_->control(r).pid.load())) {
+      throw PeerError(Loss(r));
+    }
+  }
+  throw PeerError(Describe(by - 1) + " stopped the shared-memory " + what + " after an error (" +
+                  layout_->header().reason + ")");
+}
+
+void ShmGroup::Abandon(const std::string& reason) {
+  SegmentHeader& header = layout_->header();
+  int32_t nobody = 0;
+  if (header.abandoning.compare_exchange_strong(nobody, options_.rank + 1)) {
+    const size_t n = std::min(reason.size(), sizeof(header.reason) - 1);
+    std::memcpy(header.reason, reason.data(), n);
+    header.reason[n] = '\0';
+    header.abandoned_by.store(options_.rank + 1, std::memory_order_release);
+  }
+  for (int r = 0; r < options_.size; ++r) {
+    Futex(&layout_->control(r).sequence, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
+void ShmGroup::AllreduceSum(const void* in, void* out, size_t count, DType dtype) {
+  const Deadline deadline(options_.timeout);
+  const size_t element = DTypeSize(dtype);
+  if (options_.size == 1) {
+    if (in != out && count > 0) std::memcpy(out, in, count * element);
+    return;
+  }
+  const size_t per_round = slot_bytes_ / element;
+  // Each rank sums one share of a round; shares start on cache lines.
+  const size_t align = std::max<size_t>(1, kLine / element);
+  for (size_t offset = 0; offset < count; offset += per_round) {
+    const size_t n = std::min(per_round, count - offset);
+    std::memcpy(slot(options_.rank), static_cast<const char*>(in) + offset * element, n * element);
+    Arrive();
+    WaitForAll(deadline, "allreduce");
+    const size_t share = RoundUp((n + options_.size - 1) / options_.size, align);
+    const size_t begin = std::min(n, share * options_.rank);
+    const size_t end = std::min(n, begin + share);
+    if (end > begin) {
+      const size_t at = begin * element;
+      char* sum = result() + at;
+      Sum(sum, slot(0) + at, slot(1) + at, end - begin, dtype);
+      for (int r = 2; r < options_.size; ++r) Sum(sum, sum, slot(r) + at, end - begin, dtype);
+    }
+    Arrive();
+    WaitForAll(deadline, "allreduce");
+    std::memcpy(static_cast<char*>(out) + offset * element, result(), n * element);
+  }
+}
+
+void ShmGroup::Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {
+  const Deadline deadline(options_.timeout);
+  std::vector<size_t> offsets(bytes.size());
+  size_t largest = 0;
+  for (size_t r = 0, at = 0; r < bytes.size(); at += bytes[r], ++r) {
+    offsets[r] = at;
+    largest = std::max(largest, bytes[r]);
+  }
+  const size_t rounds = std::max<size_t>(1, (largest + slot_bytes_ - 1) / slot_bytes_);
+  for (size_t round = 0; round < rounds; ++round) {
+    const size_t from = round * slot_bytes_;
+    auto piece = [&](int r) {
+      return bytes[r] > from ? std::min(slot_bytes_, bytes[r] - from) : 0;
+    };
+    if (piece(options_.rank) > 0) {
+      std::memcpy(slot(options_.rank), static_cast<const char*>(in) + from, piece(options_.rank));
+    }
+    Arrive();
+    WaitForAll(deadline, "allgather");
+    for (int r = 0; r < options_.size; ++r) {
+      if (piece(r) > 0) std::memcpy(static_cast<char*>(out) + offsets[r] + from, slot(r), piece(r));
+    }
+    Arrive();
+    WaitForAll(deadline, "allgather");
+  }
+}
+
+void ShmGroup::Broadcast(void* data, size_t bytes, int root) {
+  const Deadline deadline(options_.timeout);
+  for (size_t from = 0; from < bytes; from += slot_bytes_) {
+    const size_t n = std::min(slot_bytes_, bytes - from);
+    char* at = static_cast<char*>(data) + from;
+    if (options_.rank == root) std::memcpy(slot(root), at, n);
+    Arrive();
+    WaitForAll(deadline, "broadcast");
+    if (options_.rank != root) std::memcpy(at, slot(root), n);
+    Arrive();
+    WaitForAll(deadline, "broadcast");
+  }
+}
+
+void ShmGroup::Barrier() {
+  const Deadline deadline(options_.timeout);
+  Arrive();
+  WaitForAll(deadline, "barrier");
+}
+
+}  // namespace dtrain::collectives

@@ -1,0 +1,162 @@
+// The OpenMPI backend: MPI_COMM_WORLD as mpirun laid it out.
+//
+// MPI is initialised here unless the program already did (then it is also left for the program to
+// finalise). The engine calls MPI from its background thread while the program's main thread
+// initialised it, hence MPI_THREAD_SERIALIZED. Errors are returned instead of aborting
+// (MPI_ERRORS_RETURN on our own communicator), so a broken connection becomes a PeerError; a rank
+// that dies outright is normally reported by mpirun itself, which then ends the job.
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "collectives/backend.h"
+#include "common/elementwise.h"
+#include "dtrain/common/error.h"
+#include "common/logging.h"
+
+namespace dtrain::collectives {
+namespace {
+
+// MPI has no half-precision types: they travel as 2-byte integers and are summed by these.
+void SumFloat16(void* in, void* inout, int* len, MPI_Datatype*) {
+  Sum(inout, inout, in, static_cast<size_t>(*len), DType::kFloat16);
+}
+void SumBFloat16(void* in, void* inout, int* len, MPI_Datatype*) {
+  Sum(inout, inout, in, static_cast<size_t>(*len), DType::kBFloat16);
+}
+
+// MPI counts are ints: a larger buffer goes in pieces of at most this many elements.
+constexpr size_t kMaxCount = size_t{1} << 30;
+
+class MpiBackend final : public Communicator {
+ public:
+  explicit MpiBackend(const CollectivesConfig& config) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        throw PeerError("MPI_Init_thread failed (is this process started by mpirun?)");
+      }
+      owns_mpi_ = true;
+      if (provided < MPI_THREAD_SERIALIZED) {
+        throw ConfigError("this MPI provides thread level " + std::to_string(provided) +
+                          " but the collectives engine needs MPI_THREAD_SERIALIZED");
+      }
+    }
+    Check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm local;
+    Check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+          "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+    MPI_Op_create(&SumFloat16, /*commute=*/1, &sum_float16_);
+    MPI_Op_create(&SumBFloat16, /*commute=*/1, &sum_bfloat16_);
+    DTRAIN_LOG(kConnections) << "collectives: MPI rank " << rank_ << " of " << size_ << " (local "
+                             << local_rank_ << " of " << local_size_ << ")";
+  }
+
+  ~MpiBackend() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    // After a failure the other ranks may be gone, and MPI_Finalize would wait for them forever;
+    // the process exits without it (mpirun reports that, which is right for a failed job).
+    if (broken_) return;
+    MPI_Op_free(&sum_float16_);
+    MPI_Op_free(&sum_bfloat16_);
+    MPI_Comm_free(&comm_);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  BackendKind kind() const override { return BackendKind::kMpi; }
+
+ protected:
+  void AllreduceSum(const void* in, void* out, size_t count, DType dtype) override {
+    MPI_Datatype type = MPI_FLOAT;
+    MPI_Op op = MPI_SUM;
+    switch (dtype) {
+      case DType::kFloat32:
+        break;
+      case DType::kFloat64:
+        type = MPI_DOUBLE;
+        break;
+      case DType::kFloat16:
+        type = MPI_UINT16_T;
+        op = sum_float16_;
+        break;
+      case DType::kBFloat16:
+        type = MPI_UINT16_T;
+        op = sum_bfloat16_;
+        break;
+    }
+    const size_t element = DTypeSize(dtype);
+    for (size_t done = 0; done < count;) {
+      const size_t n = std::min(count - done, kMaxCount);
+      char* o = static_cast<char*>(out) + done * element;
+      const void* send = in == out ? MPI_IN_PLACE : static_cast<const char*>(in) + done * element;
+      Check(MPI_Allreduce(send, o, static_cast<int>(n), type, op, comm_), "MPI_Allreduce");
+      done += n;
+    }
+  }
+
+  void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
+    std::vector<int> counts(bytes.size());
+    std::vector<int> offsets(bytes.size());
+    size_t offset = 0;
+    for (size_t r = 0; r < bytes.size(); ++r) {
+      if (bytes[r] > INT_MAX || offset > INT_MAX) {
+        throw InvalidArgument("an MPI allgather moves at most 2 GiB in all; this one moves more");
+      }
+      counts[r] = static_cast<int>(bytes[r]);
+      offsets[r] = static_cast<int>(offset);
+      offset += bytes[r];
+    }
+    Check(MPI_Allgatherv(in, counts[rank_], MPI_BYTE, out, counts.data(), offsets.data(), MPI_BYTE,
+                         comm_),
+          "MPI_Allgatherv");
+  }
+
+  void DoBroadcast(void* data, size_t bytes, int root) override {
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(bytes - done, kMaxCount);
+      Check(MPI_Bcast(static_cast<char*>(data) + done, static_cast<int>(n), MPI_BYTE, root, comm_),
+            "MPI_Bcast");
+      done += n;
+    }
+  }
+
+  void DoBarrier() override { Check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+ private:
+  void Check(int code, const char* call) {
+    if (code == MPI_SUCCESS) return;
+    broken_ = true;
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    MPI_Error_string(code, text, &length);
+    throw PeerError(std::string(call) + " failed on rank " + std::to_string(rank_) + ": " +
+                    std::string(text, static_cast<size_t>(std::max(length, 0))) +
+                    " (another rank died or the connection broke)");
+  }
+
+  bool owns_mpi_ = false;
+  bool broken_ = false;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Op sum_float16_ = MPI_OP_NULL;
+  MPI_Op sum_bfloat16_ = MPI_OP_NULL;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> CreateMpiBackend(const CollectivesConfig& config) {
+  return std::make_unique<MpiBackend>(config);
+}
+
+}  // namespace dtrain::collectives

@@ -1,0 +1,274 @@
+#include "launcher/plan/launch_options.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <set>
+
+namespace dtrain::launcher {
+namespace {
+
+constexpr int kMaxProcessesPerRole = 4096;
+constexpr int64_t kMaxGraceMs = 3600 * 1000;
+
+// The launcher sets these itself, per process; letting --env replace them would give processes a
+// job layout that disagrees with the one the launcher started.
+const std::set<std::string>& ReservedNames() {
+  static const std::set<std::string> names = {"DMLC_ROLE",         "DMLC_PS_ROOT_URI",
+                                              "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
+                                              "DMLC_NUM_WORKER",   "DTRAIN_NODE_RANK"};
+  return names;
+}
+
+bool IsValidEnvName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+std::optional<std::string> ProcessGetenv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+// "NAME:VALUE" -> {NAME, VALUE}; "NAME" -> {NAME, the launcher's own value}.
+EnvVar ParseEnvArg(const std::string& flag, const std::string& arg, EnvGetter getenv_fn) {
+  const size_t colon = arg.find(':');
+  std::string name = arg.substr(0, colon);
+  if (!IsValidEnvName(name)) {
+    throw UsageError(flag + " " + arg + ": '" + name +
+                     "' is not a valid variable name (expected NAME or NAME:VALUE)");
+  }
+  if (ReservedNames().count(name)) {
+    throw UsageError(flag + " " + arg + ": the launcher sets " + name +
+                     " itself for every process; it cannot be overridden");
+  }
+  if (colon != std::string::npos) return {name, arg.substr(colon + 1)};
+  std::optional<std::string> value = getenv_fn(name.c_str());
+  if (!value) {
+    throw UsageError(flag + " " + name + ": " + name +
+                     " is not set in the launcher's environment (pass a value: " + flag + " " +
+                     name + ":VALUE)");
+  }
+  return {name, *value};
+}
+
+std::vector<EnvVar> ParseEnvArgs(const std::string& flag, const std::vector<std::string>& args,
+                                 EnvGetter getenv_fn) {
+  std::vector<EnvVar> out;
+  for (const std::string& a : args) out.push_back(ParseEnvArg(flag, a, getenv_fn));
+  return out;
+}
+
+LauncherKind ParseLauncher(const std::string& name) {
+  for (LauncherKind k : {LauncherKind::kLocal, LauncherKind::kSsh, LauncherKind::kMpi,
+                         LauncherKind::kSlurm, LauncherKind::kSge}) {
+    if (name == LauncherName(k)) return k;
+  }
+  throw UsageError("--launcher " + name + ": unknown launcher '" + name +
+                   "' (choose from local, ssh, mpi, slurm, sge)");
+}
+
+void CheckRange(const char* flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    throw UsageError(std::string(flag) + " must be between " + std::to_string(lo) + " and " +
+                     std::to_string(hi) + " (got " + std::to_string(value) + ")");
+  }
+}
+
+bool HasWhitespace(const std::string& s) { return s.find_first_of(" \t\n") != std::string::npos; }
+
+std::vector<std::string> SplitWords(const std::string& s) {
+  std::vector<std::string> words;
+  size_t start = s.find_first_not_of(" \t\n");
+  while (start != std::string::npos) {
+    const size_t end = s.find_first_of(" \t\n", start);
+    words.push_back(s.substr(start, end - start));
+    start = s.find_first_not_of(" \t\n", end);
+  }
+  return words;
+}
+
+// The part of the command line CLI11 did not consume is the user command, possibly behind `--`.
+std::vector<std::string> ExtractCommand(std::vector<std::string> rest) {
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    // CLI11 leaves an unknown flag before the command in `remaining` instead of failing.
+    throw UsageError("unknown option '" + rest.front() +
+                     "' (see dtrain launch --help; to pass flags to the workers, put the command "
+                     "after `--`)");
+  }
+  if (rest.empty() ||
+      (rest.size() == 1 && rest[0].find_first_not_of(" \t\n") == std::string::npos)) {
+    throw UsageError(
+        "no command given: name the workers' command after the options, e.g. "
+        "`dtrain launch -n 2 -- python train.py`");
+  }
+  // The seeds' quoted spelling, `dtrain launch -n 2 "python train.py --x 1"`: one argument that
+  // only a shell can split.
+  if (rest.size() == 1 && HasWhitespace(rest[0])) return {"/bin/sh", "-c", rest[0]};
+  return rest;
+}
+
+struct RawFlags {
+  int num_workers = 0;
+  std::optional<int> num_servers;
+  std::string launcher = "local";
+  std::optional<std::string> hostfile, sync_dst_dir, interface, ssh_opts;
+  std::vector<std::string> env_all, env_server, env_worker;
+  std::optional<std::string> output_dir;
+  int64_t kill_grace_ms = 3000;
+  int64_t service_grace_ms = 30000;
+  std::optional<int> status_port;
+  std::string status_host = "127.0.0.1";
+  int64_t status_linger_s = 0;
+  bool no_summary = false;
+};
+
+// Builds the CLI11 description of our flags. prefix_command(): parsing stops at the first argument
+// that is not ours, which is where the user command starts.
+std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
+  auto app = std::make_unique<CLI::App>(
+      "Start a distributed job here or on other hosts (--launcher): one scheduler, S servers and "
+      "N workers running COMMAND (-s 0: N workers only, an allreduce job). Each process gets "
+      "DMLC_ROLE, DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER and DTRAIN_NODE_RANK; their "
+      "output is merged, one prefixed line at a time. The first process to fail stops the whole "
+      "job, and its exit code becomes the launcher's.",
+      "dtrain launch");
+  app->prefix_command();
+  app->footer(
+      "COMMAND: everything after `--`, or from the first argument that is not an option on\n"
+      "(options after it are the command's). One quoted argument with spaces runs in /bin/sh -c.\n"
+      "Example: dtrain launch -n 2 -s 1 --env OMP_NUM_THREADS:4 -- python train.py --kvstore "
+      "dist_sync\n"
+      "Over ssh: dtrain launch -n 2 -H hosts --launcher ssh --sync-dst-dir /tmp/job -- "
+      "python train.py");
+  app->add_option("-n,--num-workers", f->num_workers, "number of workers (required, >= 1)")
+      ->required();
+  app->add_option("-s,--num-servers", f->num_servers,
+                  "number of servers (default: N); 0: an allreduce job without servers");
+  app->add_option("--launcher", f->launcher,
+                  "where processes run: local (default), ssh, mpi, slurm, sge");
+  app->add_option("-H,--hostfile", f->hostfile,
+                  "the hosts, one a line: NAME or ADDRESS, optionally :SLOTS; # comments. ssh: "
+                  "servers, then workers, cycle through them (one of each per host when there "
+                  "are N hosts); the scheduler runs here");
+  app->add_option("--sync-dst-dir", f->sync_dst_dir,
+                  "ssh: first copy the current directory to DIR on every host (rsync -a), then "
+                  "run there; without it, processes run in the current directory's path");
+  app->add_option("--interface", f->interface,
+                  "network interface whose address every node announces (DMLC_INTERFACE); "
+                  "otherwise ssh nodes announce their hostfile address");
+  app->add_option("--ssh-opts", f->ssh_opts,
+                  "ssh: extra ssh arguments, split at spaces, that take precedence over the "
+                  "launcher's (-T, BatchMode=yes, ConnectTimeout=10, ServerAliveInterval=5), e.g. "
+                  "\"-F ./ssh_config -p 2222\". The hosts need dtrain at this launcher's path; "
+                  "they get the launcher's DMLC_*, PS_*, DTRAIN_*, MXNET_*, HOROVOD_* and "
+                  "OMP_NUM_THREADS; a remote process stops when its ssh connection ends");
+  app->add_option("--env", f->env_all,
+                  "NAME:VALUE sets NAME in every process; NAME passes the launcher's own value")
+      ->allow_extra_args(false);
+  app->add_option("--env-server", f->env_server, "as --env, for servers only")
+      ->allow_extra_args(false);
+  app->add_option("--env-worker", f->env_worker, "as --env, for workers only")
+      ->allow_extra_args(false);
+  app->add_option("--output-dir", f->output_dir,
+                  "also write each process's output to DIR/<role>-<rank>.log");
+  app->add_option("--kill-grace-ms", f->kill_grace_ms,
+                  "time between SIGTERM and SIGKILL when stopping the job (default 3000)");
+  app->add_option("--service-grace-ms", f->service_grace_ms,
+                  "time the scheduler and servers get to exit by themselves after the workers "
+                  "succeeded (default 30000)");
+  app->add_option("--status-port", f->status_port,
+                  "serve a live status page of the job at http://HOST:PORT/ (JSON at "
+                  "/api/status); 0 picks a free port");
+  app->add_option("--status-host", f->status_host,
+                  "the address the status page listens on (default 127.0.0.1: this machine only)");
+  app->add_option("--status-linger-s", f->status_linger_s,
+                  "keep serving the status page this long after the job ended (default 0)");
+  app->add_flag("--no-summary", f->no_summary, "no end-of-job summary");
+  return app;
+}
+
+}  // namespace
+
+const char* LauncherName(LauncherKind kind) {
+  switch (kind) {
+    case LauncherKind::kLocal:
+      return "local";
+    case LauncherKind::kSsh:
+      return "ssh";
+    case LauncherKind::kMpi:
+      return "mpi";
+    case LauncherKind::kSlurm:
+      return "slurm";
+    case LauncherKind::kSge:
+      return "sge";
+  }
+  return "?";
+}
+
+std::string LaunchHelp() {
+  RawFlags f;
+  return MakeParser(&f)->help();
+}
+
+std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args,
+                                             EnvGetter getenv_fn) {
+  if (getenv_fn == nullptr) getenv_fn = &ProcessGetenv;
+  RawFlags f;
+  std::unique_ptr<CLI::App> app = MakeParser(&f);
+  try {
+    // CLI11 consumes its argument vector from the back.
+    app->parse(std::vector<std::string>(args.rbegin(), args.rend()));
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app->help().c_str(), stdout);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+
+  LaunchOptions o;
+  CheckRange("-n/--num-workers", f.num_workers, 1, kMaxProcessesPerRole);
+  o.num_workers = f.num_workers;
+  o.num_servers = f.num_servers.value_or(f.num_workers);
+  CheckRange("-s/--num-servers", o.num_servers, 0, kMaxProcessesPerRole);
+  o.launcher = ParseLauncher(f.launcher);
+  o.env_all = ParseEnvArgs("--env", f.env_all, getenv_fn);
+  o.env_server = ParseEnvArgs("--env-server", f.env_server, getenv_fn);
+  o.env_worker = ParseEnvArgs("--env-worker", f.env_worker, getenv_fn);
+  if (f.output_dir && f.output_dir->empty()) throw UsageError("--output-dir must not be empty");
+  if (f.hostfile && f.hostfile->empty()) throw UsageError("-H/--hostfile must not be empty");
+  if (f.sync_dst_dir && f.sync_dst_dir->empty()) {
+    throw UsageError("--sync-dst-dir must not be empty");
+  }
+  if (f.interface && f.interface->empty()) throw UsageError("--interface must not be empty");
+  o.hostfile = f.hostfile;
+  o.sync_dst_dir = f.sync_dst_dir;
+  o.interface = f.interface;
+  if (f.ssh_opts) o.ssh_options = SplitWords(*f.ssh_opts);
+  o.output_dir = f.output_dir;
+  CheckRange("--kill-grace-ms", f.kill_grace_ms, 0, kMaxGraceMs);
+  CheckRange("--service-grace-ms", f.service_grace_ms, 0, kMaxGraceMs);
+  o.kill_grace = Duration(f.kill_grace_ms);
+  o.service_grace = Duration(f.service_grace_ms);
+  if (f.status_port) {
+    CheckRange("--status-port", *f.status_port, 0, 65535);
+    o.status_port = static_cast<uint16_t>(*f.status_port);
+  }
+  if (f.status_host.empty()) throw UsageError("--status-host must not be empty");
+  o.status_host = f.status_host;
+  CheckRange("--status-linger-s", f.status_linger_s, 0, kMaxGraceMs / 1000);
+  o.status_linger = Duration(f.status_linger_s * 1000);
+  o.summary = !f.no_summary;
+  o.worker_command = ExtractCommand(app->remaining());
+  return o;
+}
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,18 @@
+// Setting a job up to report to its launcher (report_sink.h), the same way on every backend: open
+// the report channel, tell every process of the plan where it is, and give the supervision the
+// channel and what the flags ask for (status page, summary, and the timeline to merge when the
+// launcher's environment, or --env, sets DTRAIN_TIMELINE or HOROVOD_TIMELINE).
+#pragma once
+
+#include "launcher/plan/job_plan.h"
+#include "launcher/plan/launch_options.h"
+#include "launcher/watch/local_job.h"
+
+namespace dtrain::launcher {
+
+// The processes reach the launcher at this host's address on the route to the first process's
+// host (--interface's address when given): 127.0.0.1 when they all run here, and then the channel
+// listens on loopback only. Throws dtrain::Error when it cannot listen.
+void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions* supervision);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,207 @@
+#include "launcher/watch/local_job.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "launcher/watch/watch_loop.h"
+#include "launcher/run/output_merger.h"
+
+namespace dtrain::launcher {
+namespace {
+
+// A few bytes into a fresh pipe: they fit its buffer, so this never blocks. A reader that is gone
+// already (EPIPE: SIGPIPE is ignored by the launcher) shows as that process's exit.
+void WriteToPipe(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+struct Child : WatchedProcess {
+  using WatchedProcess::WatchedProcess;
+
+  UniqueFd stdin_write;  // spec.stdin_held_open: closed when the job stops
+  UniqueFd log;
+
+  std::optional<NodeKey> Node() const override { return NodeKey{spec.role, spec.rank}; }
+
+  std::string Who() const override {
+    if (spec.remote_via.empty()) return spec.Name() + " (pid " + std::to_string(pid) + ")";
+    return spec.Name() + " on " + spec.host + " (" + spec.remote_via + " pid " +
+           std::to_string(pid) + ")";
+  }
+};
+
+class Supervisor : public JobWatch {
+ public:
+  Supervisor(const JobPlan& plan, const SupervisorOptions& options)
+      : JobWatch(options), plan_(plan), settle_timer_(io_) {}
+
+ private:
+  // --- start ---
+
+  bool CreateProcesses() override {
+    if (!CreateOutputDirectory()) return false;
+    for (const ProcessSpec& spec : plan_.processes) {
+      auto c = std::make_unique<Child>(io_);
+      c->spec = spec;
+      c->name = spec.Name();
+      c->is_service = spec.role != Role::kWorker;
+      bool ok = true;
+      c->log = OpenLog(spec.LogFileName(), &ok);
+      if (!ok) return false;
+      Watch(c.get());
+      children_.push_back(std::move(c));
+    }
+    return true;
+  }
+
+  void OnStarted(WatchedProcess* p, StartedProcess started) override {
+    Child* c = static_cast<Child*>(p);
+    c->stdin_write = std::move(started.stdin_write);
+    if (c->stdin_write.get() >= 0 && !c->spec.stdin_preamble.empty()) {
+      WriteToPipe(c->stdin_write.get(), c->spec.stdin_preamble);
+    }
+    const std::string prefix = std::string("[").append(c->spec.Name()).append("] ");
+    c->out = MakeReader(c, std::move(started.stdout_read), prefix, false);
+    c->err = MakeReader(c, std::move(started.stderr_read), prefix, true);
+  }
+
+  std::unique_ptr<PipeReader> MakeReader(Child* c, UniqueFd fd, const std::string& prefix,
+                                         bool to_stderr) {
+    const OutputMerger::StreamId id = merger_.AddStream(prefix, to_stderr, c->log.get());
+    return ReadPipe(
+        c, std::move(fd), [this, id](std::string_view data) { merger_.Write(id, data); },
+        [this, id] { merger_.Close(id); });
+  }
+
+  // --- events ---
+
+  // The node the job fails for, as the process that saw it reports it (the scheduler, or a rank
+  // of an allreduce job): the best witness of which process failed first (see StopForFailure).
+  void OnFailureRecord(const FailureRecord& f) override {
+    if (!blame_) blame_ = f.node;
+  }
+
+  void OnExit(WatchedProcess* p) override {
+    Child* c = static_cast<Child*>(p);
+    const ExitStatus& st = c->status;
+    if (phase() == Phase::kRunning) {
+      if (!st.succeeded()) {
+        OnFailure(c);
+      } else if (failures_.empty() && AllWorkersSucceeded()) {
+        WaitForServices();
+      }
+      // A service that exits 0 while workers still run is not a failure: the scheduler may end
+      // the job a moment before the workers' processes are gone.
+    } else if (phase() == Phase::kWaitingForServices) {
+      if (!st.succeeded()) {
+        Say(c->Who() + " " + DescribeExit(*c) + " after the workers finished; stopping the job");
+        set_exit_code(st.ShellCode());
+        BeginStop();
+      } else if (AllServicesReported()) {
+        BeginStop();
+      }
+    }
+  }
+
+  // The first failure while the job runs. Its peers notice a dead process within milliseconds
+  // and exit too, sometimes before the dead one's own exit reaches us (a remote process's exit
+  // code travels back through ssh, and under load exits are reaped in any order), so exits are
+  // collected for failure_settle before the job stops. The cause is, in order: the node a failure
+  // record names (the scheduler's, or an allreduce rank's), if it has failed; the first that died
+  // by a signal; the first.
+  void OnFailure(Child* c) {
+    failures_.push_back(c);
+    if (failures_.size() > 1) return;
+    if (options().failure_settle.count() <= 0) {
+      StopForFailure();
+      return;
+    }
+    settle_timer_.expires_after(options().failure_settle);
+    settle_timer_.async_wait([this](const asio::error_code& ec) {
+      if (!ec && phase() == Phase::kRunning) StopForFailure();
+    });
+  }
+
+  void StopForFailure() {
+    Child* cause = failures_.front();
+    for (Child* f : failures_) {
+      if (DiedBySignal(*f)) {
+        cause = f;
+        break;
+      }
+    }
+    if (blame_) {
+      for (Child* f : failures_) {
+        if (f->spec.role == blame_->role && f->spec.rank == blame_->rank) {
+          cause = f;
+          break;
+        }
+      }
+    }
+    Say(cause->Who() + " " + DescribeExit(*cause) + "; stopping the job");
+    std::string others;
+    for (Child* f : failures_) {
+      if (f != cause) others += (others.empty() ? "" : ", ") + f->Who() + " " + DescribeExit(*f);
+    }
+    if (!others.empty()) Say("meanwhile " + others);
+    set_exit_code(cause->status.ShellCode());
+    BeginStop();
+  }
+
+  // A signal, or a shell's 128 + signal code passed on by an ssh client (not ssh's own 255).
+  static bool DiedBySignal(const Child& c) {
+    if (WIFSIGNALED(c.status.wait_status)) return true;
+    const int code = c.status.ShellCode();
+    return !c.spec.remote_via.empty() && code > 128 && code < 128 + NSIG;
+  }
+
+  // ExitStatus::Describe, plus what an ssh client's code means.
+  static std::string DescribeExit(const Child& c) {
+    std::string text = c.status.Describe();
+    if (c.spec.remote_via != "ssh" || !WIFEXITED(c.status.wait_status)) return text;
+    const int code = WEXITSTATUS(c.status.wait_status);
+    if (code == 255) {
+      text += " (ssh itself failed: cannot connect or log in, or the connection was lost)";
+    } else if (code > 128 && code < 128 + NSIG) {
+      const char* abbrev = ::sigabbrev_np(code - 128);
+      text += ": the remote process was killed by signal " + std::to_string(code - 128) + " (SIG" +
+              (abbrev != nullptr ? abbrev : "?") + ")";
+    }
+    return text;
+  }
+
+  // --- teardown ---
+
+  void SignalStop() override {
+    settle_timer_.cancel();
+    // EOF on a held stdin tells a remote guard to stop its process even if the signal below
+    // cannot reach the process's client.
+    for (auto& c : children_) c->stdin_write.reset();
+    SignalJob(SIGTERM);
+  }
+
+  const JobPlan& plan_;
+  asio::steady_timer settle_timer_;  // first failure -> stop (OnFailure)
+  std::optional<NodeKey> blame_;     // from the first failure record
+  std::vector<std::unique_ptr<Child>> children_;
+  std::vector<Child*> failures_;  // while running, in the order they were reported
+};
+
+}  // namespace
+
+int SuperviseLocalJob(const JobPlan& plan, const SupervisorOptions& options) {
+  return Supervisor(plan, options).Run();
+}
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,136 @@
+#include "dtrain/train/horovod.h"
+
+#include "dtrain/common/error.h"
+#include "train/tensor_dtype.h"
+
+namespace dtrain::train::horovod {
+namespace {
+
+DType DTypeOf(const torch::Tensor& t) {
+  if (const auto dtype = train::DTypeOf(t.scalar_type())) return *dtype;
+  throw InvalidArgument(std::string("collectives move float tensors only, not ") +
+                        std::string(c10::toString(t.scalar_type())));
+}
+
+// What travels for `grad`: a float16 copy with compression, a contiguous float copy otherwise
+// (the caller's tensor belongs to autograd and may be reused).
+torch::Tensor SendBuffer(const torch::Tensor& grad, Compression compression) {
+  if (compression == Compression::kFp16) return grad.detach().to(torch::kFloat16).contiguous();
+  return grad.detach().clone().contiguous();
+}
+
+}  // namespace
+
+Array ArrayView(const torch::Tensor& tensor) {
+  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    throw InvalidArgument("collectives need contiguous CPU tensors");
+  }
+  auto keep = std::make_shared<torch::Tensor>(tensor);
+  return Array::Wrap(tensor.data_ptr(), Shape(tensor.sizes().begin(), tensor.sizes().end()),
+                     DTypeOf(tensor), std::shared_ptr<void>(keep, keep.get()));
+}
+
+void BroadcastParameters(torch::nn::Module& module, int root) {
+  torch::NoGradGuard no_grad;
+  auto broadcast = [root](const std::string& name, torch::Tensor& t) {
+    // A non-contiguous parameter (rare) travels through a contiguous copy.
+    torch::Tensor buffer = t.is_contiguous() ? t : t.contiguous();
+    collectives::Broadcast("param." + name, ArrayView(buffer), root);
+    if (!buffer.is_same(t)) t.copy_(buffer);
+  };
+  for (auto& item : module.named_parameters(true)) broadcast(item.key(), item.value());
+  for (auto& item : module.named_buffers(true)) broadcast("buffer." + item.key(), item.value());
+}
+
+void Allreduce(const std::string& name, torch::Tensor& tensor, collectives::ReduceOp op,
+               Compression compression) {
+  torch::NoGradGuard no_grad;
+  // Uncompressed, a contiguous tensor is reduced in its own memory; otherwise through a copy.
+  const bool in_place = compression == Compression::kNone && tensor.is_contiguous();
+  torch::Tensor buffer = in_place ? tensor : SendBuffer(tensor, compression);
+  const Array view = ArrayView(buffer);
+  collectives::Allreduce(name, view, view, op);
+  if (!in_place) tensor.copy_(buffer);
+}
+
+torch::Tensor Allgather(const std::string& name, const torch::Tensor& tensor) {
+  const torch::Tensor input = tensor.detach().contiguous();
+  const Array gathered = collectives::Allgather(name, ArrayView(input));
+  return torch::from_blob(gathered.data(),
+                          std::vector<int64_t>(gathered.shape().begin(), gathered.shape().end()),
+                          torch::TensorOptions().dtype(train::ScalarTypeOf(gathered.dtype())))
+      .clone();
+}
+
+struct DistributedOptimizer::Param {
+  std::string name;
+  torch::Tensor weight;
+  torch::Tensor buffer;  // the gradient on its way (float32, or float16 compressed)
+  collectives::Handle handle;
+  bool submitted = false;
+};
+
+DistributedOptimizer::DistributedOptimizer(std::unique_ptr<torch::optim::Optimizer> inner,
+                                           torch::nn::Module& module, Compression compression)
+    : inner_(std::move(inner)), compression_(compression) {
+  for (auto& item : module.named_parameters(true)) {
+    const torch::Tensor& w = item.value();
+    if (!w.requires_grad()) continue;
+    if (w.scalar_type() != torch::kFloat32 || !w.device().is_cpu()) {
+      throw InvalidArgument("DistributedOptimizer: parameter " + item.key() +
+                            " is not a float32 CPU tensor");
+    }
+    auto p = std::make_unique<Param>();
+    p->name = "grad." + item.key();
+    p->weight = w;
+    Param* raw = p.get();
+    p->weight.register_hook([this, raw](torch::Tensor grad) { Submit(*raw, grad); });
+    params_.push_back(std::move(p));
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  // Collectives still running read our buffers: wait for them, and swallow their errors (the
+  // step that failed has already reported them).
+  for (auto& p : params_) {
+    if (!p->submitted) continue;
+    try {
+      p->handle.Wait();
+    } catch (...) {
+    }
+  }
+}
+
+void DistributedOptimizer::Submit(Param& p, const torch::Tensor& grad) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (p.submitted) {
+    throw InvalidArgument("DistributedOptimizer: gradient of " + p.name +
+                          " produced twice before step() (one backward per step)");
+  }
+  p.buffer = SendBuffer(grad, compression_);
+  const Array view = ArrayView(p.buffer);
+  p.handle = collectives::AllreduceAsync(p.name, view, view, collectives::ReduceOp::kAverage);
+  p.submitted = true;
+}
+
+void DistributedOptimizer::zero_grad() { inner_->zero_grad(); }
+
+void DistributedOptimizer::step() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    if (!p->submitted) Submit(*p, torch::zeros_like(p->weight));
+  }
+  for (auto& p : params_) {
+    p->handle.Wait();
+    p->submitted = false;
+    torch::Tensor averaged = p->buffer.to(torch::kFloat32);
+    if (p->weight.grad().defined()) {
+      p->weight.mutable_grad().copy_(averaged);
+    } else {
+      p->weight.mutable_grad() = averaged;
+    }
+  }
+  inner_->step();
+}
+
+}  // namespace dtrain::train::horovod
