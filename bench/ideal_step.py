@@ -28,7 +28,7 @@ lie between the two: at ideal_ms where the links are the bottleneck, near fair_m
 and communication are about equal (docs/performance.md), since priority set by a sender orders
 only what waits in its own queues, not what the network's queues and the other hosts' flows hold.
 
-And batch_ms, the step of allreduce mode's engine (src/collectives/engine.cc) on the same ideal
+And batch_ms, the step of allreduce mode's engine (src/collectives/engine/engine.cc) on the same ideal
 links: whole tensors, fused in priority order up to --fusion-bytes from those ready when a batch
 starts, one batch at a time, each taking --batch-overhead-ms (its negotiation round and the
 collective's latency) plus its bytes, reduce-scatter and allgather, at the link's rate; no batch

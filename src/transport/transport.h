@@ -1,10 +1,11 @@
 // Transport: moves messages between the nodes of one job.
 //
 // The parameter-server core talks only to this interface, so the same protocol code runs over TCP
-// (tcp_transport.h) in production and over an in-memory network (inmemory_transport.h) in tests,
-// where messages can be dropped, delayed or cut. The same-host fast path (same_host.h) is no
-// implementation of its own: it is an option inside TcpTransport (DTRAIN_SAME_HOST), chosen per
-// stream in the handshake, and nothing above this interface sees it.
+// (tcp_transport.h) in production and over an in-memory network in tests
+// (tests/support/transport/inmemory_transport.h), where messages can be dropped, delayed or cut.
+// The same-host fast path (same_host.h) is no implementation of its own: it is an option inside
+// TcpTransport (DTRAIN_SAME_HOST), chosen per stream in the handshake, and nothing above this
+// interface sees it.
 //
 // Model: every node listens at one address. To send to a peer, a node first Connect()s to the
 // peer's address; messages then flow one way over that link (the peer connects back to answer).

@@ -99,7 +99,7 @@ TEST(CollectivesConfig, BadValuesNameTheVariableAndTheValue) {
       {{{"DTRAIN_COLLECTIVES", "nccl"}}, "DTRAIN_COLLECTIVES='nccl'"},
       {GlooJobWith({{"DTRAIN_FUSION_THRESHOLD_MB", "lots"}}), "DTRAIN_FUSION_THRESHOLD_MB='lots'"},
       {GlooJobWith({{"DTRAIN_FUSION_THRESHOLD_MB", "1.5"}}), "DTRAIN_FUSION_THRESHOLD_MB='1.5'"},
-      {GlooJobWith({{"HOROVOD_FUSION_THRESHOLD", "-1"}}), "HOROVOD_FUSION_THRESHOLD='-1'"},
+      {GlooJobWith({{"HOROVOD_FUSION_THRESHOLD", "-1"}}), "HOROVOD_FUSION_THRESHOLD=-1 is out of range"},
       {GlooJobWith({{"DTRAIN_CYCLE_TIME_MS", "1e3"}}), "DTRAIN_CYCLE_TIME_MS='1e3'"},
       {GlooJobWith({{"HOROVOD_CYCLE_TIME", "99999"}}), "HOROVOD_CYCLE_TIME=99999"},
       {GlooJobWith({{"DTRAIN_STALL_WARNING_S", "x"}}), "DTRAIN_STALL_WARNING_S='x'"},

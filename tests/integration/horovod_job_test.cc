@@ -107,7 +107,7 @@ TEST(HorovodConvergence, LeNetOnFashionMnistWithTwoWorkers) {
 TEST(HorovodTorchApi, TwoRanksMatchOneProcessGivenTheWholeBatch) {
   TempDir dir;
   auto run = [&](Via via, int workers, const std::string& out, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {BinaryPath("src/train/dtrain-horovod-example"),
+    std::vector<std::string> argv = {BinaryPath("examples/dtrain-horovod-example"),
                                      "--network",
                                      "mlp",
                                      "--steps",

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import BUILD, PYTHON
+from conftest import BUILD, PYTHON, REPO
 
 CMAKE_PROJECT = """
 cmake_minimum_required(VERSION 3.22)
@@ -100,6 +100,21 @@ def test_cpp_project_finds_and_links_dtrain(prefix, tmp_path):
     assert "kv_app 3 3 3" in run([os.path.join(build, "kv_app")], cwd=str(tmp_path))
     assert "train_app 6 parameters, part of 25" in run([os.path.join(build, "train_app")],
                                                        cwd=str(tmp_path))
+
+
+def test_only_the_public_headers_are_installed(prefix):
+    """include/dtrain is the public API: exactly its headers are installed, nothing from src/."""
+    source = os.path.join(REPO, "include")
+
+    def headers(root):
+        found = set()
+        for folder, _, files in os.walk(os.path.join(root, "dtrain")):
+            found |= {os.path.relpath(os.path.join(folder, f), root) for f in files}
+        return found
+    installed = headers(os.path.join(prefix, "include"))
+    assert installed == headers(source), installed ^ headers(source)
+    assert "dtrain/kvstore/kvstore.h" in installed
+    assert not any("transport" in h or "ps/" in h for h in installed), installed
 
 
 def test_installed_commands_and_package_run_a_job(prefix, tmp_path):

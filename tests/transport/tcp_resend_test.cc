@@ -132,7 +132,7 @@ TEST(TcpResend, ResetConnectionsAreResumedAndEveryMessageArrivesOnceInOrder) {
       << "only " << receiver.count << " of " << kTotal << " messages arrived";
   // Exactly once is counted after both ends shut down: the sender's Shutdown has written
   // everything (with its goodbye) and the receiver's has joined the threads that deliver.
-  run.transport.Shutdown(Deadline(Duration(10000)));
+  run.sender.Shutdown(Deadline(Duration(10000)));
   receiver.transport.Shutdown(Deadline(Duration(10000)));
   std::lock_guard<std::mutex> lock(receiver.mutex);
   EXPECT_EQ(receiver.count, static_cast<size_t>(kTotal)) << "some message arrived twice";

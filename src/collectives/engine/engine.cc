@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "collectives/error_text.h"
+#include "collectives/engine/fusion_plan.h"
 #include "collectives/engine/negotiation.h"
 #include "common/elementwise.h"
 #include "dtrain/common/error.h"
@@ -77,13 +78,6 @@ struct Request {
   Array in;
   Array out;
   std::shared_ptr<Handle::State> state;
-};
-
-// Allreduces that may share a fusion buffer: same element type on the wire, same op.
-struct FusionGroup {
-  DType wire = DType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  bool compress = false;  // float32 sent as float16
 };
 
 }  // namespace
@@ -170,7 +164,6 @@ struct Engine::Impl {
   // order of priority, that fit in the same buffer; the rest wait for the next round, where
   // allreduces that have become ready since may overtake them.
   void RunFirstBatch();
-  FusionGroup GroupOf(const Descriptor& d) const;
   void ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group);
   // Completes this rank's pending Join, if any: with the last rank to join, or with `error`.
   void CompleteJoin(std::exception_ptr error, int last_rank = -1);
@@ -436,34 +429,17 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
 
 void Engine::Impl::RunFirstBatch() {
   if (runnable.empty()) return;
-  // Highest priority first (rank 0's: every rank sorts the same list the same way); equal ones in
-  // the order they became ready.
-  std::stable_sort(runnable.begin(), runnable.end(),
-                   [](const ReadyCollective& a, const ReadyCollective& b) {
-                     return a.descriptors[0].priority > b.descriptors[0].priority;
-                   });
+  const FusionBatch plan =
+      PlanFirstBatch(runnable, rank, config.fusion_threshold_bytes, config.fp16_allreduce);
   std::deque<Request> stand_ins;
   std::vector<Request*> batch;
-  FusionGroup group;
-  size_t batch_bytes = 0;
-  std::vector<ReadyCollective> later;
-  for (auto& c : runnable) {
-    // This rank's descriptor: what it submitted, or what it stands in for.
-    const Descriptor& mine = c.descriptors[rank];
-    const FusionGroup key = GroupOf(mine);
-    const size_t bytes = static_cast<size_t>(NumElements(mine.shape)) * DTypeSize(key.wire);
-    const bool fits = batch.empty() || (key.wire == group.wire && key.op == group.op &&
-                                        key.compress == group.compress &&
-                                        batch_bytes + bytes <= config.fusion_threshold_bytes);
-    if (!fits) {
-      later.push_back(std::move(c));
-      continue;
-    }
+  for (size_t i : plan.members) {
+    ReadyCollective& c = runnable[i];
     Request* r = nullptr;
     if (!c.joined.empty() && c.joined[rank]) {
       Request& zero = stand_ins.emplace_back();
       zero.name = c.name;
-      zero.desc = mine;
+      zero.desc = c.descriptors[rank];  // what this rank stands in for
       zero.in = zero.out = Array(zero.desc.shape, zero.desc.dtype);
       zero.state = std::make_shared<Handle::State>("allreduce '" + c.name + "' (joined)",
                                                    config.collective_timeout);
@@ -471,20 +447,12 @@ void Engine::Impl::RunFirstBatch() {
     } else {
       r = &pending.at(c.name);  // Execute checked that it is there
     }
-    if (batch.empty()) group = key;
     batch.push_back(r);
-    batch_bytes += bytes;
   }
+  std::vector<ReadyCollective> later;
+  for (size_t i : plan.later) later.push_back(std::move(runnable[i]));
   runnable = std::move(later);
-  ReduceBatch(batch, group);
-}
-
-FusionGroup Engine::Impl::GroupOf(const Descriptor& d) const {
-  FusionGroup key;
-  key.compress = config.fp16_allreduce && d.dtype == DType::kFloat32;
-  key.wire = key.compress ? DType::kFloat16 : d.dtype;
-  key.op = d.op;
-  return key;
+  ReduceBatch(batch, plan.group);
 }
 
 void Engine::Impl::CompleteJoin(std::exception_ptr error, int last_rank) {
