@@ -287,16 +287,22 @@ TEST_P(LeaveDuringBarrierTest, EveryoneErrorsInsteadOfWaiting) {
   InProcessJob job("dist_sync", FailureConfig(1, 2));
   std::mutex mutex;
   std::condition_variable carried;
-  std::vector<transport::Command> order;  // kBarrier and kFinish, as the network carried them
-  job.network().SetFilter([&](transport::NodeId, transport::NodeId, const transport::Message& msg) {
-    const auto command = msg.header.command;
-    if (command == transport::Command::kBarrier || command == transport::Command::kFinish) {
-      std::lock_guard<std::mutex> lock(mutex);
-      order.push_back(command);
-      carried.notify_all();
-    }
-    return transport::FaultAction::Deliver();
-  });
+  // Worker 0's barrier after its Init (Init has barriers of its own) and worker 1's finish, as the
+  // network carried them. Ids: scheduler 0, server 1, workers 2 and 3.
+  std::vector<transport::Command> order;
+  const transport::NodeId worker0 = 2, worker1 = 3;
+  std::atomic<bool> worker0_initialised{false};
+  job.network().SetFilter(
+      [&](transport::NodeId from, transport::NodeId, const transport::Message& msg) {
+        const auto command = msg.header.command;
+        if ((command == transport::Command::kBarrier && from == worker0 && worker0_initialised) ||
+            (command == transport::Command::kFinish && from == worker1)) {
+          std::lock_guard<std::mutex> lock(mutex);
+          order.push_back(command);
+          carried.notify_all();
+        }
+        return transport::FaultAction::Deliver();
+      });
   auto wait_for = [&](transport::Command command) {
     std::unique_lock<std::mutex> lock(mutex);
     return carried.wait_for(
@@ -310,6 +316,7 @@ TEST_P(LeaveDuringBarrierTest, EveryoneErrorsInsteadOfWaiting) {
       left_at = Clock::now();
       return;  // the destructor tells the scheduler this worker is done
     }
+    worker0_initialised = true;
     if (!barrier_first) ASSERT_TRUE(wait_for(transport::Command::kFinish));
     kv.Barrier();
     ADD_FAILURE() << "passed a barrier that worker 1 never reached";

@@ -312,6 +312,25 @@ TEST(InMemoryTransportTest, SendWithoutConnectThrowsPeerError) {
   EXPECT_THROW(a.transport->Send(5, MakeMessage(Command::kHeartbeat, 0, 1)), PeerError);
 }
 
+// As over TCP, identity comes from the link: a message that claims another sender than the one
+// the link belongs to breaks it (both ends see the peer lost) and is never delivered.
+TEST(InMemoryTransportTest, AForgedSenderBreaksTheLinkAndIsNotDelivered) {
+  auto net = std::make_shared<InMemoryNetwork>();
+  TestNode a(0, net), b(1, net);
+  a.ConnectTo(b);
+  a.transport->Send(1, MakeMessage(Command::kHeartbeat, 0, 1));
+  ASSERT_TRUE(b.inbox.WaitMessages(1));
+  a.transport->Send(1, MakeMessage(Command::kHeartbeat, 5, 2));  // "I am node 5"
+  ASSERT_TRUE(b.inbox.WaitLost(1));
+  ASSERT_TRUE(a.inbox.WaitLost(1));
+  a.transport->Shutdown(Deadline(kWait));
+  b.transport->Shutdown(Deadline(kWait));
+  EXPECT_EQ(b.inbox.messages().size(), 1u);
+  EXPECT_EQ(b.inbox.lost()[0].peer, 0);  // the link's node, not the claimed one
+  EXPECT_NE(b.inbox.lost()[0].reason.find("as node 5"), std::string::npos)
+      << b.inbox.lost()[0].reason;
+}
+
 TEST(InMemoryTransportTest, CrashReportsTheLossOnceOnEachPeer) {
   auto net = std::make_shared<InMemoryNetwork>();
   TestNode a(0, net), b(1, net), c(2, net);
