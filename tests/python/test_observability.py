@@ -109,7 +109,7 @@ def screenshot_text(png):
 
 def test_status_page_lists_every_node_and_shows_a_failure(spawn, tmp_path):
     p = spawn(launch_argv(2, 2, [TRAIN, "--epochs", "20", "--disp-batches", "0"],
-                          "--status-port", "0", "--status-linger-s", "20"))
+                          "--status-port", "0", "--status-linger-s", "45"))
     url = status_url(p)
     # While the job runs: every node, the workers' rates, the servers' traffic.
     end = time.monotonic() + 60
@@ -142,7 +142,7 @@ def test_status_page_lists_every_node_and_shows_a_failure(spawn, tmp_path):
     assert s["failure"]["node"] == "worker 1" and s["failure"]["reported_by"] == "scheduler", s
     dom, _ = render(url, tmp_path)
     assert "failed: worker 1" in dom, dom
-    assert p.wait(60) == 137
+    assert p.wait(90) == 137  # after the linger
 
 
 def test_dtrain_plot_draws_a_real_log(spawn, tmp_path):
@@ -175,7 +175,10 @@ def test_summary_matches_the_progress_lines(spawn):
                             r"step time: (\d+)%% compute, (\d+)%% waiting" % w, out)
         assert speeds and summary, out
         assert int(summary.group(1)) == 2 * 2992 and int(summary.group(2)) == 2 * 187
-        mean = sum(speeds) / len(speeds)
+        # Every progress line covers the same number of samples, so the rate over all of them is
+        # the harmonic mean of theirs (the arithmetic mean overweights the fast stretches when the
+        # machine's load swings).
+        mean = len(speeds) / sum(1.0 / x for x in speeds)
         assert abs(float(summary.group(3)) - mean) / mean < 0.2, (summary.group(3), speeds)
         assert int(summary.group(4)) + int(summary.group(5)) in (99, 100, 101)
     assert "summary: wall time" in out and "all workers: 11968 samples" in out, out
