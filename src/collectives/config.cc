@@ -1,9 +1,5 @@
 #include "collectives/config.h"
 
-#include <cctype>
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <sstream>
 
 #include "dtrain/common/error.h"
@@ -61,12 +57,8 @@ CollectivesConfig CollectivesConfig::FromConfig(const Config& config) {
   c.shared_memory = a.gloo_shared_memory;
   if (c.backend == BackendKind::kGloo) CheckGlooLayout(config, &c);
   c.job_secret = config.job_secret;
-  c.fusion_threshold_bytes = a.fusion_threshold_bytes;
-  c.cycle_time = a.cycle_time;
-  c.stall_warning = a.stall_warning;
-  c.collective_timeout = a.collective_timeout;
+  static_cast<CollectiveTuning&>(c) = a.tuning;
   c.connect_timeout = config.connect_timeout;
-  c.fp16_allreduce = a.fp16_allreduce;
   c.verbose = config.verbose;
   return c;
 }

@@ -18,7 +18,7 @@
 
 namespace dtrain::collectives {
 
-struct CollectivesConfig {
+struct CollectivesConfig : CollectiveTuning {
   BackendKind backend = BackendKind::kGloo;  // DTRAIN_COLLECTIVES
 
   // --- gloo layout (ignored under MPI, which knows its own) ---
@@ -40,14 +40,9 @@ struct CollectivesConfig {
   // Never printed.
   std::string job_secret;
 
-  // --- engine ---
-  size_t fusion_threshold_bytes = size_t{64} << 20;  // DTRAIN_FUSION_THRESHOLD_MB; 0: no fusion
-  std::chrono::microseconds cycle_time{1000};        // DTRAIN_CYCLE_TIME_MS (a decimal number)
-  Duration stall_warning{60000};                     // DTRAIN_STALL_WARNING_S; 0: no warnings
-  Duration collective_timeout{600000};               // DTRAIN_COLLECTIVE_TIMEOUT_MS
-  Duration connect_timeout{30000};                   // DTRAIN_CONNECT_TIMEOUT_MS: rendezvous
-  bool fp16_allreduce = false;                       // DTRAIN_FP16_ALLREDUCE
-  int verbose = 0;                                   // PS_VERBOSE
+  // --- engine: the tuning above (CollectiveTuning), and ---
+  Duration connect_timeout{30000};  // DTRAIN_CONNECT_TIMEOUT_MS: rendezvous
+  int verbose = 0;                  // PS_VERBOSE
 
   // The allreduce mode's view of `config`. Throws ConfigError.
   static CollectivesConfig FromConfig(const Config& config);

@@ -73,19 +73,20 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
                          .value_or("");
   if (auto v = r.Boolean("DTRAIN_GLOO_SHM")) a.gloo_shared_memory = *v;
   if (auto v = r.Integer("DTRAIN_FUSION_THRESHOLD_MB", 0, 1 << 16)) {
-    a.fusion_threshold_bytes = static_cast<size_t>(*v) << 20;
+    a.tuning.fusion_threshold_bytes = static_cast<size_t>(*v) << 20;
   } else if (auto v = r.Integer("HOROVOD_FUSION_THRESHOLD", 0, int64_t{1} << 36)) {
-    a.fusion_threshold_bytes = static_cast<size_t>(*v);
+    a.tuning.fusion_threshold_bytes = static_cast<size_t>(*v);
   }
   if (auto v = r.First({"DTRAIN_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME"})) {
     const double ms = EnvReader::ParseDecimal(v->first, v->second, 0, 60000);
-    a.cycle_time = std::chrono::microseconds(static_cast<int64_t>(std::llround(ms * 1000)));
+    a.tuning.cycle_time = std::chrono::microseconds(static_cast<int64_t>(std::llround(ms * 1000)));
   }
   if (auto v = r.First({"DTRAIN_STALL_WARNING_S", "HOROVOD_STALL_CHECK_TIME_SECONDS"})) {
-    a.stall_warning = Duration(EnvReader::ParseInteger(v->first, v->second, 0, 1 << 24) * 1000);
+    a.tuning.stall_warning =
+        Duration(EnvReader::ParseInteger(v->first, v->second, 0, 1 << 24) * 1000);
   }
-  r.Millis("DTRAIN_COLLECTIVE_TIMEOUT_MS", &a.collective_timeout);
-  if (auto v = r.Boolean("DTRAIN_FP16_ALLREDUCE")) a.fp16_allreduce = *v;
+  r.Millis("DTRAIN_COLLECTIVE_TIMEOUT_MS", &a.tuning.collective_timeout);
+  if (auto v = r.Boolean("DTRAIN_FP16_ALLREDUCE")) a.tuning.fp16_allreduce = *v;
   return a;
 }
 

@@ -36,13 +36,9 @@ constexpr size_t kMinSecretChars = 16;
 // log).
 std::string JobSecretFromVariable(const std::optional<std::string>& value);
 
-// The allreduce mode's variables, as read (collectives/config.h checks the layout it needs).
-struct AllreduceSettings {
-  std::string backend;             // DTRAIN_COLLECTIVES: "mpi", "gloo" or "" (unset)
-  bool under_mpirun = false;       // OMPI_COMM_WORLD_SIZE is set: mpirun started this process
-  std::string gloo_file_store;     // DTRAIN_GLOO_FILE_STORE
-  std::string gloo_algorithm;      // DTRAIN_GLOO_ALGORITHM ("" = auto)
-  bool gloo_shared_memory = true;  // DTRAIN_GLOO_SHM
+// The allreduce engine's tuning (collectives/config.h's CollectivesConfig is one of these too, so
+// the defaults live here only).
+struct CollectiveTuning {
   // DTRAIN_FUSION_THRESHOLD_MB, else HOROVOD_FUSION_THRESHOLD (bytes); 0: no fusion.
   size_t fusion_threshold_bytes = size_t{64} << 20;
   // DTRAIN_CYCLE_TIME_MS, else HOROVOD_CYCLE_TIME (decimal milliseconds).
@@ -51,6 +47,16 @@ struct AllreduceSettings {
   Duration stall_warning{60000};
   Duration collective_timeout{600000};  // DTRAIN_COLLECTIVE_TIMEOUT_MS
   bool fp16_allreduce = false;          // DTRAIN_FP16_ALLREDUCE
+};
+
+// The allreduce mode's variables, as read (collectives/config.h checks the layout it needs).
+struct AllreduceSettings {
+  std::string backend;             // DTRAIN_COLLECTIVES: "mpi", "gloo" or "" (unset)
+  bool under_mpirun = false;       // OMPI_COMM_WORLD_SIZE is set: mpirun started this process
+  std::string gloo_file_store;     // DTRAIN_GLOO_FILE_STORE
+  std::string gloo_algorithm;      // DTRAIN_GLOO_ALGORITHM ("" = auto)
+  bool gloo_shared_memory = true;  // DTRAIN_GLOO_SHM
+  CollectiveTuning tuning;
 };
 
 struct Config {
