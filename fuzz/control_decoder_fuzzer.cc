@@ -10,7 +10,7 @@
 #include <string>
 
 #include "dtrain/common/error.h"
-#include "ps/control.h"
+#include "ps/node/control.h"
 
 namespace {
 

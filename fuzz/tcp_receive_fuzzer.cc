@@ -33,7 +33,7 @@
 
 #include "auth/job_auth.h"
 #include "common/logging.h"
-#include "transport/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 #include "transport/wire.h"
 
 namespace {

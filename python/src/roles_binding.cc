@@ -2,7 +2,7 @@
 #include <optional>
 
 #include "bindings.h"
-#include "common/config.h"
+#include "common/config/config.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
 #include "ps/roles.h"

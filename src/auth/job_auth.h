@@ -3,7 +3,7 @@
 // The primitives of the challenge-response that every connection of an authenticated job runs
 // before any message counts (auth/handshake.h, used by the TCP transport and the Gloo rendezvous
 // store): fresh nonces and HMAC-SHA256 proofs, compared in constant time. The secret's own rules
-// (its minimum length) are the configuration's (common/config.h).
+// (its minimum length) are the configuration's (common/config/config.h).
 #pragma once
 
 #include <initializer_list>

@@ -1,6 +1,6 @@
-// CollectivesConfig: what the allreduce mode needs of the job's one Config (common/config.h, which
-// reads every variable), with the Gloo layout checked: a rank below the size, and a rendezvous
-// for a job of more than one rank.
+// CollectivesConfig: what the allreduce mode needs of the job's one Config (common/config/config.h,
+// which reads every variable), with the Gloo layout checked: a rank below the size, and a
+// rendezvous for a job of more than one rank.
 //
 // The variables are listed in collectives.h. Horovod's names are accepted as fallbacks so that a
 // Horovod job script runs unchanged; the DTRAIN_* name wins when both are set. A missing or
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/deadline.h"
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "common/config.h"
+#include "common/config/config.h"
 
 namespace dtrain {
 

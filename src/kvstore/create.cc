@@ -3,14 +3,14 @@
 #include <array>
 #include <string_view>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "dtrain/common/error.h"
 #include "dtrain/kvstore/kvstore.h"
 #include "kvstore/collective_kvstore.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/local_kvstore.h"
 #include "ps/roles.h"
-#include "transport/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace dtrain {
 namespace {

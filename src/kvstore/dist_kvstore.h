@@ -16,11 +16,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "compression/codec.h"
 #include "dtrain/kvstore/kvstore.h"
 #include "ps/key_partition.h"
-#include "ps/node.h"
+#include "ps/node/node.h"
 #include "ps/worker_client.h"
 #include "transport/transport.h"
 

@@ -28,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "compression/codec.h"
 #include "dtrain/kvstore/kvstore.h"
 

@@ -6,10 +6,10 @@
 #include <string_view>
 
 #include "dtrain/common/error.h"
-#include "optim/adagrad.h"
-#include "optim/adam.h"
-#include "optim/rmsprop.h"
-#include "optim/sgd.h"
+#include "optim/rules/adagrad.h"
+#include "optim/rules/adam.h"
+#include "optim/rules/rmsprop.h"
+#include "optim/rules/sgd.h"
 
 namespace dtrain {
 namespace {

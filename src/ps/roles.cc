@@ -4,10 +4,10 @@
 
 #include "common/logging.h"
 #include "dtrain/common/error.h"
-#include "ps/node.h"
+#include "ps/node/node.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"
-#include "transport/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace dtrain::ps {
 namespace {

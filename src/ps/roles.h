@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "common/config.h"
+#include "common/config/config.h"
 
 namespace dtrain::ps {
 

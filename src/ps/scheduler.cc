@@ -10,9 +10,9 @@
 
 #include "common/logging.h"
 #include "dtrain/common/error.h"
-#include "ps/control.h"
-#include "ps/listen_address.h"
-#include "ps/node_info.h"
+#include "ps/node/control.h"
+#include "ps/node/listen_address.h"
+#include "ps/node/node_info.h"
 #include "report/reporter.h"
 
 namespace dtrain::ps {

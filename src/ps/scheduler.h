@@ -12,7 +12,7 @@
 
 #include <memory>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "transport/transport.h"
 
 namespace dtrain::ps {

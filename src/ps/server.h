@@ -21,10 +21,10 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "common/thread_pool.h"
 #include "dtrain/optim/optimizer.h"
-#include "ps/node.h"
+#include "ps/node/node.h"
 #include "transport/message.h"
 
 namespace dtrain::ps {

@@ -17,7 +17,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "ps/node.h"
+#include "ps/node/node.h"
 #include "transport/message.h"
 
 namespace dtrain::ps {

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "common/logging.h"
 
 namespace dtrain::report {
@@ -40,8 +40,7 @@ bool Essential(const std::string& kind) {
 
 class Reporter {
  public:
-  Reporter()
-      : address_(ProcessConfig().report_address), token_(ProcessConfig().report_token) {
+  Reporter() : address_(ProcessConfig().report_address), token_(ProcessConfig().report_token) {
     const Config& config = ProcessConfig();
     identity_ = {{"role", config.role ? RoleName(*config.role) : "process"},
                  {"rank", std::max(config.requested_rank, 0)},

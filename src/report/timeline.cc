@@ -10,16 +10,15 @@
 #include <mutex>
 #include <vector>
 
-#include "report/reporter.h"
-#include "common/config.h"
+#include "common/config/config.h"
 #include "common/logging.h"
+#include "report/reporter.h"
 
 namespace dtrain::timeline {
 namespace {
 
 // Events are sent to the launcher in batches of at most this many.
 constexpr size_t kBatch = 20000;
-
 
 int ThreadId() {
   static std::atomic<int> next{1};

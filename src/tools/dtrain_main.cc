@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
 #include "launcher/run/launch_command.h"

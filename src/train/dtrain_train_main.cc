@@ -15,7 +15,7 @@
 #include <map>
 #include <thread>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/error.h"
 #include "dtrain/kvstore/init.h"
@@ -86,9 +86,8 @@ int WorkersOnThisHost(const KVStore& kv) {
   if (kv.type() == "horovod") return collectives::LocalSize();
   const int num_workers = kv.num_workers();
   // `dtrain launch --launcher local` puts every worker on this host.
-  const char* uri = std::getenv("DMLC_PS_ROOT_URI");
-  const bool local_job =
-      uri && (std::string(uri).rfind("127.", 0) == 0 || std::string(uri) == "localhost");
+  const std::string& uri = ProcessConfig().scheduler_host;  // DMLC_PS_ROOT_URI
+  const bool local_job = uri.rfind("127.", 0) == 0 || uri == "localhost";
   return local_job ? num_workers : 1;
 }
 

@@ -1,5 +1,5 @@
 // Config::FromEnvironment: every variable parsed, every bad value named with its value.
-#include "common/config.h"
+#include "common/config/config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The one table of variables (common/variables.cc) against the README's, and the reader's refusal
 // of names outside it: a variable cannot be read without being documented.
-#include "common/variables.h"
+#include "common/config/variables.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "common/env_reader.h"
+#include "common/config/env_reader.h"
 
 namespace dtrain {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "dtrain/common/error.h"
 #include "subprocess.h"
-#include "transport/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace dtrain::testing {
 namespace {

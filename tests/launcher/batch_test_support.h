@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "launch_test_support.h"
-#include "launcher/plan/cluster_tool_plan.h"
+#include "launcher/plan/cluster_tools/cluster_tool_plan.h"
 #include "launcher/plan/local_address.h"
 #include "launcher/watch/cluster_tool_job.h"
 

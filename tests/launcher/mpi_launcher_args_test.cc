@@ -1,6 +1,6 @@
 // The mpirun command lines, the job's plan as one command per role, and reading mpirun's tagged
 // output back into tasks: no mpirun runs here.
-#include "launcher/plan/mpi_launcher_args.h"
+#include "launcher/plan/cluster_tools/mpi_launcher_args.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 
 #include "batch_test_support.h"
 #include "launch_test_support.h"
-#include "launcher/run/mpi_output.h"
+#include "launcher/run/cluster_tools/mpi_output.h"
 
 namespace dtrain::launcher::testing {
 namespace {

@@ -1,6 +1,6 @@
 // The qsub command lines, the job scripts and reading what `qsub -sync y` says: no Grid Engine
 // here.
-#include "launcher/plan/sge_launcher_args.h"
+#include "launcher/plan/cluster_tools/sge_launcher_args.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include "batch_test_support.h"
 #include "launch_test_support.h"
-#include "launcher/run/sge_output.h"
+#include "launcher/run/cluster_tools/sge_output.h"
 
 namespace dtrain::launcher::testing {
 namespace {

@@ -1,11 +1,11 @@
 // The srun command lines and reading `srun --label` output back into tasks: no Slurm here.
-#include "launcher/plan/slurm_launcher_args.h"
+#include "launcher/plan/cluster_tools/slurm_launcher_args.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "batch_test_support.h"
-#include "launcher/run/slurm_output.h"
+#include "launcher/run/cluster_tools/slurm_output.h"
 
 namespace dtrain::launcher::testing {
 namespace {

@@ -1,6 +1,6 @@
 // SGD against hand-computed values and against a double-precision reference written from MXNet's
 // formulas; per-index state; concurrent updates; the element-wise property the servers rely on.
-#include "optim/sgd.h"
+#include "optim/rules/sgd.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The JSON of control messages comes off the network: every decoder must turn malformed or hostile
 // text into a ProtocolError (never a crash, never a silently different value), and read back
 // exactly what the encoder wrote.
-#include "ps/control.h"
+#include "ps/node/control.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -34,10 +34,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "dtrain/common/deadline.h"
 #include "dtrain/common/error.h"
-#include "ps/node.h"
+#include "ps/node/node.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"
 #include "ps/worker_client.h"

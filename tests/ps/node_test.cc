@@ -1,6 +1,6 @@
 // Node and Scheduler over the in-memory transport: joining a job, refusals, start deadlines,
 // heartbeats and the detection of a node gone silent. Workers here are bare Nodes.
-#include "ps/node.h"
+#include "ps/node/node.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

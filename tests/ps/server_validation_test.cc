@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "inprocess_cluster.h"
-#include "ps/control.h"
+#include "ps/node/control.h"
 #include "raw_peer.h"
 
 namespace dtrain::testing {

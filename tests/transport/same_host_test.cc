@@ -1,6 +1,6 @@
 // The same-host path's check of who is at the other end of a connection (same_host.h): the pid a
 // hello names must hold the connecting socket, by the kernel's account, before its memory is read.
-#include "transport/same_host.h"
+#include "transport/tcp/same_host.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "transport/send_buffer_tuner.h"
+#include "transport/tcp/send_buffer_tuner.h"
 
 #include <gtest/gtest.h>
 

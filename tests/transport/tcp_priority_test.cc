@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace dtrain::transport {
 namespace {

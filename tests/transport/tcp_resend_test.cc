@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace dtrain::transport {
 namespace {

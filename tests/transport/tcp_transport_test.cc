@@ -2,7 +2,7 @@
 // job secret (who may connect, what a connection that fails it can do: nothing, and that a
 // stream's sender is the id its handshake named), the receiver's body limit, and the socket
 // options a node writes with. The raw clients below stand in for strangers.
-#include "transport/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -27,7 +27,7 @@
 
 #include "auth/job_auth.h"
 #include "dtrain/common/error.h"
-#include "transport/tcp_handshake.h"
+#include "transport/tcp/tcp_handshake.h"
 #include "transport/wire.h"
 
 namespace dtrain::transport {

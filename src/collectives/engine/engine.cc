@@ -10,12 +10,13 @@
 #include <unordered_map>
 #include <utility>
 
-#include "collectives/error_text.h"
+#include "collectives/engine/failure.h"
 #include "collectives/engine/fusion_plan.h"
 #include "collectives/engine/negotiation.h"
+#include "collectives/error_text.h"
 #include "common/elementwise.h"
-#include "dtrain/common/error.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 #include "report/timeline.h"
 
 namespace dtrain::collectives {
@@ -39,39 +40,6 @@ constexpr std::chrono::microseconds kIdleCycle(20000);
 // How long Shutdown waits for a failed engine's thread to come back from the backend.
 constexpr Duration kFailedShutdownGrace(3000);
 
-enum class ErrorKind { kPeer, kTimeout, kInvalid, kProtocol, kOther };
-
-// A failure that must be reported to many handles, each with its own exception object.
-struct Failure {
-  ErrorKind kind = ErrorKind::kOther;
-  std::string message;
-
-  static Failure From(const std::exception& e) {
-    if (dynamic_cast<const PeerError*>(&e)) return {ErrorKind::kPeer, e.what()};
-    if (dynamic_cast<const TimeoutError*>(&e)) return {ErrorKind::kTimeout, e.what()};
-    if (dynamic_cast<const InvalidArgument*>(&e)) return {ErrorKind::kInvalid, e.what()};
-    if (dynamic_cast<const ProtocolError*>(&e)) return {ErrorKind::kProtocol, e.what()};
-    return {ErrorKind::kOther, e.what()};
-  }
-
-  std::exception_ptr For(const std::string& what) const {
-    const std::string text = what + " failed: " + message;
-    switch (kind) {
-      case ErrorKind::kPeer:
-        return std::make_exception_ptr(PeerError(text));
-      case ErrorKind::kTimeout:
-        return std::make_exception_ptr(TimeoutError(text));
-      case ErrorKind::kInvalid:
-        return std::make_exception_ptr(InvalidArgument(text));
-      case ErrorKind::kProtocol:
-        return std::make_exception_ptr(ProtocolError(text));
-      case ErrorKind::kOther:
-        break;
-    }
-    return std::make_exception_ptr(Error(text));
-  }
-};
-
 struct Request {
   std::string name;
   Descriptor desc;
@@ -81,68 +49,6 @@ struct Request {
 };
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-
-bool Handle::State::Complete(std::exception_ptr e, Array r) {
-  std::function<void(std::exception_ptr)> callback;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (done) return false;
-    done = true;
-    error = std::move(e);
-    result = std::move(r);
-    callback = std::move(on_done);
-  }
-  done_cv.notify_all();
-  if (callback) callback(error);
-  return true;
-}
-
-namespace {
-Handle::State& Checked(const std::shared_ptr<Handle::State>& state) {
-  if (!state) throw InvalidArgument("empty collectives::Handle (not returned by a submission)");
-  return *state;
-}
-}  // namespace
-
-bool Handle::done() const {
-  auto& s = Checked(state_);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  return s.done;
-}
-
-void Handle::OnDone(std::function<void(std::exception_ptr)> callback) const {
-  auto& s = Checked(state_);
-  std::exception_ptr error;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.done) {
-      s.on_done = std::move(callback);
-      return;
-    }
-    error = s.error;
-  }
-  callback(error);
-}
-
-void Handle::Wait() const {
-  auto& s = Checked(state_);
-  std::unique_lock<std::mutex> lock(s.mutex);
-  if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
-    throw TimeoutError(
-        s.what + " did not finish within " + SecondsText(s.timeout) +
-        " of its submission (DTRAIN_COLLECTIVE_TIMEOUT_MS)" +
-        (s.waiting_for.empty() ? std::string("") : "; " + s.waiting_for + " had not submitted it"));
-  }
-  if (s.error) std::rethrow_exception(s.error);
-}
-
-Array Handle::result() const {
-  auto& s = Checked(state_);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  return s.result;
-}
 
 // ---------------------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-// The Gloo backend: TCP pairs between every two ranks, found through a rendezvous store (rank 0's
-// RendezvousServer, or a FileStore in a shared directory).
+// The Gloo backend: collectives over the TCP pairs between every two ranks that JoinGloo
+// (gloo_setup.h) connected, or through the hosts' shared memory groups (host_groups.h).
 //
 // Timeouts: the rendezvous waits at most DTRAIN_CONNECT_TIMEOUT_MS for the other ranks; every
 // collective at most DTRAIN_COLLECTIVE_TIMEOUT_MS (gloo's context timeout). A rank that dies
@@ -29,31 +29,24 @@
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/hash_store.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <thread>
 #include <tuple>
 
 #include "collectives/backend.h"
 #include "collectives/error_text.h"
+#include "collectives/gloo/gloo_setup.h"
 #include "collectives/gloo/gloo_watchdog.h"
 #include "collectives/gloo/host_groups.h"
 #include "collectives/gloo/rendezvous_store.h"
 #include "common/elementwise.h"
-#include "dtrain/common/error.h"
-#include "common/host_id.h"
-#include "report/reporter.h"
 #include "common/logging.h"
-#include "common/net_address.h"
+#include "dtrain/common/error.h"
+#include "report/reporter.h"
 
 namespace dtrain::collectives {
 namespace {
@@ -61,43 +54,6 @@ namespace {
 constexpr size_t kAutoRingFromBytes = size_t{16} << 20;
 // Allgathers whose every block is at most this go to every peer directly (GlooAllgathervDirect).
 constexpr size_t kDirectAllgatherMaxBytes = size_t{64} << 10;
-
-// Caps every wait of the store it wraps: gloo waits for peers' addresses with its context timeout
-// (the collective timeout, minutes), but a rank that never arrives should fail the rendezvous
-// within the connect timeout.
-class CappedStore : public gloo::rendezvous::Store {
- public:
-  CappedStore(gloo::rendezvous::Store& inner, Duration cap) : inner_(inner), cap_(cap) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    inner_.set(key, data);
-  }
-  std::vector<char> get(const std::string& key) override { return inner_.get(key); }
-  void wait(const std::vector<std::string>& keys) override { inner_.wait(keys, cap_); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    inner_.wait(keys, std::min<std::chrono::milliseconds>(timeout, cap_));
-  }
-
- private:
-  gloo::rendezvous::Store& inner_;
-  Duration cap_;
-};
-
-// Gloo writes to its sockets with writev, without MSG_NOSIGNAL: a write to a rank that just died
-// would kill this process with SIGPIPE instead of failing the collective with a PeerError naming
-// it. SIGPIPE is ignored unless the program installed a handler of its own.
-void IgnoreSigpipe() {
-  struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
-    signal(SIGPIPE, SIG_IGN);
-  }
-}
-
-std::string Hostname() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
-}
 
 bool IsTimeout(const std::exception& e) {
   return std::string_view(e.what()).find("Timed out") != std::string_view::npos;
@@ -115,43 +71,20 @@ class GlooBackend final : public Communicator, private LeaderChannel {
         timeout_(config.collective_timeout) {
     rank_ = config.rank;
     size_ = config.size;
-    IgnoreSigpipe();
-    gloo::transport::tcp::attr attr;
-    if (!config.node_host.empty() || config.interface.empty()) {
-      Config layout;
-      layout.scheduler_host = config.rendezvous_host;
-      layout.node_host = config.node_host;
-      attr.hostname = AnnounceAddress(layout);
-    } else {
-      attr.iface = config.interface;
-    }
-    address_ = attr.hostname.empty() ? "interface " + attr.iface : attr.hostname;
-
-    gloo::rendezvous::Store& store = OpenStore(config);
-    gloo::rendezvous::PrefixStore prefixed("dtrain-gloo", store);
-    CappedStore capped(prefixed, config.connect_timeout);
-    WaitForEveryone(capped, config);
-    try {
-      device_ = gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-      context->setTimeout(config.collective_timeout);
-      context->connectFullMesh(capped, device_);
-      context_ = std::move(context);
-    } catch (const gloo::Exception& e) {
-      throw PeerError("rank " + std::to_string(rank_) +
-                      " could not connect to the other gloo ranks (" + address_ + "): " + e.what());
-    }
-    const std::vector<std::string> host_ids = LearnPeers(capped);
-    if (client_) {
+    mesh_ = JoinGloo(config);
+    context_ = mesh_->context;
+    local_rank_ = mesh_->local_rank;
+    local_size_ = mesh_->local_size;
+    if (mesh_->client) {
       // Only the TCP rendezvous knows who left; under a FileStore a stuck call ends at the
       // timeout.
       watchdog_ =
           std::make_unique<GlooWatchdog>([this] { return LostRanksText(Duration(0)); },
                                          [this](const std::string& lost) { NotifyPeerLost(lost); });
     }
-    SetUpSharedMemory(capped, config, host_ids);
+    SetUpSharedMemory(*mesh_->store, config, mesh_->host_ids);
     DTRAIN_LOG(kConnections) << "collectives: gloo rank " << rank_ << " of " << size_ << " at "
-                             << address_ << " (local " << local_rank_ << " of " << local_size_
+                             << mesh_->address << " (local " << local_rank_ << " of " << local_size_
                              << "), "
                              << (!groups_ ? "allreduce " + algorithm_
                                  : groups_->layout().hosts() == 1
@@ -163,12 +96,11 @@ class GlooBackend final : public Communicator, private LeaderChannel {
 
   ~GlooBackend() override {
     groups_.reset();
-    watchdog_.reset();  // its thread asks client_
+    watchdog_.reset();  // its thread asks the rendezvous client
     cached_.clear();
+    leaders_.reset();
     context_.reset();
-    device_.reset();
-    client_.reset();  // says goodbye before rank 0's server goes away
-    server_.reset();
+    mesh_.reset();  // the rendezvous client says goodbye before rank 0's server goes away
   }
 
   BackendKind kind() const override { return BackendKind::kGloo; }
@@ -362,55 +294,6 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     throw PeerError(failure_);
   }
 
-  gloo::rendezvous::Store& OpenStore(const CollectivesConfig& config) {
-    if (!config.file_store_dir.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(config.file_store_dir, ec);
-      store_ = std::make_unique<gloo::rendezvous::FileStore>(config.file_store_dir);
-      rendezvous_ = "DTRAIN_GLOO_FILE_STORE=" + config.file_store_dir;
-    } else if (config.size == 1 && config.rendezvous_port == 0) {
-      store_ = std::make_unique<gloo::rendezvous::HashStore>();
-      rendezvous_ = "(none: a job of one)";
-    } else {
-      if (config.rank == 0)
-        server_ =
-            std::make_unique<RendezvousServer>(config.rendezvous_port, size_, config.job_secret,
-                                               Duration(10000), config.rendezvous_host);
-      client_ = std::make_unique<RendezvousClient>(config.rendezvous_host, config.rendezvous_port,
-                                                   config.rank, config.connect_timeout,
-                                                   config.job_secret);
-      rendezvous_ = client_->endpoint();
-    }
-    return client_ ? static_cast<gloo::rendezvous::Store&>(*client_) : *store_;
-  }
-
-  // Everyone announces itself (hostname, address, host id) first, so that a rank that never comes
-  // is named in the error rather than surfacing as a missing gloo address.
-  void WaitForEveryone(gloo::rendezvous::Store& store, const CollectivesConfig& config) {
-    const std::string me = Hostname() + "\n" + address_ + "\n" + HostId();
-    store.set(ArrivedKey(rank_), std::vector<char>(me.begin(), me.end()));
-    std::vector<std::string> keys;
-    for (int r = 0; r < size_; ++r) keys.push_back(ArrivedKey(r));
-    try {
-      store.wait(keys, config.connect_timeout);
-    } catch (const std::exception& e) {
-      std::vector<int> missing;
-      for (int r = 0; r < size_; ++r) {
-        try {
-          store.wait({keys[r]}, std::chrono::milliseconds(1));
-        } catch (const std::exception&) {
-          missing.push_back(r);
-        }
-      }
-      throw TimeoutError("gloo rendezvous (" + rendezvous_ + "): rank " + std::to_string(rank_) +
-                         " waited " + SecondsText(config.connect_timeout) +
-                         " (DTRAIN_CONNECT_TIMEOUT_MS) for " + RankList(missing) + " of " +
-                         std::to_string(size_) + " to arrive");
-    }
-  }
-
-  static std::string ArrivedKey(int rank) { return "arrived/" + std::to_string(rank); }
-
   // Ranks that share a host exchange through their host's shared memory group (host_groups.h).
   // Each host's leader creates its group and always publishes the name ("" when it offers none)
   // so that nobody waits for it in vain; every rank then says through gloo whether it is ready,
@@ -431,10 +314,10 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     options.rank = layout.local_rank;
     options.size = static_cast<int>(mine.size());
     options.timeout = config.collective_timeout;
-    options.describe_rank = [this, mine](int r) { return peers_[mine[r]]; };
+    options.describe_rank = [this, mine](int r) { return mesh_->peers[mine[r]]; };
     options.explain_loss = [this, mine](int r) {
       const std::string lost = LostRanksText(Duration(2000));
-      return lost.empty() ? peers_[mine[r]] + " left the job (its process ended)" : lost;
+      return lost.empty() ? mesh_->peers[mine[r]] + " left the job (its process ended)" : lost;
     };
     std::unique_ptr<ShmGroup> group;
     try {
@@ -447,7 +330,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
         const auto bytes = store.get(key);
         const std::string name(bytes.begin(), bytes.end());
         if (wanted && !name.empty()) group = ShmGroup::Attach(name, options);
-        if (wanted && name.empty()) why_not = peers_[mine[0]] + " offered no shared memory";
+        if (wanted && name.empty()) why_not = mesh_->peers[mine[0]] + " offered no shared memory";
       }
     } catch (const std::exception& e) {
       group.reset();
@@ -474,41 +357,16 @@ class GlooBackend final : public Communicator, private LeaderChannel {
         gloo::rendezvous::PrefixStore prefixed("leaders", store);
         auto context = std::make_shared<gloo::rendezvous::Context>(layout.my_host, layout.hosts());
         context->setTimeout(config.collective_timeout);
-        context->connectFullMesh(prefixed, device_);
+        context->connectFullMesh(prefixed, mesh_->device);
         leaders_ = std::move(context);
       } catch (const gloo::Exception& e) {
         throw PeerError("rank " + std::to_string(rank_) +
-                        " could not connect to the other hosts' leading gloo ranks (" + address_ +
-                        "): " + e.what());
+                        " could not connect to the other hosts' leading gloo ranks (" +
+                        mesh_->address + "): " + e.what());
       }
     }
     LeaderChannel* channel = leaders_ ? static_cast<LeaderChannel*>(this) : nullptr;
     groups_ = std::make_unique<HostGroups>(std::move(layout), std::move(group), channel);
-  }
-
-  // Every rank's "hostname\naddress\nhost id": hostnames give the local layout, both name ranks in
-  // errors; returns the host ids (common/host_id.h), which say whether they may share memory.
-  std::vector<std::string> LearnPeers(gloo::rendezvous::Store& store) {
-    std::vector<std::string> hostnames(size_);
-    peers_.resize(size_);
-    std::vector<std::string> host_ids(size_);
-    for (int r = 0; r < size_; ++r) {
-      const auto bytes = store.get(ArrivedKey(r));
-      const std::string text(bytes.begin(), bytes.end());
-      const size_t newline = text.find('\n');
-      const size_t second = newline == std::string::npos ? newline : text.find('\n', newline + 1);
-      hostnames[r] = text.substr(0, newline);
-      const std::string address =
-          newline == std::string::npos ? "" : text.substr(newline + 1, second - newline - 1);
-      host_ids[r] = second == std::string::npos ? "" : text.substr(second + 1);
-      peers_[r] = "rank " + std::to_string(r) + " (" + hostnames[r] +
-                  (address.empty() || address == hostnames[r] ? "" : ", " + address) + ")";
-    }
-    // Local as Horovod counts it, by hostname.
-    const HostLayout by_name = HostLayout::FromHostIds(hostnames, rank_);
-    local_rank_ = by_name.local_rank;
-    local_size_ = static_cast<int>(by_name.mine().size());
-    return host_ids;
   }
 
   gloo::Algorithm& CachedAlgorithm(void* data, size_t count, DType dtype) {
@@ -589,17 +447,18 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   // The dead rank's connection to rank 0 drops at the same moment as its gloo pairs: `grace`
   // gives rank 0 a moment to notice. "" when nobody left (or nobody can tell: no TCP rendezvous).
   std::string LostRanksText(Duration grace) {
-    if (!client_) return {};
+    RendezvousClient* client = mesh_->client.get();
+    if (!client) return {};
     const Deadline deadline(grace);
     try {
       while (true) {
-        auto lost = client_->LostRanks(Duration(2000));
+        auto lost = client->LostRanks(Duration(2000));
         lost.erase(std::remove(lost.begin(), lost.end(), rank_), lost.end());
         if (!lost.empty()) {
           std::string text;
           for (size_t i = 0; i < lost.size(); ++i) {
             const char* separator = i == 0 ? "" : i == 1 ? ", then " : ", ";
-            text += separator + peers_[lost[i]];
+            text += separator + mesh_->peers[lost[i]];
           }
           // The launcher names the rank the job failed for from this record.
           static std::once_flag reported;
@@ -614,7 +473,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
         std::this_thread::sleep_for(Duration(50));
       }
     } catch (const Error&) {
-      return peers_[0] + ", the rendezvous host at " + client_->endpoint() + ", left the job";
+      return mesh_->peers[0] + ", the rendezvous host at " + client->endpoint() + ", left the job";
     }
   }
 
@@ -628,14 +487,8 @@ class GlooBackend final : public Communicator, private LeaderChannel {
 
   std::string algorithm_;
   Duration timeout_;
-  std::unique_ptr<RendezvousServer> server_;
-  std::unique_ptr<RendezvousClient> client_;
-  std::unique_ptr<gloo::rendezvous::Store> store_;
-  std::string rendezvous_;
-  std::string address_;
-  std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::Context> context_;
-  std::vector<std::string> peers_;  // "rank 1 (host, address)"
+  std::unique_ptr<GlooMembership> mesh_;    // the rendezvous, the pairs, who is who
+  std::shared_ptr<gloo::Context> context_;  // mesh_'s: every rank
   std::map<std::tuple<void*, size_t, DType>, std::unique_ptr<gloo::Algorithm>> cached_;
   size_t cached_bytes_ = 0;  // buffer bytes of the cached instances
   std::string failure_;

@@ -5,7 +5,7 @@ namespace {
 
 constexpr char kLoopback[] = "127.0.0.1";
 
-// The variables every node reads to find the job (see common/config.h), and the address it
+// The variables every node reads to find the job (see common/config/config.h), and the address it
 // announces: `address`, or that of --interface.
 std::vector<EnvVar> JobEnv(const JobPlan& plan, const LaunchOptions& options, Role role,
                            const std::string& address) {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "launcher/plan/hostfile.h"
 #include "launcher/plan/launch_options.h"
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 
 namespace dtrain::launcher {
 

@@ -3,15 +3,15 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "dtrain/common/error.h"
 #include "auth/job_auth.h"
-#include "common/config.h"
-#include "launcher/run/backends.h"
+#include "common/config/config.h"
+#include "dtrain/common/error.h"
 #include "launcher/plan/job_plan.h"
 #include "launcher/plan/launch_options.h"
 #include "launcher/plan/local_address.h"
-#include "launcher/run/process_group.h"
 #include "launcher/report/report_setup.h"
+#include "launcher/run/backends.h"
+#include "launcher/run/process_group.h"
 #include "launcher/watch/local_job.h"
 
 namespace dtrain::launcher {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
-#include "launcher/watch/cluster_tool_job.h"
+#include "common/config/config.h"
 #include "launcher/report/job_status.h"
+#include "launcher/watch/cluster_tool_job.h"
 
 namespace dtrain::launcher {
 

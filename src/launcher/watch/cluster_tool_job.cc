@@ -11,10 +11,10 @@
 #include <map>
 #include <sstream>
 
-#include "launcher/watch/cluster_tool_culprit.h"
-#include "launcher/plan/cluster_tool_plan.h"
-#include "launcher/watch/watch_loop.h"
+#include "launcher/plan/cluster_tools/cluster_tool_plan.h"
 #include "launcher/run/setup_command.h"
+#include "launcher/watch/cluster_tool_culprit.h"
+#include "launcher/watch/watch_loop.h"
 
 namespace dtrain::launcher {
 namespace {

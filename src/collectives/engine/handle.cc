@@ -1,0 +1,68 @@
+// A submission's handle: its completion, waited for with the submission's deadline.
+#include "collectives/engine/engine.h"
+#include "collectives/error_text.h"
+#include "dtrain/common/error.h"
+
+namespace dtrain::collectives {
+
+bool Handle::State::Complete(std::exception_ptr e, Array r) {
+  std::function<void(std::exception_ptr)> callback;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (done) return false;
+    done = true;
+    error = std::move(e);
+    result = std::move(r);
+    callback = std::move(on_done);
+  }
+  done_cv.notify_all();
+  if (callback) callback(error);
+  return true;
+}
+
+namespace {
+Handle::State& Checked(const std::shared_ptr<Handle::State>& state) {
+  if (!state) throw InvalidArgument("empty collectives::Handle (not returned by a submission)");
+  return *state;
+}
+}  // namespace
+
+bool Handle::done() const {
+  auto& s = Checked(state_);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.done;
+}
+
+void Handle::OnDone(std::function<void(std::exception_ptr)> callback) const {
+  auto& s = Checked(state_);
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.done) {
+      s.on_done = std::move(callback);
+      return;
+    }
+    error = s.error;
+  }
+  callback(error);
+}
+
+void Handle::Wait() const {
+  auto& s = Checked(state_);
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
+    throw TimeoutError(
+        s.what + " did not finish within " + SecondsText(s.timeout) +
+        " of its submission (DTRAIN_COLLECTIVE_TIMEOUT_MS)" +
+        (s.waiting_for.empty() ? std::string("") : "; " + s.waiting_for + " had not submitted it"));
+  }
+  if (s.error) std::rethrow_exception(s.error);
+}
+
+Array Handle::result() const {
+  auto& s = Checked(state_);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.result;
+}
+
+}  // namespace dtrain::collectives

@@ -1,0 +1,77 @@
+#include "common/config/variables.h"
+
+#include <algorithm>
+#include <array>
+
+namespace dtrain {
+namespace {
+
+constexpr std::array kVariables = {
+    // the job's layout (MXNet's names)
+    Variable{"DMLC_ROLE"},
+    Variable{"DMLC_PS_ROOT_URI"},
+    Variable{"DMLC_PS_ROOT_PORT"},
+    Variable{"DMLC_NUM_SERVER"},
+    Variable{"DMLC_NUM_WORKER"},
+    Variable{"DMLC_INTERFACE"},
+    Variable{"DMLC_NODE_HOST"},
+    Variable{"DMLC_NODE_PORT"},
+    Variable{"DTRAIN_NODE_RANK", true},
+    // ps-lite's
+    Variable{"PS_VERBOSE"},
+    Variable{"PS_RESEND"},
+    Variable{"PS_RESEND_TIMEOUT"},
+    Variable{"PS_HEARTBEAT_INTERVAL"},
+    Variable{"PS_HEARTBEAT_TIMEOUT"},
+    // MXNet's kvstore
+    Variable{"MXNET_KVSTORE_BIGARRAY_BOUND"},
+    Variable{"MXNET_KVSTORE_REDUCTION_NTHREADS"},
+    // dtrain's: deadlines, transport
+    Variable{"DTRAIN_CONNECT_TIMEOUT_MS"},
+    Variable{"DTRAIN_HELLO_TIMEOUT_MS"},
+    Variable{"DTRAIN_LINK_TIMEOUT_MS"},
+    Variable{"DTRAIN_RESEND_WINDOW_MS"},
+    Variable{"DTRAIN_START_TIMEOUT_MS"},
+    Variable{"DTRAIN_REQUEST_TIMEOUT_MS"},
+    Variable{"DTRAIN_FAILURE_EXIT_MS"},
+    Variable{"DTRAIN_STREAMS_PER_PEER"},
+    Variable{"DTRAIN_IO_THREADS"},
+    Variable{"DTRAIN_CHUNK_BYTES"},
+    Variable{"DTRAIN_PARTITION_BYTES"},
+    Variable{"DTRAIN_TCP_NOTSENT_LOWAT"},
+    Variable{"DTRAIN_TCP_SNDBUF"},
+    Variable{"DTRAIN_TCP_LOCAL_CONGESTION"},
+    Variable{"DTRAIN_SAME_HOST"},
+    Variable{"DTRAIN_MAX_MESSAGE_BYTES"},
+    Variable{"DTRAIN_JOB_SECRET"},
+    // allreduce mode (Horovod's names as fallbacks)
+    Variable{"DTRAIN_COLLECTIVES"},
+    Variable{"OMPI_COMM_WORLD_SIZE", true},
+    Variable{"DTRAIN_FUSION_THRESHOLD_MB"},
+    Variable{"HOROVOD_FUSION_THRESHOLD"},
+    Variable{"DTRAIN_CYCLE_TIME_MS"},
+    Variable{"HOROVOD_CYCLE_TIME"},
+    Variable{"DTRAIN_STALL_WARNING_S"},
+    Variable{"HOROVOD_STALL_CHECK_TIME_SECONDS"},
+    Variable{"DTRAIN_COLLECTIVE_TIMEOUT_MS"},
+    Variable{"DTRAIN_FP16_ALLREDUCE"},
+    Variable{"DTRAIN_GLOO_FILE_STORE"},
+    Variable{"DTRAIN_GLOO_ALGORITHM"},
+    Variable{"DTRAIN_GLOO_SHM"},
+    // what a process tells its launcher
+    Variable{"DTRAIN_TIMELINE"},
+    Variable{"HOROVOD_TIMELINE"},
+    Variable{"DTRAIN_REPORT_ADDR", true},
+    Variable{"DTRAIN_REPORT_TOKEN", true},
+};
+
+}  // namespace
+
+std::span<const Variable> Variables() { return kVariables; }
+
+bool IsKnownVariable(std::string_view name) {
+  return std::any_of(kVariables.begin(), kVariables.end(),
+                     [name](const Variable& v) { return v.name == name; });
+}
+
+}  // namespace dtrain

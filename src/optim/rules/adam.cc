@@ -1,0 +1,62 @@
+#include "optim/rules/adam.h"
+
+#include <cmath>
+#include <utility>
+
+namespace dtrain {
+namespace {
+
+struct AdamRates {
+  float lr;  // with the bias correction
+  float beta1, beta2, one_minus_beta1, one_minus_beta2;
+  float epsilon, wd, rescale, clip;
+};
+
+// MXNet's AdamUpdateKernel; the operations and their order are its own.
+template <bool kClip>
+void AdamUpdate(const AdamRates& r, float* __restrict w, float* __restrict m, float* __restrict v,
+                const float* __restrict g, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float gr = g[i] * r.rescale + w[i] * r.wd;
+    if constexpr (kClip) gr = ClipTo(gr, r.clip);
+    m[i] = r.beta1 * m[i] + r.one_minus_beta1 * gr;
+    v[i] = r.beta2 * v[i] + r.one_minus_beta2 * gr * gr;
+    w[i] = w[i] - r.lr * m[i] / (std::sqrt(v[i]) + r.epsilon);
+  }
+}
+
+}  // namespace
+
+Adam::Adam(OptimizerSpec spec)
+    : ElementwiseOptimizer(std::move(spec), "adam",
+                           {"beta1", "beta2", "epsilon", "wd", "rescale_grad", "clip_gradient"},
+                           0.001) {
+  beta1_ = params().InRange("beta1", 0.9f, 0.f, 1.f);
+  beta2_ = params().InRange("beta2", 0.999f, 0.f, 1.f);
+  beta1_exact_ = params().Exact("beta1", 0.9);
+  beta2_exact_ = params().Exact("beta2", 0.999);
+  epsilon_ = params().NonNegative("epsilon", 1e-8f);
+  wd_ = params().NonNegative("wd", 0.f);
+  rescale_grad_ = params().Positive("rescale_grad", 1.f);
+  clip_gradient_ = params().Any("clip_gradient", -1.f);
+  set_state_buffers(2);
+}
+
+void Adam::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
+                 std::span<float> state) {
+  // MXNet's Adam.update, in Python floats (double).
+  const double t = static_cast<double>(step.t);
+  const double coef1 = 1. - std::pow(beta1_exact_, t);
+  const double coef2 = 1. - std::pow(beta2_exact_, t);
+  const double lr = step.learning_rate * (std::sqrt(coef2) / coef1);
+  const AdamRates r{static_cast<float>(lr), beta1_,   beta2_, 1.f - beta1_,
+                    1.f - beta2_,           epsilon_, wd_,    rescale_grad_,
+                    clip_gradient_};
+  const size_t n = weight.size();
+  float* m = state.data();
+  float* v = state.data() + n;
+  clip_gradient_ > 0 ? AdamUpdate<true>(r, weight.data(), m, v, grad.data(), n)
+                     : AdamUpdate<false>(r, weight.data(), m, v, grad.data(), n);
+}
+
+}  // namespace dtrain

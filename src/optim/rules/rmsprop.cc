@@ -1,0 +1,103 @@
+#include "optim/rules/rmsprop.h"
+
+#include <cmath>
+#include <utility>
+
+namespace dtrain {
+namespace {
+
+struct RMSPropRates {
+  float lr, gamma1, gamma2, one_minus_gamma1, epsilon, wd, rescale, clip, clip_weights;
+};
+
+// The gradient both kernels start from: rescaled, weight decay added, then clipped.
+template <bool kClip>
+inline float RescaledGradient(float g, float w, const RMSPropRates& r) {
+  const float gr = r.rescale * g + r.wd * w;
+  if constexpr (kClip) return ClipTo(gr, r.clip);
+  return gr;
+}
+
+// MXNet's RMSPropUpdateKernel; the operations and their order are its own.
+template <bool kClip, bool kClipWeights>
+void PlainUpdate(const RMSPropRates& r, float* __restrict w, float* __restrict n_avg,
+                 const float* __restrict g, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gr = RescaledGradient<kClip>(g[i], w[i], r);
+    n_avg[i] = r.one_minus_gamma1 * (gr * gr) + r.gamma1 * n_avg[i];
+    float weight = w[i] - r.lr * (gr / std::sqrt(n_avg[i] + r.epsilon));
+    if constexpr (kClipWeights) weight = ClipTo(weight, r.clip_weights);
+    w[i] = weight;
+  }
+}
+
+// MXNet's RMSPropAlexUpdateKernel; the operations and their order are its own.
+template <bool kClip, bool kClipWeights>
+void CenteredUpdate(const RMSPropRates& r, float* __restrict w, float* __restrict n_avg,
+                    float* __restrict g_avg, float* __restrict delta, const float* __restrict g,
+                    size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gr = RescaledGradient<kClip>(g[i], w[i], r);
+    n_avg[i] = r.one_minus_gamma1 * gr * gr + r.gamma1 * n_avg[i];
+    g_avg[i] = r.one_minus_gamma1 * gr + r.gamma1 * g_avg[i];
+    delta[i] =
+        r.gamma2 * delta[i] - (r.lr * gr / std::sqrt(n_avg[i] - g_avg[i] * g_avg[i] + r.epsilon));
+    float weight = w[i] + delta[i];
+    if constexpr (kClipWeights) weight = ClipTo(weight, r.clip_weights);
+    w[i] = weight;
+  }
+}
+
+template <bool kClip, bool kClipWeights>
+void Run(bool centered, const RMSPropRates& r, std::span<float> weight, std::span<const float> grad,
+         std::span<float> state) {
+  const size_t n = weight.size();
+  if (centered) {
+    CenteredUpdate<kClip, kClipWeights>(r, weight.data(), state.data(), state.data() + n,
+                                        state.data() + 2 * n, grad.data(), n);
+  } else {
+    PlainUpdate<kClip, kClipWeights>(r, weight.data(), state.data(), grad.data(), n);
+  }
+}
+
+}  // namespace
+
+RMSProp::RMSProp(OptimizerSpec spec)
+    : ElementwiseOptimizer(std::move(spec), "rmsprop",
+                           {"gamma1", "gamma2", "epsilon", "centered", "clip_weights", "wd",
+                            "rescale_grad", "clip_gradient"},
+                           0.001) {
+  gamma1_ = params().InRange("gamma1", 0.9f, 0.f, 1.f);
+  gamma2_ = params().InRange("gamma2", 0.9f, 0.f, 1.f);
+  epsilon_ = params().NonNegative("epsilon", 1e-8f);
+  centered_ = params().Flag("centered", false);
+  clip_weights_ = params().Any("clip_weights", -1.f);
+  wd_ = params().NonNegative("wd", 0.f);
+  rescale_grad_ = params().Positive("rescale_grad", 1.f);
+  clip_gradient_ = params().Any("clip_gradient", -1.f);
+  set_state_buffers(centered_ ? 3 : 1);
+}
+
+void RMSProp::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
+                    std::span<float> state) {
+  const RMSPropRates r{static_cast<float>(step.learning_rate),
+                       gamma1_,
+                       gamma2_,
+                       1.f - gamma1_,
+                       epsilon_,
+                       wd_,
+                       rescale_grad_,
+                       clip_gradient_,
+                       clip_weights_};
+  const bool clip = clip_gradient_ > 0;
+  const bool clip_weights = clip_weights_ > 0;
+  if (clip) {
+    clip_weights ? Run<true, true>(centered_, r, weight, grad, state)
+                 : Run<true, false>(centered_, r, weight, grad, state);
+  } else {
+    clip_weights ? Run<false, true>(centered_, r, weight, grad, state)
+                 : Run<false, false>(centered_, r, weight, grad, state);
+  }
+}
+
+}  // namespace dtrain

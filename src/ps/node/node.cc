@@ -1,0 +1,371 @@
+#include "ps/node/node.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/logging.h"
+#include "common/net_address.h"
+#include "dtrain/common/error.h"
+#include "ps/node/control.h"
+#include "ps/node/listen_address.h"
+#include "report/reporter.h"
+
+namespace dtrain::ps {
+
+using transport::Command;
+using transport::Message;
+
+namespace {
+
+// How long a lost worker or server link waits for the job's end before it fails the node (see
+// OnPeerLost): far longer than a kTerminate takes to arrive, short enough to fail within seconds.
+constexpr Duration kPeerLossGrace{2000};
+
+bool IsControl(Command c) {
+  return static_cast<uint16_t>(c) < static_cast<uint16_t>(Command::kInit);
+}
+
+}  // namespace
+
+Node::Node(const Config& config, Role role, std::unique_ptr<transport::Transport> transport,
+           Options options)
+    : config_(config), role_(role), options_(options), transport_(std::move(transport)) {
+  self_.role = role;
+  layout_.num_servers = config.num_servers;
+  layout_.num_workers = config.num_workers;
+}
+
+Node::~Node() { Shutdown(); }
+
+void Node::SetDataHandler(transport::MessageHandler handler, transport::BodySink sink) {
+  data_handler_ = std::move(handler);
+  body_sink_ = std::move(sink);
+}
+
+void Node::SetBodyLimit(transport::BodyLimit limit) { body_limit_ = std::move(limit); }
+
+void Node::SetWorkerFinishedHandler(std::function<void(int)> handler) {
+  worker_finished_ = std::move(handler);
+}
+
+void Node::AddFailureListener(std::function<void(const std::string&)> listener) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failure_listeners_.push_back(std::move(listener));
+}
+
+std::string Node::NameOf(NodeId id) const {
+  if (id >= 0 && static_cast<size_t>(id) < table_.size() && started_) return table_[id].Name();
+  if (id == transport::kSchedulerId) {
+    return "scheduler (" + config_.scheduler_host + ":" + std::to_string(config_.scheduler_port) +
+           ")";
+  }
+  if (id == transport::kNoNode) return "an unidentified node";
+  return std::string(RoleName(layout_.RoleOf(id))) + " " + std::to_string(layout_.RankOf(id));
+}
+
+void Node::Start() {
+  SetLogIdentity(RoleName(role_));
+  transport_->SetHandlers([this](Message&& msg) { OnMessage(std::move(msg)); },
+                          [this](NodeId peer, const std::string& remote, const std::string& why) {
+                            OnPeerLost(peer, remote, why);
+                          },
+                          body_sink_);
+  if (body_limit_) transport_->SetBodyLimit(body_limit_);
+  self_.host = AnnounceAddress(config_);
+  self_.port = ListenForJob(*transport_, config_, self_.host, config_.node_port);
+  DTRAIN_LOG(kConnections) << RoleName(role_) << " listening at " << self_.Address()
+                           << "; configuration: " << config_.Describe();
+
+  const transport::Endpoint scheduler{config_.scheduler_host, config_.scheduler_port};
+  try {
+    transport_->Connect(transport::kSchedulerId, scheduler, transport::kNoNode,
+                        Deadline(config_.connect_timeout));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError("cannot reach the scheduler at " + scheduler.ToString() +
+                       " (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT): " + e.what() +
+                       "; is it running? (DTRAIN_CONNECT_TIMEOUT_MS sets how long to try)");
+  } catch (const PeerError& e) {
+    throw PeerError("cannot join the job through the scheduler at " + scheduler.ToString() + ": " +
+                    e.what());
+  }
+  control::Registration reg{role_, self_.host, self_.port, config_.requested_rank};
+  Message msg;
+  msg.header.command = Command::kRegister;
+  msg.header.recipient = transport::kSchedulerId;
+  msg.meta = control::EncodeRegistration(reg);
+  transport_->Send(transport::kSchedulerId, std::move(msg));
+
+  const Deadline start_deadline(config_.start_timeout);
+  WaitUntil([this] { return have_table_; }, start_deadline,
+            "the scheduler did not send the node table (the other nodes did not all register; "
+            "DTRAIN_START_TIMEOUT_MS)");
+  SetLogIdentity(std::string(RoleName(role_)) + " " + std::to_string(self_.rank));
+  report::SetIdentity(RoleName(role_), self_.rank, self_.host);
+  report::Send({{"kind", "state"}, {"state", "running"}, {"address", self_.Address()}});
+  DTRAIN_LOG(kConnections) << "joined as " << self_.Name() << " in a job of " << layout_.num_servers
+                           << " server(s) and " << layout_.num_workers << " worker(s)";
+
+  // Workers send requests to every server and servers answer every worker.
+  for (const NodeInfo& peer : table_) {
+    const bool needed = (role_ == Role::kWorker && peer.role == Role::kServer) ||
+                        (role_ == Role::kServer && peer.role == Role::kWorker);
+    if (!needed) continue;
+    try {
+      transport_->Connect(peer.id, {peer.host, peer.port}, self_.id,
+                          Deadline(config_.connect_timeout));
+    } catch (const TimeoutError& e) {
+      std::string why = "cannot reach " + peer.Name() + ": " + e.what() +
+                        " (is the address it announced reachable from here? see DMLC_INTERFACE / "
+                        "DMLC_NODE_HOST)";
+      Fail(why);
+      throw PeerError(why);
+    } catch (const PeerError& e) {
+      std::string why = "cannot connect to " + peer.Name() + ": " + e.what();
+      Fail(why);
+      throw PeerError(why);
+    }
+  }
+  SendControl(Command::kReady);
+  WaitUntil([this] { return started_; }, start_deadline,
+            "the scheduler did not start the job (not every node connected to its peers)");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_heard_from_scheduler_ = Clock::now();
+  }
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void Node::SendControl(Command command, std::string meta) {
+  Message msg;
+  msg.header.command = command;
+  msg.meta = std::move(meta);
+  Send(transport::kSchedulerId, std::move(msg));
+}
+
+void Node::Send(NodeId to, Message msg) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_) throw PeerError(*failure_);
+  }
+  msg.header.sender = self_.id;
+  msg.header.recipient = to;
+  transport_->Send(to, std::move(msg));
+}
+
+void Node::OnMessage(Message&& msg) {
+  if (!IsControl(msg.header.command)) {
+    if (data_handler_) data_handler_(std::move(msg));
+    return;
+  }
+  OnControl(std::move(msg));
+}
+
+void Node::OnControl(Message&& msg) {
+  const Command c = msg.header.command;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (msg.header.sender == transport::kSchedulerId) last_heard_from_scheduler_ = Clock::now();
+  switch (c) {
+    case Command::kNodeTable: {
+      if (have_table_) return;
+      auto nodes = control::DecodeNodeTable(msg.meta);
+      const NodeId me = msg.header.recipient;
+      // The table must match the layout from our own configuration, entry i being node i.
+      if (static_cast<int>(nodes.size()) != layout_.NumNodes() || me < 1 ||
+          me >= layout_.NumNodes()) {
+        lock.unlock();
+        Fail("the scheduler's node table has " + std::to_string(nodes.size()) +
+             " nodes, but DMLC_NUM_SERVER + DMLC_NUM_WORKER + 1 = " +
+             std::to_string(layout_.NumNodes()) + ": do all nodes have the same settings?");
+        return;
+      }
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (nodes[i].id != static_cast<NodeId>(i)) throw ProtocolError("node table out of order");
+      }
+      table_ = std::move(nodes);
+      self_ = table_[me];
+      have_table_ = true;
+      break;
+    }
+    case Command::kStart:
+      started_ = true;
+      break;
+    case Command::kBarrierDone: {
+      auto [group, seq] = control::DecodeBarrier(msg.meta);
+      barrier_done_[group] = std::max(barrier_done_[group], seq);
+      break;
+    }
+    case Command::kHeartbeat:
+      break;
+    case Command::kTerminate:
+      terminated_ = true;
+      break;
+    case Command::kNodeFailed: {
+      auto f = control::DecodeFailure(msg.meta);
+      lock.unlock();
+      Fail(f.name + " failed: " + f.reason + " (reported by the scheduler)");
+      return;
+    }
+    case Command::kFinish: {
+      // The scheduler tells servers that a worker left before the others.
+      lock.unlock();
+      const NodeId id = static_cast<NodeId>(std::strtol(msg.meta.c_str(), nullptr, 10));
+      if (worker_finished_ && layout_.IsWorker(id)) worker_finished_(layout_.RankOf(id));
+      return;
+    }
+    case Command::kAbort:
+      lock.unlock();
+      Fail("the scheduler stopped the job: " + msg.meta);
+      return;
+    default:
+      DTRAIN_LOG(kWarning) << "ignoring unexpected " << transport::CommandName(c) << " from "
+                           << NameOf(msg.header.sender);
+      return;
+  }
+  cv_.notify_all();
+}
+
+void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string& reason) {
+  if (peer == transport::kNoNode) {
+    // Every member's link says who it is in its Hello; one that did not is no member.
+    DTRAIN_LOG(kWarning) << "a connection from " << remote
+                         << " that never said which node it is closed: " << reason;
+    return;
+  }
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (terminated_ || shut_down_) return;
+    name = NameOf(peer);
+    // At the end of a job a peer that got the scheduler's kTerminate exits and closes its link to
+    // us, and our io threads may see that close before our own kTerminate (another connection).
+    // So a lost worker or server counts only if the job has not ended by then; the heartbeat
+    // thread decides. A death the scheduler sees reaches us at once as kNodeFailed anyway.
+    if (started_ && peer != transport::kSchedulerId) {
+      if (!pending_loss_) {
+        pending_loss_ = name + " was lost: " + reason;
+        pending_loss_deadline_ = Clock::now() + kPeerLossGrace;
+      }
+      cv_.notify_all();
+      return;
+    }
+  }
+  Fail(name + " was lost: " + reason);
+}
+
+void Node::Fail(const std::string& why) {
+  std::vector<std::function<void(const std::string&)>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_ || terminated_) return;
+    failure_ = why;
+    listeners = failure_listeners_;
+  }
+  cv_.notify_all();
+  DTRAIN_LOG(kError) << why;
+  report::Send({{"kind", "error"}, {"message", why}});
+  for (auto& l : listeners) l(why);
+  if (options_.exit_on_failure) {
+    const Duration grace = config_.failure_exit_grace;
+    std::thread([grace, why] {
+      std::this_thread::sleep_for(grace);
+      report::Flush(std::chrono::milliseconds(500));
+      LogLine(LogLevel::kError, "exiting: the job failed (" + why + ")");
+      std::_Exit(1);
+    }).detach();
+  }
+}
+
+std::optional<std::string> Node::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
+}
+
+void Node::ThrowIfFailed() const {
+  if (auto f = failure()) throw PeerError(*f);
+}
+
+void Node::WaitUntil(const std::function<bool()>& pred, const Deadline& deadline,
+                     const std::string& what) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait_until(lock, deadline.at(), [&] { return pred() || failure_.has_value(); });
+  if (failure_) throw PeerError(*failure_);
+  if (!pred()) {
+    throw TimeoutError(std::string(RoleName(role_)) + ": " + what + " within " +
+                       std::to_string(Seconds(deadline.timeout())) + " s");
+  }
+}
+
+void Node::Barrier(Group group) {
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    seq = ++barrier_sent_[group];
+  }
+  SendControl(Command::kBarrier, control::EncodeBarrier(group, seq));
+  WaitUntil([&] { return barrier_done_[group] >= seq; }, Deadline(config_.request_timeout),
+            std::string("barrier of ") + GroupName(group) + " did not complete");
+}
+
+void Node::Finish() {
+  SendControl(Command::kFinish);
+  WaitUntil([this] { return terminated_; }, Deadline(config_.request_timeout),
+            "the other workers did not finish");
+}
+
+int Node::WaitForTermination() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return terminated_ || failure_.has_value(); });
+  return terminated_ ? 0 : 1;
+}
+
+void Node::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto next_heartbeat = Clock::now() + config_.heartbeat_interval;
+  const auto ended = [this] { return shut_down_ || terminated_ || failure_.has_value(); };
+  while (!ended()) {
+    // cv_ is notified by every control message, the scheduler's answer to our heartbeat included:
+    // only the end of the node or a lost peer may cut the interval short, or heartbeats would
+    // ping-pong.
+    auto wake = next_heartbeat;
+    if (pending_loss_) wake = std::min(wake, pending_loss_deadline_);
+    cv_.wait_until(lock, wake,
+                   [&] { return ended() || (pending_loss_ && pending_loss_deadline_ < wake); });
+    if (ended()) break;
+    const auto now = Clock::now();
+    if (pending_loss_ && now >= pending_loss_deadline_) {
+      const std::string why = *pending_loss_;
+      lock.unlock();
+      Fail(why);
+      return;
+    }
+    if (now < next_heartbeat) continue;
+    next_heartbeat = now + config_.heartbeat_interval;
+    const auto silent = now - last_heard_from_scheduler_;
+    if (silent > config_.heartbeat_timeout) {
+      lock.unlock();
+      Fail(NameOf(transport::kSchedulerId) + " sent nothing for " +
+           std::to_string(std::chrono::duration_cast<Duration>(silent).count()) +
+           " ms (PS_HEARTBEAT_TIMEOUT)");
+      return;
+    }
+    lock.unlock();
+    try {
+      SendControl(Command::kHeartbeat);
+    } catch (const Error&) {
+    }
+    lock.lock();
+  }
+}
+
+void Node::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  transport_->Shutdown(Deadline(Duration(5000)));
+}
+
+}  // namespace dtrain::ps
