@@ -6,12 +6,8 @@
 
 #include <asio.hpp>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <optional>
-#include <unordered_map>
 
-#include "auth/job_auth.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
 #include "transport/tcp/in_stream.h"
