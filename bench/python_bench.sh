@@ -20,8 +20,11 @@
 #
 #   bash bench/python_bench.sh                     # ~3-5 minutes on 2 idle cores
 #   bash bench/python_bench.sh --networks lenet --repeat 1
+#   bash bench/python_bench.sh --venv build/venv/torch2   # dtrain pip-installed in that venv
+#                                                          # (PyPI's torch 2: DDP is that torch's)
 #
-# Needs the project built (scripts/install.sh or scripts/build.sh) and Debian's python3-torch.
+# Needs the project built (scripts/install.sh or scripts/build.sh; kvstore_bench comes from it)
+# and Debian's python3-torch, or, with --venv, a venv where dtrain is pip-installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,9 +35,11 @@ samples=20000
 log_interval=20
 repeat=2
 python=${PYTHON:-/usr/bin/python3}
+venv=""
 while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
+    --venv) venv=$2; shift 2 ;;
     --networks) networks=$2; shift 2 ;;
     --samples) samples=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
@@ -43,10 +48,16 @@ while (($#)); do
   esac
 done
 launcher=$build/src/tools/dtrain
-for bin in "$launcher" "$build/bench/kvstore_bench" "$build/src/train/dtrain-train"; do
-  [[ -x $bin ]] || { echo "python_bench: $bin is missing: bash scripts/build.sh" >&2; exit 2; }
+train=$build/src/train/dtrain-train
+export PYTHONPATH=$PWD/$build/python
+if [[ -n $venv ]]; then  # the venv's own dtrain (its commands and package), nothing from build/
+  python=$venv/bin/python launcher=$venv/bin/dtrain train=$venv/bin/dtrain-train PYTHONPATH=""
+fi
+for bin in "$launcher" "$build/bench/kvstore_bench" "$train" "$python"; do
+  [[ -x $bin ]] || { echo "python_bench: $bin is missing: bash scripts/build.sh (or pip install)" >&2; exit 2; }
 done
-export PYTHONPATH=$PWD/$build/python OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+torch_version=$("$python" -c 'import torch; print(torch.__version__)')
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 logs=$(mktemp -d /tmp/python_bench.XXXXXX)
 trap 'rm -rf "$logs"' EXIT
 mpirun_args=(-np 2 --oversubscribe --bind-to none -x PYTHONPATH -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
@@ -85,7 +96,7 @@ run_case() {  # CASE NETWORK LOG -> samples/s
     hvd_gloo) timeout 300 "$launcher" launch -n 2 -s 0 -- "$python" bench/python_train.py hvd $(train_args "$net") ;;
     hvd_mpi) timeout 300 mpirun "${mpirun_args[@]}" "$python" bench/python_train.py hvd $(train_args "$net") ;;
     ddp) timeout 300 "$python" bench/ddp_train.py --workers 2 --threads 1 $(train_args "$net") ;;
-    dtrain_train) timeout 300 "$launcher" launch -n 2 -s 2 -- "$build/src/train/dtrain-train" \
+    dtrain_train) timeout 300 "$launcher" launch -n 2 -s 2 -- "$train" \
         --dataset fashion-mnist --network "$net" --epochs 1 --batch-size "$batch" \
         --limit-train "$samples" --log-interval "$log_interval" --optimizer sgd --lr 0.05 \
         --momentum 0.9 --threads 1 --kvstore dist_sync ;;
@@ -105,8 +116,8 @@ for net in $networks; do
       fig[$case]=$(best "${fig[$case]:-null}" "$(run_case "$case" "$net" "$logs/$case-$net-$r.log")")
     done
   done
-  printf '{"bench":"python_train","network":"%s","workers":2,"threads_per_process":1,"batch":%d,"samples":%d,"trainer_samples_per_s":%s,"hvd_gloo_samples_per_s":%s,"hvd_mpi_samples_per_s":%s,"ddp_samples_per_s":%s,"dtrain_train_cpp_samples_per_s":%s,"ratio_trainer_vs_ddp":%s,"ratio_hvd_gloo_vs_ddp":%s,"ratio_hvd_mpi_vs_ddp":%s,"ratio_trainer_vs_cpp":%s,"repeat":%d,"load1_before":%s,"load1_after":%s}\n' \
-    "$net" "$batch" "$samples" "${fig[trainer]}" "${fig[hvd_gloo]}" "${fig[hvd_mpi]}" "${fig[ddp]}" \
+  printf '{"bench":"python_train","torch":"%s","network":"%s","workers":2,"threads_per_process":1,"batch":%d,"samples":%d,"trainer_samples_per_s":%s,"hvd_gloo_samples_per_s":%s,"hvd_mpi_samples_per_s":%s,"ddp_samples_per_s":%s,"dtrain_train_cpp_samples_per_s":%s,"ratio_trainer_vs_ddp":%s,"ratio_hvd_gloo_vs_ddp":%s,"ratio_hvd_mpi_vs_ddp":%s,"ratio_trainer_vs_cpp":%s,"repeat":%d,"load1_before":%s,"load1_after":%s}\n' \
+    "$torch_version" "$net" "$batch" "$samples" "${fig[trainer]}" "${fig[hvd_gloo]}" "${fig[hvd_mpi]}" "${fig[ddp]}" \
     "${fig[dtrain_train]}" "$(ratio "${fig[trainer]}" "${fig[ddp]}")" "$(ratio "${fig[hvd_gloo]}" "${fig[ddp]}")" \
     "$(ratio "${fig[hvd_mpi]}" "${fig[ddp]}")" "$(ratio "${fig[trainer]}" "${fig[dtrain_train]}")" \
     "$repeat" "$load_before" "$(load1)"

@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
+  # ccache: the pip builds (scripts/test-pip.sh) reuse the main build's objects of the core
+  ccache
   # libraries: networking (standalone Asio), CLI, JSON, tests, benchmarks, OpenSSL (HMAC-SHA256
   # for authenticated jobs)
   libasio-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
@@ -23,6 +25,8 @@ packages=(
   libgloo-dev
   # the Python package: Debian's PyTorch (the same LibTorch as above), pybind11, and pytest
   python3-dev python3-torch python3-numpy pybind11-dev python3-pytest
+  # virtual environments: `pip install` of dtrain into one, with PyPI's torch 2 or Debian's
+  python3-venv python3-pip
   # the fuzzers (scripts/fuzz.sh): clang with libFuzzer and the sanitizers
   clang libclang-rt-14-dev
   # plots (dtrain plot); the status page's test renders it in headless Chromium and reads the

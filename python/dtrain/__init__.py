@@ -14,16 +14,35 @@ hand.
 
 import atexit as _atexit
 import sys as _sys
+from importlib import metadata as _metadata
 
-import torch as _torch  # noqa: F401  (loads LibTorch before the extension that links it)
+import torch as _torch  # loads LibTorch before the extension that links it
 
-from . import _dtrain, _lifetime
-from .errors import ConfigError, Error, InvalidArgument, PeerError, TimeoutError  # noqa: F401
-
-__version__ = "0.1.0"
+from . import _build_info
 
 
-def _run_role_if_service():
+def _check_torch() -> None:
+    # The extension uses torch's C++ API, which changes between releases: another torch than the
+    # one it was compiled against fails with undefined symbols, or worse, later.
+    if _torch.__version__ != _build_info.TORCH_VERSION:
+        raise ImportError(
+            f"dtrain was built against torch {_build_info.TORCH_VERSION}, and this Python has "
+            f"torch {_torch.__version__}: rebuild it here with "
+            f"`pip install --no-build-isolation --force-reinstall <dtrain checkout>`")
+
+
+_check_torch()
+
+from . import _dtrain, _lifetime  # noqa: E402
+from .errors import ConfigError, Error, InvalidArgument, PeerError, TimeoutError  # noqa: E402,F401
+
+try:
+    __version__ = _metadata.version("dtrain")  # one place: project() in CMakeLists.txt
+except _metadata.PackageNotFoundError:  # a copied package without its dist-info
+    __version__ = "0+unknown"
+
+
+def _run_role_if_service() -> None:
     code = _dtrain.run_role_if_service()
     if code is not None:
         _sys.stdout.flush()
@@ -38,7 +57,7 @@ from . import data, kv, lr_scheduler, optimizer  # noqa: E402
 kvstore = kv  # MXNet spells it both ways: mx.kv and mx.kvstore
 
 
-def _close_everything():
+def _close_everything() -> None:
     _lifetime.close_all()
     if _dtrain.collectives_is_initialized():
         _dtrain.collectives_shutdown()

@@ -8,9 +8,20 @@
             parts = dtrain.data.split_and_load(data, devices)
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import torch
 
 from . import _dtrain
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+    from typing import TypeAlias
+
+    # Devices (or their names, e.g. 'cuda:0'), or a number of CPU replicas.
+    _Devices: TypeAlias = int | Iterable[torch.device | str | int]
 
 __all__ = ["SplitSampler", "split_and_load", "split_data"]
 
@@ -21,7 +32,8 @@ class SplitSampler(torch.utils.data.Sampler):
     worker runs the same number of steps), shuffled every epoch from (seed, epoch): the same
     order on every run. ``shuffle=False`` keeps the range in order."""
 
-    def __init__(self, length, num_parts=1, part_index=0, seed=0, shuffle=True):
+    def __init__(self, length: int, num_parts: int = 1, part_index: int = 0, seed: int = 0,
+                 shuffle: bool = True) -> None:
         self.length = length
         self.num_parts = num_parts
         self.part_index = part_index
@@ -33,12 +45,12 @@ class SplitSampler(torch.utils.data.Sampler):
         self._part_len = len(_dtrain.split_sampler_indices(length, num_parts, part_index, seed,
                                                            False, 0))
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Shuffle for `epoch` at the next iteration (as torch's DistributedSampler)."""
         self.epoch = epoch
         self._explicit_epoch = True
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         indices = _dtrain.split_sampler_indices(self.length, self.num_parts, self.part_index,
                                                 self.seed, self.shuffle, self.epoch)
         if not self._explicit_epoch:
@@ -46,17 +58,18 @@ class SplitSampler(torch.utils.data.Sampler):
         self._explicit_epoch = False
         return iter(indices)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._part_len
 
 
-def _devices(ctx_list):
+def _devices(ctx_list: _Devices) -> list[torch.device]:
     if isinstance(ctx_list, int):
         return [torch.device("cpu")] * ctx_list
     return [torch.device(c) if not isinstance(c, torch.device) else c for c in ctx_list]
 
 
-def split_data(data, num_slice, batch_axis=0, even_split=True, work_load_list=None):
+def split_data(data: torch.Tensor, num_slice: int, batch_axis: int = 0, even_split: bool = True,
+               work_load_list: Sequence[float] | None = None) -> list[torch.Tensor]:
     """`data` cut into `num_slice` parts along `batch_axis` (MXNet's gluon.utils.split_data).
     With even_split the size must divide evenly; with `work_load_list` parts follow the weights."""
     size = data.shape[batch_axis]
@@ -67,7 +80,9 @@ def split_data(data, num_slice, batch_axis=0, even_split=True, work_load_list=No
     return [data.narrow(batch_axis, offset, length) for offset, length in slices]
 
 
-def split_and_load(data, ctx_list, batch_axis=0, even_split=True, work_load_list=None):
+def split_and_load(data: torch.Tensor, ctx_list: _Devices, batch_axis: int = 0,
+                   even_split: bool = True,
+                   work_load_list: Sequence[float] | None = None) -> list[torch.Tensor]:
     """`data` split over the devices of `ctx_list` (a list of torch devices or device names, or a
     number of CPU replicas) and moved to each (MXNet's gluon.utils.split_and_load)."""
     devices = _devices(ctx_list)

@@ -19,16 +19,32 @@ call; a failure on the way raises :class:`dtrain.PeerError` or :class:`dtrain.Ti
 naming the node, from ``wait``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NoReturn, overload
+
 import torch
 
 from . import _dtrain, _lifetime
 from .errors import InvalidArgument
 from .optimizer import Optimizer
 
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Sequence
+    from typing import Self, TypeAlias
+
+    _Key: TypeAlias = int | str
+    # Several keys: a list or a tuple (of ints, of strs, or of both).
+    _KeyList: TypeAlias = list[int] | list[str] | list[int | str] | tuple[int | str, ...]
+    # A tensor, or one per local device; for several keys, one of those per key.
+    _Value: TypeAlias = torch.Tensor | Sequence[torch.Tensor | Sequence[torch.Tensor]]
+    _Path: TypeAlias = str | os.PathLike[str]
+
 __all__ = ["create", "KVStore", "Handle", "waitall"]
 
 
-def create(name="local"):
+def create(name: str = "local") -> KVStore:
     """A new KVStore of type `name`. A dist type joins the job described by the DMLC_*
     variables (and blocks until every node has joined)."""
     if not isinstance(name, str):
@@ -36,7 +52,7 @@ def create(name="local"):
     return KVStore(name)
 
 
-def waitall():
+def waitall() -> None:
     """Waits for every call issued so far on every open KVStore."""
     for store in list(_lifetime._live[_lifetime.STORE]):
         store._waitall()
@@ -48,24 +64,24 @@ class Handle:
 
     __slots__ = ("_op", "_result")
 
-    def __init__(self, op, result=None):
+    def __init__(self, op: _dtrain.Operation, result: Any = None) -> None:
         self._op = op
         self._result = result
 
-    def wait(self):
+    def wait(self) -> Any:  # None for a push, else the tensor(s) that the call wrote
         self._op.wait()
         return self._result
 
     @property
-    def done(self):
+    def done(self) -> bool:
         return self._op.done
 
 
-def _is_tensor(x):
+def _is_tensor(x: object) -> bool:
     return isinstance(x, torch.Tensor)
 
 
-def _keys(key):
+def _keys(key: _Key | _KeyList) -> tuple[list[_Key], bool]:
     """(list of keys, whether a list was given)."""
     if isinstance(key, (list, tuple)):
         if not key:
@@ -74,7 +90,7 @@ def _keys(key):
     return [key], False
 
 
-def _devices(value, what, key):
+def _devices(value: Any, what: str, key: _Key) -> list[torch.Tensor]:
     if _is_tensor(value):
         return [value]
     if isinstance(value, (list, tuple)) and value and all(_is_tensor(v) for v in value):
@@ -83,7 +99,8 @@ def _devices(value, what, key):
                     "not %s" % (what, key, type(value).__name__))
 
 
-def _per_key(keys, listed, value, what):
+def _per_key(keys: list[_Key], listed: bool, value: Any,
+             what: str) -> list[list[torch.Tensor]]:
     """One list of tensors per key."""
     if not listed:
         return [_devices(value, what, keys[0])]
@@ -98,30 +115,31 @@ def _per_key(keys, listed, value, what):
 class KVStore:
     """A key-value store of tensors, shared by the workers of a job (see the module's help)."""
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self._h = _dtrain.KVStore(name)
-        self._shapes = {}  # key -> (shape, dtype) of its init value, to allocate pull outputs
+        # key -> (shape, dtype) of its init value, to allocate pull outputs
+        self._shapes: dict[_Key, tuple[torch.Size, torch.dtype]] = {}
         self._closed = False
         _lifetime.register(self, _lifetime.STORE)
 
     # --- properties ---
     @property
-    def type(self):
+    def type(self) -> str:
         """The store's type, e.g. ``'dist_sync'``."""
         return self._h.type
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This worker's rank, 0 to num_workers - 1."""
         return self._h.rank
 
     @property
-    def num_workers(self):
+    def num_workers(self) -> int:
         """The number of workers in the job (1 for local stores)."""
         return self._h.num_workers
 
     # --- data ---
-    def init(self, key, value):
+    def init(self, key: _Key | _KeyList, value: _Value) -> None:
         """Creates each key with an initial value. In dist stores rank 0's value is kept; the call
         returns when the keys exist for every worker."""
         keys, listed = _keys(key)
@@ -130,12 +148,25 @@ class KVStore:
         for k, v in zip(keys, values):
             self._shapes[k] = (v.shape, v.dtype)
 
-    def push(self, key, value, priority=0):
+    def push(self, key: _Key | _KeyList, value: _Value, priority: int = 0) -> Handle:
         """Adds the value (summed over the devices given) to this round of the key."""
         keys, listed = _keys(key)
         return Handle(self._h.push(keys, _per_key(keys, listed, value, "value"), priority))
 
-    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+    @overload
+    def pull(self, key: _Key, out: None = None, priority: int = 0,
+             ignore_sparse: bool = True) -> torch.Tensor: ...
+
+    @overload
+    def pull(self, key: _KeyList, out: None = None, priority: int = 0,
+             ignore_sparse: bool = True) -> list[torch.Tensor]: ...
+
+    @overload
+    def pull(self, key: _Key | _KeyList, out: _Value, priority: int = 0,
+             ignore_sparse: bool = True) -> Handle: ...
+
+    def pull(self, key: _Key | _KeyList, out: _Value | None = None, priority: int = 0,
+             ignore_sparse: bool = True) -> torch.Tensor | list[torch.Tensor] | Handle:
         """Copies the key's current value into `out` (a tensor, or a list of tensors: one per
         device) and returns a Handle. Without `out`, waits and returns new tensors."""
         keys, listed = _keys(key)
@@ -145,7 +176,8 @@ class KVStore:
             return fresh if listed else fresh[0]
         return Handle(self._h.pull(keys, _per_key(keys, listed, out, "out"), priority), out)
 
-    def pushpull(self, key, value, out=None, priority=0):
+    def pushpull(self, key: _Key | _KeyList, value: _Value, out: _Value | None = None,
+                 priority: int = 0) -> Handle:
         """Push, then pull the resulting value, in one exchange. Without `out` the result is
         written into `value`."""
         keys, listed = _keys(key)
@@ -154,22 +186,23 @@ class KVStore:
         result = value if out is None else out
         return Handle(self._h.pushpull(keys, values, outs, priority), result)
 
-    def broadcast(self, key, value, out, priority=0):
+    def broadcast(self, key: _Key | _KeyList, value: _Value, out: _Value,
+                  priority: int = 0) -> Handle:
         """Init the key with rank 0's `value`, then pull it into `out` on every worker."""
         self.init(key, value)
         return self.pull(key, out=out, priority=priority)
 
-    def row_sparse_pull(self, *args, **kwargs):
+    def row_sparse_pull(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise NotImplementedError("dtrain has no sparse tensors; use pull")
 
     # --- control ---
-    def barrier(self):
+    def barrier(self) -> None:
         """Blocks until every worker has reached the barrier."""
         self._h.barrier()
 
     _barrier = barrier  # MXNet's name
 
-    def set_optimizer(self, optimizer):
+    def set_optimizer(self, optimizer: Optimizer) -> None:
         """From now on pushes are applied with `optimizer` (a dtrain.optimizer.Optimizer) on the
         store's side (on the servers for dist stores) and pulls return weights."""
         if not isinstance(optimizer, Optimizer):
@@ -177,7 +210,7 @@ class KVStore:
                             "dtrain.optimizer.create('sgd', learning_rate=0.1)")
         self._h.set_optimizer(*optimizer._spec())
 
-    def set_gradient_compression(self, compression_params):
+    def set_gradient_compression(self, compression_params: dict[str, Any]) -> None:
         """Compresses what this worker pushes, as MXNet does: ``{'type': '2bit', 'threshold':
         0.5}``, ``{'type': '1bit', 'threshold': 0}`` (both with error feedback: what is not sent
         is kept and added to the next push), ``{'type': 'fp16'}`` or ``{'type': 'none'}``. Dist
@@ -190,13 +223,13 @@ class KVStore:
             raise TypeError("compression_params is a dict, e.g. {'type': '2bit', 'threshold': 0.5}")
         self._h.set_gradient_compression({str(k): str(v) for k, v in compression_params.items()})
 
-    def save_optimizer_states(self, fname, dump_optimizer=False):
+    def save_optimizer_states(self, fname: _Path, dump_optimizer: bool = False) -> None:
         """Saves the state of the store's optimizer (all servers' for dist stores) to `fname`."""
         state = self._h.save_optimizer_state()
         with open(fname, "wb") as f:
             f.write(state)
 
-    def load_optimizer_states(self, fname):
+    def load_optimizer_states(self, fname: _Path) -> None:
         """Restores a state saved by save_optimizer_states into a store of the same layout. Call
         it on every worker: rank 0 restores the servers and the others wait for it."""
         with open(fname, "rb") as f:
@@ -208,23 +241,23 @@ class KVStore:
             self.barrier()
 
     # --- lifetime ---
-    def close(self):
+    def close(self) -> None:
         """Waits for the calls in flight and, for dist stores, leaves the job (the scheduler ends
         the job once every worker has left). Also done at exit."""
         self._closed = True
         self._h.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _waitall(self):
+    def _waitall(self) -> None:
         if not self._closed:
             self._h.waitall()
 
-    def _new_like(self, key):
+    def _new_like(self, key: _Key) -> torch.Tensor:
         if key not in self._shapes:
             raise InvalidArgument("pull of key %r without out: the key was never initialised here "
                                   "(call init first, or pass out)" % (key,))

@@ -20,6 +20,10 @@ accepted and has no effect: weights are float32 (as in MXNet with float32 weight
 that is unknown or out of range is a :class:`dtrain.InvalidArgument` naming it, at creation.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from . import _dtrain
 from .lr_scheduler import LRScheduler
 
@@ -32,7 +36,7 @@ _IGNORED = ("multi_precision", "lazy_update", "param_idx2name", "sym", "begin_nu
 class Optimizer:
     """An optimizer by name and parameters (MXNet's names)."""
 
-    def __init__(self, name, **params):
+    def __init__(self, name: str, **params: Any) -> None:
         lr_scheduler = params.pop("lr_scheduler", None)
         if lr_scheduler is not None and not isinstance(lr_scheduler, LRScheduler):
             raise TypeError("lr_scheduler must be a dtrain.lr_scheduler scheduler, e.g. "
@@ -40,7 +44,7 @@ class Optimizer:
         for name_ in _IGNORED:
             params.pop(name_, None)
         self.name = name.lower()
-        self.params = {}
+        self.params: dict[str, float] = {}
         for key, value in params.items():
             if value is None:  # MXNet's "not set" (clip_gradient=None)
                 continue
@@ -54,10 +58,10 @@ class Optimizer:
         _dtrain.check_optimizer(*self._spec())
 
     @property
-    def learning_rate(self):
+    def learning_rate(self) -> float:
         return self.params.get("learning_rate", _DEFAULT_LR.get(self.name, 0.01))
 
-    def _spec(self):
+    def _spec(self) -> tuple[str, dict[str, float], str]:
         """(name, parameters, schedule name) as the core takes them."""
         params = dict(self.params)
         kind = ""
@@ -66,7 +70,7 @@ class Optimizer:
             params.update({k: float(v) for k, v in self.lr_scheduler._params().items()})
         return self.name, params, kind
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "dtrain.optimizer.create(%r, %s)" % (
             self.name, ", ".join("%s=%g" % kv for kv in sorted(self.params.items())))
 
@@ -74,28 +78,28 @@ class Optimizer:
 _DEFAULT_LR = {"sgd": 0.01, "nag": 0.01, "adagrad": 0.01, "adam": 0.001, "rmsprop": 0.001}
 
 
-def create(name, **kwargs):
+def create(name: str | Optimizer, **kwargs: Any) -> Optimizer:
     """The optimizer `name` ('sgd', 'nag', 'adam', 'adagrad', 'rmsprop') with MXNet's parameters."""
     if isinstance(name, Optimizer):
         return name
     return Optimizer(name, **kwargs)
 
 
-def SGD(**kwargs):
+def SGD(**kwargs: Any) -> Optimizer:
     return Optimizer("sgd", **kwargs)
 
 
-def NAG(**kwargs):
+def NAG(**kwargs: Any) -> Optimizer:
     return Optimizer("nag", **kwargs)
 
 
-def Adam(**kwargs):
+def Adam(**kwargs: Any) -> Optimizer:
     return Optimizer("adam", **kwargs)
 
 
-def AdaGrad(**kwargs):
+def AdaGrad(**kwargs: Any) -> Optimizer:
     return Optimizer("adagrad", **kwargs)
 
 
-def RMSProp(**kwargs):
+def RMSProp(**kwargs: Any) -> Optimizer:
     return Optimizer("rmsprop", **kwargs)

@@ -13,11 +13,24 @@ With ``--timeline TRACE`` (a merged DTRAIN_TIMELINE file) it adds, for that work
 step's time went: forward, backward, waiting for weights and the optimizer step.
 """
 
+from __future__ import annotations
+
 import argparse
 import collections
 import json
 import re
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import TypedDict
+
+    class _Epoch(TypedDict):
+        speed: list[float]
+        accuracy: list[float]
+        loss: list[float]
+        test: float | None
 
 _PREFIX = re.compile(r"^\[(worker|rank) (\d+)\] ?")
 _PROGRESS = re.compile(r"Epoch\[(\d+)\] Batch \[\d+-\d+\] Speed: ([0-9.]+) samples/sec"
@@ -25,9 +38,10 @@ _PROGRESS = re.compile(r"Epoch\[(\d+)\] Batch \[\d+-\d+\] Speed: ([0-9.]+) sampl
 _TEST = re.compile(r"Epoch (\d+): Test_acc ([0-9.]+)")
 
 
-def read_log(path, worker):
+def read_log(path: str, worker: int) -> dict[int, _Epoch]:
     """{epoch: {"speed": [...], "accuracy": [...], "loss": [...], "test": x}} of one worker."""
-    epochs = collections.defaultdict(lambda: {"speed": [], "accuracy": [], "loss": [], "test": None})
+    epochs: collections.defaultdict[int, _Epoch] = collections.defaultdict(
+        lambda: {"speed": [], "accuracy": [], "loss": [], "test": None})
     with open(path, errors="replace") as f:
         for line in f:
             m = _PREFIX.match(line)
@@ -50,11 +64,11 @@ def read_log(path, worker):
     return dict(sorted(epochs.items()))
 
 
-def _mean(values):
+def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def step_breakdown(trace_path, worker):
+def step_breakdown(trace_path: str, worker: int) -> list[tuple[int, dict[str, float]]]:
     """[(step, {span name: ms})] of one worker from a merged timeline."""
     with open(trace_path) as f:
         data = json.load(f)
@@ -64,7 +78,8 @@ def step_breakdown(trace_path, worker):
         if e.get("ph") == "M" and e.get("name") == "process_name" and \
                 e.get("args", {}).get("name") == "worker %d" % worker:
             pid = e["pid"]
-    steps = collections.defaultdict(lambda: collections.defaultdict(float))
+    steps: collections.defaultdict[int, collections.defaultdict[str, float]] = \
+        collections.defaultdict(lambda: collections.defaultdict(float))
     for e in events:
         if e.get("ph") != "X" or e.get("cat") != "train" or (pid is not None and e.get("pid") != pid):
             continue
@@ -77,7 +92,8 @@ def step_breakdown(trace_path, worker):
     return sorted(steps.items())
 
 
-def plot(logs, output, worker=0, timeline=None):
+def plot(logs: Sequence[str], output: str, worker: int = 0,
+         timeline: str | None = None) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -127,7 +143,7 @@ def plot(logs, output, worker=0, timeline=None):
     return output
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="dtrain plot", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("logs", nargs="+", help="training logs")

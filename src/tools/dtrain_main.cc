@@ -34,10 +34,19 @@ int RunService(dtrain::Role role) {
                                           : dtrain::ps::RunServer(config);
 }
 
+// The interpreter that has the dtrain package: $DTRAIN_PYTHON, which the `pip install`ed entry
+// point sets to its own interpreter (a wheel is built once and installed into any environment),
+// else the one this program was built with.
+std::string PackagePython() {
+  const char* chosen = std::getenv("DTRAIN_PYTHON");
+  return chosen && *chosen ? chosen : DTRAIN_PYTHON;
+}
+
 // `dtrain plot ...`: the plots are drawn by the Python package (dtrain/plot.py, matplotlib). In a
 // build tree the package sits beside this program's folder; installed, the interpreter finds it.
 [[noreturn]] void RunPlot(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {DTRAIN_PYTHON, "-m", "dtrain.plot"};
+  const std::string python = PackagePython();
+  std::vector<std::string> argv = {python, "-m", "dtrain.plot"};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::filesystem::path self = dtrain::launcher::SelfExecutablePath();
   const std::filesystem::path build_tree =
@@ -51,7 +60,7 @@ int RunService(dtrain::Role role) {
   for (auto& a : argv) raw.push_back(a.data());
   raw.push_back(nullptr);
   ::execv(raw[0], raw.data());
-  std::fprintf(stderr, "dtrain plot: cannot run %s: %s\n", DTRAIN_PYTHON, std::strerror(errno));
+  std::fprintf(stderr, "dtrain plot: cannot run %s: %s\n", python.c_str(), std::strerror(errno));
   std::exit(1);
 }
 

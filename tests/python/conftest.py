@@ -3,10 +3,13 @@
 is killed on every path, with bounded waits.
 
 The tests use the build tree: DTRAIN_BUILD_DIR (default <repo>/build), whose python/ folder holds
-the staged package; ctest sets both.
+the staged package; ctest sets both. With DTRAIN_TEST_INSTALLED=1 they use what `pip install` put
+in the running interpreter's environment instead: its dtrain package and the dtrain and
+dtrain-train commands on PATH (scripts/test-pip.sh runs them so, in venvs).
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,10 +22,22 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("DTRAIN_BUILD_DIR", os.path.join(REPO, "build"))
 PROGRAMS = os.path.join(REPO, "tests", "python", "programs")
-DTRAIN = os.path.join(BUILD, "src", "tools", "dtrain")
 PYTHON = sys.executable
+INSTALLED = os.environ.get("DTRAIN_TEST_INSTALLED") == "1"
 
-sys.path.insert(0, os.path.join(BUILD, "python"))
+if INSTALLED:
+    def _installed_command(name):
+        path = shutil.which(name, path=os.path.dirname(PYTHON) + os.pathsep + os.environ["PATH"])
+        assert path, "DTRAIN_TEST_INSTALLED=1 but %s is not on PATH" % name
+        return path
+    DTRAIN = _installed_command("dtrain")
+    TRAIN = _installed_command("dtrain-train")
+    PACKAGE_PATH = []
+else:
+    DTRAIN = os.path.join(BUILD, "src", "tools", "dtrain")
+    TRAIN = os.path.join(BUILD, "src", "train", "dtrain-train")
+    PACKAGE_PATH = [os.path.join(BUILD, "python")]
+    sys.path.insert(0, PACKAGE_PATH[0])
 
 
 def job_env(extra=None):
@@ -30,7 +45,7 @@ def job_env(extra=None):
     failure detection, and no DMLC_* variables of the caller's."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DMLC_", "DTRAIN_NODE", "OMPI_", "PMIX_"))}
-    env["PYTHONPATH"] = os.path.join(BUILD, "python") + os.pathsep + PROGRAMS
+    env["PYTHONPATH"] = os.pathsep.join(PACKAGE_PATH + [PROGRAMS])
     env.setdefault("DTRAIN_FAILURE_EXIT_MS", "5000")
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"

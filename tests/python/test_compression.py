@@ -7,13 +7,12 @@ import re
 
 import pytest
 
-from conftest import BUILD, job_env, launch_argv, program, run_ok
+from conftest import TRAIN, job_env, launch_argv, program, run_ok
 
 import dtrain
 import dtrain.torch
 import torch
 
-TRAIN = os.path.join(BUILD, "src", "train", "dtrain-train")
 BIG = {"MXNET_KVSTORE_BIGARRAY_BOUND": "1000"}
 
 

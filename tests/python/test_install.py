@@ -12,7 +12,10 @@ import textwrap
 
 import pytest
 
-from conftest import BUILD, PYTHON, REPO
+from conftest import BUILD, INSTALLED, PYTHON, REPO
+
+pytestmark = pytest.mark.skipif(INSTALLED, reason="checks `cmake --install` of the build tree; "
+                                "this run tests a pip-installed dtrain (test_package.py)")
 
 CMAKE_PROJECT = """
 cmake_minimum_required(VERSION 3.22)

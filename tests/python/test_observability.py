@@ -12,9 +12,8 @@ import urllib.request
 
 import pytest
 
-from conftest import BUILD, DTRAIN, PYTHON, job_env, launch_argv, run_ok
+from conftest import DTRAIN, TRAIN, PYTHON, job_env, launch_argv, run_ok
 
-TRAIN = os.path.join(BUILD, "src", "train", "dtrain-train")
 SHORT = ["--dataset", "fashion-mnist", "--network", "lenet", "--epochs", "1", "--limit-train",
          "2000", "--disp-batches", "20"]
 

@@ -1,24 +1,32 @@
 """Horovod's helpers for starting every rank from the same model and optimizer state."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from .ops import broadcast_async_, broadcast_object, rank, synchronize
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
 
-def broadcast_parameters(params, root_rank):
+def broadcast_parameters(params: dict[str, Any] | Iterable[tuple[str, torch.Tensor | None]],
+                         root_rank: int) -> None:
     """Copies root's parameters into every rank's, in place. `params` is a ``state_dict()``, a
     ``named_parameters()`` iterator, or a list of (name, tensor) pairs; names must be the same
     on every rank."""
     if isinstance(params, dict):
-        items = sorted(params.items())
+        items: list[tuple[str, Any]] = sorted(params.items())
     else:
         items = list(params)
         if items and not all(isinstance(p, tuple) and len(p) == 2 for p in items):
             raise ValueError("broadcast_parameters takes a state_dict or (name, tensor) pairs, "
                              "e.g. model.named_parameters()")
-    handles = []
+    handles: list[int] = []
     with torch.no_grad():
         for name, p in items:
             if p is None or not isinstance(p, torch.Tensor):
@@ -28,7 +36,7 @@ def broadcast_parameters(params, root_rank):
             synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
     """Copies root's optimizer state (and hyper-parameters) into every rank's optimizer."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("broadcast_optimizer_state takes a torch.optim.Optimizer")

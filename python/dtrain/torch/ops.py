@@ -11,15 +11,23 @@ tensors are summed exactly in float64 (up to 2^53) and averaged with floor divis
 does; allgather and broadcast move any dtype's bytes unchanged.
 """
 
+from __future__ import annotations
+
 import collections
 import itertools
 import pickle
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .. import _dtrain
 from ..errors import InvalidArgument
 from .compression import Compression
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from .compression import Compressor
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -42,7 +50,7 @@ _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 # --- process layout ---------------------------------------------------------------------------
 
-def init(comm=None, process_sets=None):
+def init(comm: object = None, process_sets: object = None) -> None:
     """Starts the collectives: the backend and layout come from the environment (mpirun's, or
     dtrain launch's DMLC_* variables for Gloo). Calling it again does nothing."""
     if comm is not None:
@@ -50,91 +58,92 @@ def init(comm=None, process_sets=None):
     _dtrain.collectives_init()
 
 
-def shutdown():
+def shutdown() -> None:
     """Stops the collectives (waits for what is in flight); also done at exit."""
     _dtrain.collectives_shutdown()
 
 
-def is_initialized():
+def is_initialized() -> bool:
     return _dtrain.collectives_is_initialized()
 
 
-def _initialized():
+def _initialized() -> None:
     if not _dtrain.collectives_is_initialized():
         raise ValueError("dtrain.torch has not been initialized; call init() first")
 
 
-def rank():
+def rank() -> int:
     _initialized()
     return _dtrain.collectives_rank()
 
 
-def size():
+def size() -> int:
     _initialized()
     return _dtrain.collectives_size()
 
 
-def local_rank():
+def local_rank() -> int:
     _initialized()
     return _dtrain.collectives_local_rank()
 
 
-def local_size():
+def local_size() -> int:
     _initialized()
     return _dtrain.collectives_local_size()
 
 
-def cross_rank():
+def cross_rank() -> int:
     """Which host this rank is on, counting hosts by their first rank (assumes the same number of
     ranks per host, as Horovod's does)."""
     return rank() // local_size()
 
 
-def cross_size():
+def cross_size() -> int:
     return size() // local_size()
 
 
-def mpi_enabled():
+def mpi_enabled() -> bool:
     return is_initialized() and _dtrain.collectives_backend() == "mpi"
 
 
-def gloo_enabled():
+def gloo_enabled() -> bool:
     return is_initialized() and _dtrain.collectives_backend() == "gloo"
 
 
-def mpi_built():
+def mpi_built() -> bool:
     return True
 
 
-def gloo_built():
+def gloo_built() -> bool:
     return True
 
 
-def nccl_built():
+def nccl_built() -> bool:
     return False
 
 
-def cuda_built():
+def cuda_built() -> bool:
     return False
 
 
-def rocm_built():
+def rocm_built() -> bool:
     return False
 
 
-def mpi_threads_supported():
+def mpi_threads_supported() -> bool:
     return mpi_enabled()
 
 
 # --- handles ----------------------------------------------------------------------------------
 
 _Pending = collections.namedtuple("_Pending", "op finish")
-_handles = {}
+_handles: dict[int, _Pending] = {}  # handle -> (the op in flight, the function giving its output)
 _next_handle = itertools.count()
-_unnamed = collections.defaultdict(itertools.count)
+_unnamed: collections.defaultdict[str, itertools.count[int]] = \
+    collections.defaultdict(itertools.count)
 
 
-def _name(kind, name):
+def _name(kind: str, name: str | None) -> str:
     if name is None:
         return "%s.noname.%d" % (kind, next(_unnamed[kind]))
     if not isinstance(name, str) or not name:
@@ -142,25 +151,25 @@ def _name(kind, name):
     return name
 
 
-def _handle(op, finish):
+def _handle(op: _dtrain.CollectiveHandle | _AllOf, finish: Callable[[], Any]) -> int:
     h = next(_next_handle)
     _handles[h] = _Pending(op, finish)
     return h
 
 
-def _pending(handle):
+def _pending(handle: int) -> _Pending:
     try:
         return _handles[handle]
     except KeyError:
         raise ValueError("unknown handle %r (already synchronized?)" % (handle,)) from None
 
 
-def poll(handle):
+def poll(handle: int) -> bool:
     """True once the collective behind `handle` is done (synchronize will not block)."""
     return _pending(handle).op.done
 
 
-def synchronize(handle):
+def synchronize(handle: int) -> Any:
     """Waits for the collective behind `handle` and returns its output; raises its error
     (PeerError naming a rank that left, TimeoutError past DTRAIN_COLLECTIVE_TIMEOUT_MS)."""
     pending = _pending(handle)
@@ -173,7 +182,8 @@ def synchronize(handle):
 
 # --- byte views for dtypes the engine does not reduce -------------------------------------------
 
-def _as_rows(tensor):
+def _as_rows(tensor: torch.Tensor) -> tuple[torch.Tensor,
+                                           Callable[[torch.Tensor], torch.Tensor]]:
     """A contiguous float16 tensor holding `tensor`'s bytes, one row per entry of the first
     dimension (rows padded to an even number of bytes), and the function that turns such rows,
     gathered or broadcast, back into `tensor`'s dtype and trailing shape."""
@@ -187,7 +197,7 @@ def _as_rows(tensor):
     if row_bytes % 2:
         raw[:, row_bytes:] = 0
 
-    def back(wire):
+    def back(wire: torch.Tensor) -> torch.Tensor:
         b = wire.contiguous().view(torch.uint8)[:, :row_bytes].contiguous()
         return b.view(t.dtype).reshape((wire.shape[0],) + tail)
 
@@ -196,7 +206,7 @@ def _as_rows(tensor):
 
 # --- allreduce --------------------------------------------------------------------------------
 
-def _reduce_op(average, op):
+def _reduce_op(average: bool | None, op: int | None) -> int:
     if average is not None:
         if op is not None:
             raise ValueError("give op or the deprecated average, not both")
@@ -210,7 +220,8 @@ def _reduce_op(average, op):
     return op
 
 
-def _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor):
+def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | None, op: int,
+                     prescale_factor: float, postscale_factor: float) -> int:
     """Submits tensor -> output (same shape and dtype; may be the same tensor)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("allreduce takes a tensor, not %s" % type(tensor).__name__)
@@ -229,7 +240,7 @@ def _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor
         op_average = False
     pending = _dtrain.allreduce_async(name, work, into, op_average)
 
-    def finish():
+    def finish() -> torch.Tensor:
         result = into
         if not exact:
             if op == Average:
@@ -245,8 +256,9 @@ def _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor
     return _handle(pending, finish)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=None):
+def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+                    op: int | None = None, prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0, process_set: object = None) -> int:
     """Starts reducing `tensor` over all ranks (average by default) into a new tensor."""
     _initialized()
     op = _reduce_op(average, op)
@@ -254,16 +266,19 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     return _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=None):
+def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+                     op: int | None = None, prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0, process_set: object = None) -> int:
     """Starts reducing `tensor` over all ranks, in place."""
     _initialized()
     op = _reduce_op(average, op)
     return _allreduce_start(tensor, tensor, name, op, prescale_factor, postscale_factor)
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+              compression: type[Compressor] | Compressor = Compression.none,
+              op: int | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set: object = None) -> torch.Tensor:
     """`tensor` reduced over all ranks (average by default), as a new tensor."""
     compressed, ctx = compression.compress(tensor)
     out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
@@ -271,14 +286,17 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(out, ctx)
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=None):
+def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+               op: int | None = None, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0, process_set: object = None) -> torch.Tensor:
     """Reduces `tensor` over all ranks in place and returns it."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor))
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, **kwargs):
+def grouped_allreduce_async(tensors: Iterable[torch.Tensor], average: bool | None = None,
+                            name: str | None = None, op: int | None = None,
+                            **kwargs: Any) -> int:
     base = _name("grouped_allreduce", name)
     handles = [allreduce_async(t, average, "%s.%d" % (base, i), op, **kwargs)
                for i, t in enumerate(tensors)]
@@ -286,7 +304,9 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, **kwargs)
                    lambda: [_handles.pop(h).finish() for h in handles])
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, **kwargs):
+def grouped_allreduce_async_(tensors: Iterable[torch.Tensor], average: bool | None = None,
+                             name: str | None = None, op: int | None = None,
+                             **kwargs: Any) -> int:
     base = _name("grouped_allreduce", name)
     handles = [allreduce_async_(t, average, "%s.%d" % (base, i), op, **kwargs)
                for i, t in enumerate(tensors)]
@@ -294,35 +314,40 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, **kwargs
                    lambda: [_handles.pop(h).finish() for h in handles])
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      **kwargs):
+def grouped_allreduce(tensors: Iterable[torch.Tensor], average: bool | None = None,
+                      name: str | None = None,
+                      compression: type[Compressor] | Compressor = Compression.none,
+                      op: int | None = None, **kwargs: Any) -> list[torch.Tensor]:
     pairs = [compression.compress(t) for t in tensors]
     outs = synchronize(grouped_allreduce_async([p[0] for p in pairs], average, name, op, **kwargs))
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, **kwargs):
+def grouped_allreduce_(tensors: Iterable[torch.Tensor], average: bool | None = None,
+                       name: str | None = None, op: int | None = None,
+                       **kwargs: Any) -> list[torch.Tensor]:
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, **kwargs))
 
 
 class _AllOf:
     """Several collectives waited for as one."""
 
-    def __init__(self, ops):
+    def __init__(self, ops: list[_dtrain.CollectiveHandle]) -> None:
         self.ops = ops
 
-    def wait(self):
+    def wait(self) -> None:
         for op in self.ops:
             op.wait()
 
     @property
-    def done(self):
+    def done(self) -> bool:
         return all(op.done for op in self.ops)
 
 
 # --- allgather and broadcast --------------------------------------------------------------------
 
-def allgather_async(tensor, name=None, process_set=None):
+def allgather_async(tensor: torch.Tensor, name: str | None = None,
+                    process_set: object = None) -> int:
     """Starts concatenating every rank's `tensor` along the first dimension (which may differ
     between ranks; the others must agree), in rank order."""
     _initialized()
@@ -331,30 +356,34 @@ def allgather_async(tensor, name=None, process_set=None):
     if tensor.dim() == 0:
         raise ValueError("allgather needs a tensor with at least one dimension")
     name = _name("allgather", name)
+    back: Callable[[torch.Tensor], torch.Tensor] | None
     if tensor.dtype in _FLOATS:
         work, back = tensor.detach().contiguous(), None
     else:
         work, back = _as_rows(tensor)
     pending = _dtrain.allgather_async(name, work)
 
-    def finish():
+    def finish() -> torch.Tensor:
         gathered = pending.result().clone()  # own memory, independent of the engine's buffer
         return back(gathered) if back else gathered
 
     return _handle(pending, finish)
 
 
-def allgather(tensor, name=None, process_set=None):
+def allgather(tensor: torch.Tensor, name: str | None = None,
+              process_set: object = None) -> torch.Tensor:
     """Every rank's `tensor` concatenated along the first dimension, in rank order."""
     return synchronize(allgather_async(tensor, name))
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                     process_set: object = None) -> int:
     """Starts copying root's `tensor` into every rank's `tensor`, in place."""
     _initialized()
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("broadcast takes a tensor, not %s" % type(tensor).__name__)
     name = _name("broadcast", name)
+    back: Callable[[torch.Tensor], torch.Tensor] | None
     if tensor.dtype in _FLOATS and tensor.is_contiguous():
         work, back = tensor.detach(), None
     elif tensor.dtype in _FLOATS:
@@ -364,7 +393,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
         back = lambda w: to_rows(w).reshape(tensor.shape)  # noqa: E731
     pending = _dtrain.broadcast_async(name, work, int(root_rank))
 
-    def finish():
+    def finish() -> torch.Tensor:
         if back is not None:
             with torch.no_grad():
                 tensor.copy_(back(work))
@@ -373,22 +402,26 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     return _handle(pending, finish)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=None):
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                    process_set: object = None) -> int:
     """Starts copying root's `tensor` into a new tensor on every rank."""
     return broadcast_async_(tensor.detach().clone(), root_rank, name)
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=None):
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+               process_set: object = None) -> torch.Tensor:
     return synchronize(broadcast_async_(tensor, root_rank, name))
 
 
-def broadcast(tensor, root_rank, name=None, process_set=None):
+def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+              process_set: object = None) -> torch.Tensor:
     return synchronize(broadcast_async(tensor, root_rank, name))
 
 
 # --- objects, barrier, join ---------------------------------------------------------------------
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+def broadcast_object(obj: object, root_rank: int = 0, name: str | None = None,
+                     process_set: object = None) -> Any:
     """Root's `obj` (anything pickle can carry) on every rank."""
     name = _name("broadcast_object", name)
     if rank() == root_rank:
@@ -403,12 +436,14 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     return obj if rank() == root_rank else pickle.loads(payload.numpy().tobytes())
 
 
-def allgather_object(obj, name=None, process_set=None):
+def allgather_object(obj: object, name: str | None = None,
+                     process_set: object = None) -> list[Any]:
     """Every rank's `obj`, in rank order."""
     name = _name("allgather_object", name)
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".sizes")
     data = allgather(payload, name + ".data")
+    out: list[Any]
     out, at = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(data[at:at + n].numpy().tobytes()))
@@ -416,13 +451,13 @@ def allgather_object(obj, name=None, process_set=None):
     return out
 
 
-def barrier(process_set=None):
+def barrier(process_set: object = None) -> None:
     """Blocks until every rank has reached the barrier."""
     _initialized()
     _dtrain.collectives_barrier()
 
 
-def join(device=-1):
+def join(device: int = -1) -> int:
     """Says this rank has no more data. Until every rank has joined, this rank takes part in the
     other ranks' allreduces with zeros; returns the rank that joined last."""
     _initialized()

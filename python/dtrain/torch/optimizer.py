@@ -1,13 +1,21 @@
 """Horovod's DistributedOptimizer: wraps a torch optimizer so that gradients are averaged over
 all ranks, each allreduce starting as soon as backward has accumulated that gradient."""
 
+from __future__ import annotations
+
 import contextlib
 import warnings
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
 from .compression import Compression
 from .ops import Average, _reduce_op, allreduce_async_, size, synchronize
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from .compression import Compressor
 
 __all__ = ["DistributedOptimizer"]
 
@@ -15,9 +23,12 @@ __all__ = ["DistributedOptimizer"]
 class _DistributedOptimizer(torch.optim.Optimizer):
     # Horovod's construction: this class's methods over the wrapped optimizer's class, built from
     # the wrapped optimizer's param_groups (see DistributedOptimizer below).
-    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor):
-        super(self.__class__, self).__init__(params)
+    def __init__(self, params: Iterable[dict[str, Any]],
+                 named_parameters: Iterable[tuple[str, torch.Tensor]] | None,
+                 compression: type[Compressor] | Compressor, backward_passes_per_step: int, op: int,
+                 gradient_predivide_factor: float) -> None:
+        # The wrapped class's __init__ (its own defaults), not torch.optim.Optimizer's.
+        super(self.__class__, self).__init__(params)  # type: ignore[call-arg]
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -44,16 +55,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             self._names = {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
 
-        self._handles = {}  # parameter -> (handle, compression context), this step
+        # parameter -> (handle, compression context), this step
+        self._handles: dict[torch.Tensor, tuple[int | None, Any]] = {}
         self._delay = {p: backward_passes_per_step for p in all_params}
-        self._requires_update = set()
-        self._grad_accs = []
+        self._requires_update: set[torch.Tensor] = set()
+        self._grad_accs: list[Any] = []
         self._synchronized = False
         self._should_synchronize = True
         if size() > 1:
             self._register_hooks()
 
-    def _register_hooks(self):
+    def _register_hooks(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
                 if not p.requires_grad:
@@ -66,8 +78,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 accumulator.register_hook(self._make_hook(p))
                 self._grad_accs.append(accumulator)
 
-    def _make_hook(self, p):
-        def hook(*ignore):
+    def _make_hook(self, p: torch.Tensor) -> Callable[..., None]:
+        def hook(*ignore: object) -> None:
             if p in self._handles and self._handles[p][0] is not None and self._delay[p] <= 0:
                 raise AssertionError(
                     "gradients were computed more than backward_passes_per_step times before "
@@ -79,7 +91,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._handles[p] = (handle, ctx)
         return hook
 
-    def _allreduce_grad_async(self, p):
+    def _allreduce_grad_async(self, p: torch.Tensor) -> tuple[int, Any]:
         if p.grad is None:
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         prescale = postscale = 1.0
@@ -90,7 +102,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                   prescale_factor=prescale, postscale_factor=postscale)
         return handle, ctx
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Waits for every gradient's allreduce and writes the results into .grad. A parameter
         backward did not reach takes part with zeros (every rank must submit it)."""
         for p in self._requires_update - set(self._handles):
@@ -100,17 +112,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = self._allreduce_grad_async(p)
         try:
             for p, (handle, ctx) in self._handles.items():
-                output = synchronize(handle)
+                output = synchronize(handle)  # type: ignore[arg-type]  # no None: see above
                 self._delay[p] = self.backward_passes_per_step
                 result = self._compression.decompress(output, ctx)
                 if result is not p.grad:
-                    p.grad.copy_(result)
+                    p.grad.copy_(result)  # type: ignore[union-attr]  # hooked: it has a grad
         finally:
             self._handles.clear()
         self._synchronized = True
 
     @contextlib.contextmanager
-    def skip_synchronize(self):
+    def skip_synchronize(self) -> Iterator[None]:
         """``with opt.skip_synchronize(): opt.step()`` after an explicit synchronize()."""
         self._should_synchronize = False
         try:
@@ -118,7 +130,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             self._should_synchronize = True
 
-    def step(self, closure=None):
+    # torch.optim.Optimizer's overloads; torch 1.x declares one step(closure=None) -> float | None.
+    @overload  # type: ignore[override, unused-ignore]
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() after optimizer.synchronize() without "
@@ -127,7 +146,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
-    def zero_grad(self, set_to_none=False):
+    def zero_grad(self, set_to_none: bool = False) -> None:
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(); the "
@@ -135,9 +154,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(set_to_none)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
+                         compression: type[Compressor] | Compressor = Compression.none,
+                         backward_passes_per_step: int = 1, op: int = Average,
+                         gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups: object = None, sparse_as_dense: bool = False,
+                         process_set: object = None) -> _DistributedOptimizer:
     """`optimizer` (a torch.optim.Optimizer) whose step() first averages every gradient over all
     ranks (op=Sum sums). Each allreduce starts from an autograd hook as soon as its gradient is
     accumulated, so communication overlaps the rest of backward. With

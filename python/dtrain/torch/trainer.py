@@ -20,9 +20,12 @@ of later layers. Given bare parameters it cannot see the forward: step() then wa
 new weight before it returns.
 """
 
+from __future__ import annotations
+
 import pickle
 import time
 import warnings
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -31,10 +34,23 @@ from .. import kv as _kv
 from .. import optimizer as _opt
 from ..errors import InvalidArgument
 
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import TypeAlias
+
+    # A module, replicas of one (a module per local device), or parameters: tensors, (name,
+    # tensor) pairs, or a dict of them.
+    _Params: TypeAlias = (torch.nn.Module | Sequence[torch.nn.Module]
+                          | dict[str, torch.Tensor] | dict[str, torch.nn.Parameter]
+                          | Iterable[torch.Tensor | tuple[str, torch.Tensor]])
+    _Path: TypeAlias = str | os.PathLike[str]
+
 __all__ = ["Trainer"]
 
 
-def _replicas_of(params):
+def _replicas_of(params: Any) -> tuple[list[list[tuple[str, torch.Tensor]]],
+                                      list[torch.nn.Module] | None]:
     """(list of replicas, each a list of (name, parameter); list of modules or None)."""
     if isinstance(params, torch.nn.Module):
         params = [params]
@@ -69,9 +85,12 @@ class Trainer:
     fuse_below_kb: parameters smaller than this travel together as one key (0: never).
     """
 
-    def __init__(self, params, optimizer, optimizer_params=None, kvstore="dist_sync",
-                 compression_params=None, update_on_kvstore=None, fuse_below_kb=64,
-                 overlap=True):
+    def __init__(self, params: _Params, optimizer: str | _opt.Optimizer,
+                 optimizer_params: Mapping[str, Any] | None = None,
+                 kvstore: str | _kv.KVStore = "dist_sync",
+                 compression_params: dict[str, Any] | None = None,
+                 update_on_kvstore: bool | None = None, fuse_below_kb: float = 64,
+                 overlap: bool = True) -> None:
         replicas, modules = _replicas_of(params)
         if isinstance(optimizer, _opt.Optimizer):
             if optimizer_params:
@@ -92,9 +111,9 @@ class Trainer:
         self._params = [p for _, p in replicas[0]]
         self._all_indexes = list(range(len(self._params)))
         self._modules = modules
-        self._batch_size = None
+        self._batch_size: int | None = None
         self._steps = 0
-        self._gates = []
+        self._gates: list[torch.utils.hooks.RemovableHandle] = []
         self._warned_batch = False
         name, spec_params, schedule = self._optimizer._spec()
         self._sync = _dtrain.ParameterSync(
@@ -104,14 +123,14 @@ class Trainer:
             self._install_gates(modules)
             if _dtrain.timeline_enabled():
                 self._install_timeline(modules[0])
-        self._forward_end = None
+        self._forward_end: float | None = None
         _lifetime.register(self, _lifetime.TRAINER)
         if modules is not None:
             for m in modules[1:]:
                 _copy_buffers(modules[0], m)
 
     # --- the Gluon Trainer's API ---
-    def step(self, batch_size, ignore_stale_grad=False):
+    def step(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
         """Ends a step of `batch_size` samples (this worker's, over all its devices): sends the
         gradients backward has not sent yet; the new weights arrive in the background."""
         if self._forward_end is not None:  # the timeline's backward: from forward's end to here
@@ -135,34 +154,34 @@ class Trainer:
         if self._modules is None:
             self._sync.wait_for(self._all_indexes)
 
-    def wait(self):
+    def wait(self) -> None:
         """Blocks until every parameter holds its latest weights (before evaluating or saving)."""
         self._sync.wait_all()
 
     @property
-    def learning_rate(self):
+    def learning_rate(self) -> float:
         return self._sync.learning_rate
 
-    def set_learning_rate(self, lr):
+    def set_learning_rate(self, lr: float) -> None:
         """Changes the base learning rate (update_on_kvstore=False; with the optimizer on the
         servers the rate follows its lr_scheduler)."""
         self._sync.learning_rate = float(lr)
 
     @property
-    def optimizer(self):
+    def optimizer(self) -> _opt.Optimizer:
         return self._optimizer
 
     @property
-    def kvstore(self):
+    def kvstore(self) -> _kv.KVStore:
         return self._kv
 
-    def save_states(self, fname):
+    def save_states(self, fname: _Path) -> None:
         """Saves the optimizer's state (the servers' with update_on_kvstore; call on rank 0)."""
         state = self._sync.save_optimizer_state()
         with open(fname, "wb") as f:
             pickle.dump({"dtrain_trainer_states": 1, "state": state}, f)
 
-    def load_states(self, fname):
+    def load_states(self, fname: _Path) -> None:
         """Restores save_states' file (call on every worker; rank 0 restores the servers)."""
         with open(fname, "rb") as f:
             saved = pickle.load(f)
@@ -170,7 +189,7 @@ class Trainer:
             raise InvalidArgument("%s was not written by Trainer.save_states" % fname)
         self._sync.load_optimizer_state(saved["state"])
 
-    def close(self):
+    def close(self) -> None:
         """Waits for the exchanges in flight and stops using the store (also done at exit)."""
         for h in getattr(self, "_gates", []):
             h.remove()
@@ -179,18 +198,18 @@ class Trainer:
         if self._owns_kv:
             self._kv.close()
 
-    def allreduce_grads(self):
+    def allreduce_grads(self) -> NoReturn:
         raise NotImplementedError("gradients are exchanged as backward produces them; call step()")
 
-    def update(self, batch_size, ignore_stale_grad=False):
+    def update(self, batch_size: int, ignore_stale_grad: bool = False) -> NoReturn:
         raise NotImplementedError("gradients are exchanged as backward produces them; call step()")
 
     # --- the timeline (DTRAIN_TIMELINE): forward spans from the top module's hooks ---
-    def _install_timeline(self, module):
-        def begin(mod, inputs):
+    def _install_timeline(self, module: torch.nn.Module) -> None:
+        def begin(mod: torch.nn.Module, inputs: tuple[Any, ...]) -> None:
             self._forward_begin = time.time()
 
-        def end(mod, inputs, output):
+        def end(mod: torch.nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             self._forward_end = time.time()
             _dtrain.timeline_span("forward", self._forward_begin, self._forward_end, self._steps)
 
@@ -198,7 +217,7 @@ class Trainer:
         self._gates.append(module.register_forward_hook(end))
 
     # --- forward gates ---
-    def _install_gates(self, modules):
+    def _install_gates(self, modules: list[torch.nn.Module]) -> None:
         for replica in modules:
             index = {id(p): i for i, p in enumerate(
                 p for p in replica.parameters() if p.requires_grad)}
@@ -207,16 +226,16 @@ class Trainer:
                 if own:
                     self._gates.append(module.register_forward_pre_hook(self._gate(own)))
 
-    def _gate(self, indexes):
+    def _gate(self, indexes: list[int]) -> Callable[[torch.nn.Module, tuple[Any, ...]], None]:
         sync = self._sync
 
-        def wait_for_weights(module, inputs):
+        def wait_for_weights(module: torch.nn.Module, inputs: tuple[Any, ...]) -> None:
             sync.wait_for(indexes)
 
         return wait_for_weights
 
 
-def _copy_buffers(source, target):
+def _copy_buffers(source: torch.nn.Module, target: torch.nn.Module) -> None:
     with torch.no_grad():
         for (_, b_from), (_, b_to) in zip(source.named_buffers(), target.named_buffers()):
             b_to.copy_(b_from)

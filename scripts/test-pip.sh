@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# `pip install` of dtrain as users do it, into virtual environments, with both supported torches:
+#   torch2: a fresh venv, `pip install torch` (PyPI's newest 2.x), `pip install --no-build-isolation
+#           <checkout>`; then, from a scratch folder with no PYTHONPATH, the whole Python suite on the
+#           installed package (DTRAIN_TEST_INSTALLED=1), mypy on the public API included, and the
+#           two Python examples, whose Test_acc must match Debian's torch's within 0.5 points.
+#   debian: Debian's python3-torch (a venv with system site-packages): `pip wheel` of the checkout,
+#           and that wheel installed into a second fresh venv, used without the source tree.
+# The C++ core is compiled once: ccache (scripts/build.sh turns it on) hands the main build's
+# objects to the pip builds (their folders, build-pip-<lane>, sit beside build/ so that, relative to
+# CCACHE_BASEDIR, the compile lines are the same). venvs: build/venv/<lane>.
+# Usage: scripts/test-pip.sh [torch2|debian]...   (both by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+lanes=("$@")
+((${#lanes[@]})) || lanes=(torch2 debian)
+system_python=/usr/bin/python3
+venvs=$repo/build/venv
+scratch=$(mktemp -d /tmp/dtrain-pip.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_BASEDIR=$repo
+command -v ccache >/dev/null && export CMAKE_CXX_COMPILER_LAUNCHER=ccache
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+unset PYTHONPATH
+log() { echo "test-pip: $*"; }
+fail() { echo "test-pip: FAILED: $*" >&2; exit 1; }
+
+# In the scratch folder, as a user would be: nothing from the checkout on the path.
+in_scratch() { (cd "$scratch" && env -u PYTHONPATH "$@"); }
+
+# The Test_acc of the two Python examples, 2 workers, with the given python and dtrain.
+example_accuracies() {
+  local python=$1 dtrain=$2 out acc_gluon acc_hvd
+  local short=(--epochs 1 --max-batches 600)
+  out=$(in_scratch timeout 600 "$dtrain" launch -n 2 -s 2 --launcher local -- \
+    "$python" "$repo/examples/python/gluon_fashion_mnist.py" "${short[@]}" 2>&1) ||
+    fail "gluon example: $out"
+  acc_gluon=$(grep -o "Epoch 0: Test_acc [0-9.]*" <<<"$out" | head -1 | awk '{print $3}')
+  out=$(in_scratch timeout 600 "$dtrain" launch -n 2 -s 0 --launcher local -- \
+    "$python" "$repo/examples/python/horovod_mnist.py" "${short[@]}" 2>&1) ||
+    fail "horovod example: $out"
+  acc_hvd=$(grep -o "Epoch 0: Test_acc [0-9.]*" <<<"$out" | head -1 | awk '{print $3}')
+  [[ -n "$acc_gluon" && -n "$acc_hvd" ]] || fail "no Test_acc from the examples"
+  echo "$acc_gluon $acc_hvd"
+}
+
+within_half_point() {  # reference measured
+  "$system_python" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.005)' "$1" "$2"
+}
+
+lane_torch2() {
+  local venv=$venvs/torch2 py
+  [[ -x $venv/bin/python ]] || "$system_python" -m venv "$venv"
+  py=$venv/bin/python
+  log "torch2: pip install torch (PyPI) scikit-build-core pytest mypy numpy"
+  timeout 1200 "$py" -m pip install -q --upgrade torch scikit-build-core pytest mypy numpy
+  log "torch2: pip install --no-build-isolation $repo"
+  SECONDS=0
+  timeout 2400 "$py" -m pip install -q --no-build-isolation --force-reinstall --no-deps \
+    -Cbuild-dir="$repo/build-pip-torch2" "$repo"
+  log "torch2: built and installed in ${SECONDS} s"
+  in_scratch "$py" - <<'EOF' || fail "torch2: the installed package"
+import importlib.metadata, os, sys, torch, dtrain, dtrain.torch
+assert torch.__version__.startswith("2."), torch.__version__
+assert os.path.realpath(dtrain.__file__).startswith(os.path.realpath(sys.prefix)), dtrain.__file__
+print("test-pip: torch2: torch", torch.__version__, "dtrain", importlib.metadata.version("dtrain"),
+      "from", os.path.dirname(dtrain.__file__))
+EOF
+  in_scratch "$venv/bin/dtrain" --help >/dev/null || fail "torch2: dtrain --help"
+  in_scratch "$venv/bin/dtrain-train" --help >/dev/null || fail "torch2: dtrain-train --help"
+
+  log "torch2: the Python suite on the installed package"
+  (cd "$repo/tests/python" && PATH=$venv/bin:$PATH DTRAIN_TEST_INSTALLED=1 DTRAIN_REQUIRE_MYPY=1 \
+    DTRAIN_MYPY_CACHE="$repo/build-pip-torch2/mypy-cache" \
+    timeout 2400 "$py" -m pytest -q -p no:cacheprovider .) || fail "torch2: pytest"
+
+  log "torch2: the examples against Debian's torch (the build tree)"
+  read -r ref_gluon ref_hvd < <(PYTHONPATH=$repo/build/python example_accuracies \
+    "$system_python" "$repo/build/src/tools/dtrain")
+  read -r t2_gluon t2_hvd < <(example_accuracies "$py" "$venv/bin/dtrain")
+  log "Test_acc gluon: torch 1.13 $ref_gluon, torch 2 $t2_gluon; horovod: $ref_hvd, $t2_hvd"
+  within_half_point "$ref_gluon" "$t2_gluon" || fail "gluon example accuracy differs by > 0.5 points"
+  within_half_point "$ref_hvd" "$t2_hvd" || fail "horovod example accuracy differs by > 0.5 points"
+}
+
+lane_debian() {
+  local build_venv=$venvs/debian-build user_venv=$venvs/debian-user wheels=$repo/build-pip-debian/wheels
+  [[ -x $build_venv/bin/python ]] || "$system_python" -m venv --system-site-packages "$build_venv"
+  timeout 600 "$build_venv/bin/python" -m pip install -q scikit-build-core
+  log "debian: pip wheel --no-build-isolation $repo"
+  rm -rf "$wheels"
+  SECONDS=0
+  timeout 2400 "$build_venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps \
+    -Cbuild-dir="$repo/build-pip-debian" -w "$wheels" "$repo"
+  log "debian: wheel built in ${SECONDS} s: $(cd "$wheels" && ls)"
+  "$system_python" - "$wheels"/dtrain-*.whl <<'EOF' || fail "debian: the wheel's contents"
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+tops = {n.split("/")[0] for n in names}
+assert all(t in ("dtrain", "_dtrain_cli") or t.endswith(".dist-info") for t in tops), tops
+for need in ("dtrain/_bin/dtrain", "dtrain/_bin/dtrain-train", "dtrain/py.typed",
+             "dtrain/_build_info.py", "dtrain/torch/__init__.py"):
+    assert need in names, need
+assert any(n.startswith("dtrain/_dtrain.cpython") for n in names), names
+assert not any(n.endswith((".a", ".h")) for n in names), "headers or static libraries in the wheel"
+print("test-pip: debian: wheel holds", len(names), "files, top level", sorted(tops))
+EOF
+  rm -rf "$user_venv"
+  "$system_python" -m venv --system-site-packages "$user_venv"
+  timeout 600 "$user_venv/bin/python" -m pip install -q --no-deps "$wheels"/dtrain-*.whl
+  in_scratch "$user_venv/bin/python" - <<'EOF' || fail "debian: the wheel's package"
+import os, sys, dtrain, dtrain.torch
+assert os.path.realpath(dtrain.__file__).startswith(os.path.realpath(sys.prefix)), dtrain.__file__
+print("test-pip: debian: dtrain", dtrain.__version__, "from", os.path.dirname(dtrain.__file__))
+EOF
+  local out
+  out=$(in_scratch timeout 300 "$user_venv/bin/dtrain" launch -n 2 -s 1 --launcher local -- \
+    "$user_venv/bin/python" -c "import dtrain, sys, torch; kv = dtrain.kv.create('dist_sync')
+kv.init(0, torch.zeros(3)); out = torch.empty(3); kv.pushpull(0, torch.ones(3), out=out).wait()
+assert out.tolist() == [2.0] * 3, out; print('pushpull OK', kv.rank, sys.prefix)" 2>&1) ||
+    fail "debian: a job from the wheel: $out"
+  [[ $(grep -c "pushpull OK .* $user_venv" <<<"$out") == 2 ]] || fail "debian: job output: $out"
+  in_scratch "$user_venv/bin/python" -m dtrain launch -n 1 -s 0 --launcher local -- true ||
+    fail "debian: python -m dtrain launch"
+  log "debian: the wheel works in a fresh venv"
+}
+
+for lane in "${lanes[@]}"; do
+  case $lane in
+    torch2) lane_torch2 ;;
+    debian) lane_debian ;;
+    *) fail "unknown lane $lane (torch2, debian)" ;;
+  esac
+done
+log "passed: ${lanes[*]}"

@@ -1,0 +1,75 @@
+"""The package as users meet it, in both layouts the suite runs on (the build tree, or a `pip
+install` when DTRAIN_TEST_INSTALLED=1): the version from one place, the commands, `python -m
+dtrain`, the guard against a torch other than the one dtrain was compiled for, and the type
+information."""
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import torch
+
+import dtrain
+from conftest import BUILD, DTRAIN, INSTALLED, PYTHON, REPO, job_env
+
+
+def run(argv, env=None, cwd="/", timeout=120):
+    return subprocess.run(argv, env=env or job_env(), cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+def test_version_comes_from_cmake_project():
+    with open(os.path.join(REPO, "CMakeLists.txt")) as f:
+        declared = re.search(r"project\(dtrain VERSION ([0-9.]+)", f.read()).group(1)
+    assert dtrain.__version__ == declared
+    assert importlib.metadata.version("dtrain") == declared
+
+
+def test_package_is_the_one_under_test():
+    where = os.path.realpath(dtrain.__file__)
+    if INSTALLED:
+        assert where.startswith(os.path.realpath(sys.prefix)), (where, sys.prefix)
+    else:
+        assert where.startswith(os.path.realpath(os.path.join(BUILD, "python"))), where
+    assert dtrain._build_info.TORCH_VERSION == torch.__version__
+
+
+def test_commands_and_python_m_dtrain():
+    for argv in ([DTRAIN, "--help"], [PYTHON, "-m", "dtrain", "--help"]):
+        p = run(argv)
+        assert p.returncode == 0 and "launch" in p.stdout, (argv, p.stdout)
+    p = run([PYTHON, "-m", "dtrain", "launch", "-n", "2", "-s", "1", "--launcher", "local", "--",
+             PYTHON, "-c", "import dtrain; kv = dtrain.kv.create('dist_sync'); "
+             "print('member', kv.rank, 'of', kv.num_workers)"], timeout=180)
+    assert p.returncode == 0, p.stdout
+    assert sorted(re.findall(r"member (\d) of 2", p.stdout)) == ["0", "1"], p.stdout
+
+
+def test_unknown_subcommand_is_a_usage_error():
+    p = run([PYTHON, "-m", "dtrain", "no-such-command"])
+    assert p.returncode == 2, p.stdout
+
+
+def test_another_torch_than_the_built_one_is_refused(tmp_path):
+    """A wheel built for one torch and imported beside another gives a clear ImportError instead
+    of undefined symbols. Simulated with a copy of the package whose build info names another
+    torch (the real extension is copied too, so nothing else differs)."""
+    package = os.path.dirname(dtrain.__file__)
+    copy = tmp_path / "dtrain"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("_bin", "__pycache__"))
+    (copy / "_build_info.py").write_text('TORCH_VERSION = "0.0.1"\n')
+    env = job_env()
+    env["PYTHONPATH"] = str(tmp_path)
+    p = run([PYTHON, "-c", "import dtrain"], env=env)
+    assert p.returncode != 0
+    assert "dtrain was built against torch 0.0.1" in p.stdout, p.stdout
+    assert "pip install --no-build-isolation" in p.stdout, p.stdout
+
+
+def test_package_ships_type_information():
+    package = os.path.dirname(dtrain.__file__)
+    assert os.path.exists(os.path.join(package, "py.typed"))
+    assert os.path.exists(os.path.join(package, "_dtrain.pyi"))
