@@ -54,8 +54,9 @@ lane_torch2() {
   local venv=$venvs/torch2 py
   [[ -x $venv/bin/python ]] || "$system_python" -m venv "$venv"
   py=$venv/bin/python
-  log "torch2: pip install torch (PyPI) scikit-build-core pytest mypy numpy"
-  timeout 1200 "$py" -m pip install -q --upgrade torch scikit-build-core pytest mypy numpy
+  timeout 600 "$py" -m pip install -q --upgrade pip  # Debian's 23.0 lacks -C (config settings)
+  log "torch2: pip install torch (PyPI) scikit-build-core pytest mypy numpy matplotlib"
+  timeout 1200 "$py" -m pip install -q --upgrade torch scikit-build-core pytest mypy numpy matplotlib
   log "torch2: pip install --no-build-isolation $repo"
   SECONDS=0
   timeout 2400 "$py" -m pip install -q --no-build-isolation --force-reinstall --no-deps \
@@ -74,7 +75,7 @@ EOF
   log "torch2: the Python suite on the installed package"
   (cd "$repo/tests/python" && PATH=$venv/bin:$PATH DTRAIN_TEST_INSTALLED=1 DTRAIN_REQUIRE_MYPY=1 \
     DTRAIN_MYPY_CACHE="$repo/build-pip-torch2/mypy-cache" \
-    timeout 2400 "$py" -m pytest -q -p no:cacheprovider .) || fail "torch2: pytest"
+    timeout 2400 "$py" -m pytest -q -rs -p no:cacheprovider .) || fail "torch2: pytest"
 
   log "torch2: the examples against Debian's torch (the build tree)"
   read -r ref_gluon ref_hvd < <(PYTHONPATH=$repo/build/python example_accuracies \
@@ -88,7 +89,7 @@ EOF
 lane_debian() {
   local build_venv=$venvs/debian-build user_venv=$venvs/debian-user wheels=$repo/build-pip-debian/wheels
   [[ -x $build_venv/bin/python ]] || "$system_python" -m venv --system-site-packages "$build_venv"
-  timeout 600 "$build_venv/bin/python" -m pip install -q scikit-build-core
+  timeout 600 "$build_venv/bin/python" -m pip install -q --upgrade pip scikit-build-core
   log "debian: pip wheel --no-build-isolation $repo"
   rm -rf "$wheels"
   SECONDS=0
@@ -101,6 +102,7 @@ names = zipfile.ZipFile(sys.argv[1]).namelist()
 tops = {n.split("/")[0] for n in names}
 assert all(t in ("dtrain", "_dtrain_cli") or t.endswith(".dist-info") for t in tops), tops
 for need in ("dtrain/_bin/dtrain", "dtrain/_bin/dtrain-train", "dtrain/py.typed",
+             "dtrain/_dtrain.pyi", "_dtrain_cli/py.typed",
              "dtrain/_build_info.py", "dtrain/torch/__init__.py"):
     assert need in names, need
 assert any(n.startswith("dtrain/_dtrain.cpython") for n in names), names

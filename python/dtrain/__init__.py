@@ -34,7 +34,9 @@ def _check_torch() -> None:
 _check_torch()
 
 from . import _dtrain, _lifetime  # noqa: E402
-from .errors import ConfigError, Error, InvalidArgument, PeerError, TimeoutError  # noqa: E402,F401
+from .errors import (  # noqa: E402,F401  (`X as X`: a re-export, for type checkers)
+    ConfigError as ConfigError, Error as Error, InvalidArgument as InvalidArgument,
+    PeerError as PeerError, TimeoutError as TimeoutError)
 
 try:
     __version__ = _metadata.version("dtrain")  # one place: project() in CMakeLists.txt

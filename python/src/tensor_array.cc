@@ -1,13 +1,23 @@
 #include "tensor_array.h"
 
 #include <pybind11/pybind11.h>
-#include <torch/csrc/utils/tensor_dtypes.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <memory>
 
 #include "train/tensor_dtype.h"
 
 namespace dtrain::python {
+namespace {
+// torch's own name of the tensor's dtype ("torch.int64"), as users write it. Asked of Python:
+// the C++ helpers for it are not exported by every torch build (PyPI's 2.x hides them).
+std::string TorchDtypeName(const at::Tensor& tensor) {
+  pybind11::gil_scoped_acquire gil;
+  return pybind11::str(pybind11::reinterpret_steal<pybind11::object>(THPVariable_Wrap(tensor))
+                           .attr("dtype"));
+}
+}  // namespace
+
 Array ArrayView(const at::Tensor& tensor, const std::string& what) {
   if (!tensor.defined()) throw pybind11::type_error(what + " is an undefined tensor");
   if (!tensor.device().is_cpu()) {
@@ -20,8 +30,7 @@ Array ArrayView(const at::Tensor& tensor, const std::string& what) {
   }
   const auto dtype = train::DTypeOf(tensor.scalar_type());
   if (!dtype) {
-    throw pybind11::type_error(what + " is torch." +
-                               torch::utils::getDtypeNames(tensor.scalar_type()).first +
+    throw pybind11::type_error(what + " is " + TorchDtypeName(tensor) +
                                "; dtrain moves float32, float64, float16 and bfloat16 tensors");
   }
   auto keep = std::make_shared<at::Tensor>(tensor);

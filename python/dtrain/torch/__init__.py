@@ -16,12 +16,17 @@ rank's pending collective raise dtrain.PeerError naming it.
 servers or the 'horovod' allreduce store).
 """
 
-from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: F401
-from .functions import broadcast_optimizer_state, broadcast_parameters  # noqa: F401
+# `X as X`: a re-export, for type checkers (they do not evaluate the __all__ below).
+from .compression import Compression as Compression  # noqa: F401
+from .compression import Compressor as Compressor  # noqa: F401
+from .compression import FP16Compressor as FP16Compressor  # noqa: F401
+from .compression import NoneCompressor as NoneCompressor  # noqa: F401
+from .functions import broadcast_optimizer_state as broadcast_optimizer_state  # noqa: F401
+from .functions import broadcast_parameters as broadcast_parameters  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .ops import __all__ as _ops_all
-from .optimizer import DistributedOptimizer  # noqa: F401
-from .trainer import Trainer  # noqa: F401
+from .optimizer import DistributedOptimizer as DistributedOptimizer  # noqa: F401
+from .trainer import Trainer as Trainer  # noqa: F401
 
 __all__ = list(_ops_all) + [
     "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",

@@ -14,8 +14,11 @@ from .ops import Average, _reduce_op, allreduce_async_, size, synchronize
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+    from typing import TypeVar
 
     from .compression import Compressor
+
+    _Optimizer = TypeVar("_Optimizer", bound=torch.optim.Optimizer)
 
 __all__ = ["DistributedOptimizer"]
 
@@ -112,11 +115,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = self._allreduce_grad_async(p)
         try:
             for p, (handle, ctx) in self._handles.items():
-                output = synchronize(handle)  # type: ignore[arg-type]  # no None: see above
+                output = synchronize(handle)  # type: ignore[arg-type]  # no None left (above)
                 self._delay[p] = self.backward_passes_per_step
                 result = self._compression.decompress(output, ctx)
                 if result is not p.grad:
-                    p.grad.copy_(result)  # type: ignore[union-attr]  # hooked: it has a grad
+                    p.grad.copy_(result)  # type: ignore[union-attr]  # set by _allreduce_grad_async
         finally:
             self._handles.clear()
         self._synchronized = True
@@ -154,13 +157,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(set_to_none)
 
 
-def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+# Typed as the optimizer's own class, whose subclass it returns, so that Horovod's `optimizer =
+# hvd.DistributedOptimizer(optimizer, ...)` type-checks; the type lacks synchronize() and
+# skip_synchronize().
+def DistributedOptimizer(optimizer: _Optimizer,
                          named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
                          compression: type[Compressor] | Compressor = Compression.none,
                          backward_passes_per_step: int = 1, op: int = Average,
                          gradient_predivide_factor: float = 1.0, num_groups: int = 0,
                          groups: object = None, sparse_as_dense: bool = False,
-                         process_set: object = None) -> _DistributedOptimizer:
+                         process_set: object = None) -> _Optimizer:
     """`optimizer` (a torch.optim.Optimizer) whose step() first averages every gradient over all
     ranks (op=Sum sums). Each allreduce starts from an autograd hook as soon as its gradient is
     accumulated, so communication overlaps the rest of backward. With
