@@ -30,24 +30,29 @@ fail() { echo "test-pip: FAILED: $*" >&2; exit 1; }
 # In the scratch folder, as a user would be: nothing from the checkout on the path.
 in_scratch() { (cd "$scratch" && env -u PYTHONPATH "$@"); }
 
-# The Test_acc of the two Python examples, 2 workers, with the given python and dtrain.
+# The Test_acc of the two Python examples, 2 workers, with the given python and dtrain: the best of
+# five epochs. Two torch builds round differently (their CPU kernels differ) and SGD amplifies it:
+# with the same seed, data order and initial weights, one worker and no dtrain in the loop, one
+# epoch of the Horovod example gives 0.831 (1.13) and 0.836 (2.15), and single epochs of a 2-worker
+# run differ by up to 2 points as the accuracy swings from epoch to epoch; the best epoch of five
+# is stable to a few tenths.
 example_accuracies() {
-  local python=$1 dtrain=$2 out acc_gluon acc_hvd
-  local short=(--epochs 1 --max-batches 600)
-  out=$(in_scratch timeout 600 "$dtrain" launch -n 2 -s 2 --launcher local -- \
-    "$python" "$repo/examples/python/gluon_fashion_mnist.py" "${short[@]}" 2>&1) ||
-    fail "gluon example: $out"
-  acc_gluon=$(grep -o "Epoch 0: Test_acc [0-9.]*" <<<"$out" | head -1 | awk '{print $3}')
-  out=$(in_scratch timeout 600 "$dtrain" launch -n 2 -s 0 --launcher local -- \
-    "$python" "$repo/examples/python/horovod_mnist.py" "${short[@]}" 2>&1) ||
-    fail "horovod example: $out"
-  acc_hvd=$(grep -o "Epoch 0: Test_acc [0-9.]*" <<<"$out" | head -1 | awk '{print $3}')
-  [[ -n "$acc_gluon" && -n "$acc_hvd" ]] || fail "no Test_acc from the examples"
-  echo "$acc_gluon $acc_hvd"
+  local python=$1 dtrain=$2 example servers out
+  for example in gluon_fashion_mnist:2 horovod_mnist:0; do
+    servers=${example#*:}
+    out=$(in_scratch timeout 900 "$dtrain" launch -n 2 -s "$servers" --launcher local -- \
+      "$python" "$repo/examples/python/${example%:*}.py" --epochs 5 2>&1) ||
+      fail "${example%:*} with $python: $out"
+    grep -o "Epoch [0-9]: Test_acc [0-9.]*" <<<"$out" | awk '$4 > best { best = $4 } END {
+      if (best == "") exit 1; printf "%.4f ", best }' || fail "no Test_acc from ${example%:*}: $out"
+  done
+  echo
 }
 
+# torch 2's accuracy is at least Debian torch's less half a point (a defect on one side, such as
+# gradients averaged wrongly, costs far more than that).
 within_half_point() {  # reference measured
-  "$system_python" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.005)' "$1" "$2"
+  "$system_python" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(b < a - 0.005)' "$1" "$2"
 }
 
 lane_torch2() {
@@ -77,13 +82,20 @@ EOF
     DTRAIN_MYPY_CACHE="$repo/build-pip-torch2/mypy-cache" \
     timeout 2400 "$py" -m pytest -q -rs -p no:cacheprovider .) || fail "torch2: pytest"
 
+  compare_examples
+}
+
+# The examples under torch 2 (the torch2 venv) against Debian's torch (the build tree).
+compare_examples() {
+  local venv=$venvs/torch2 ref t2 ref_gluon ref_hvd t2_gluon t2_hvd
   log "torch2: the examples against Debian's torch (the build tree)"
-  read -r ref_gluon ref_hvd < <(PYTHONPATH=$repo/build/python example_accuracies \
-    "$system_python" "$repo/build/src/tools/dtrain")
-  read -r t2_gluon t2_hvd < <(example_accuracies "$py" "$venv/bin/dtrain")
-  log "Test_acc gluon: torch 1.13 $ref_gluon, torch 2 $t2_gluon; horovod: $ref_hvd, $t2_hvd"
-  within_half_point "$ref_gluon" "$t2_gluon" || fail "gluon example accuracy differs by > 0.5 points"
-  within_half_point "$ref_hvd" "$t2_hvd" || fail "horovod example accuracy differs by > 0.5 points"
+  ref=$(PYTHONPATH=$repo/build/python example_accuracies "$system_python" "$repo/build/src/tools/dtrain")
+  t2=$(example_accuracies "$venv/bin/python" "$venv/bin/dtrain")
+  read -r ref_gluon ref_hvd <<<"$ref"
+  read -r t2_gluon t2_hvd <<<"$t2"
+  log "best Test_acc of 5 epochs, gluon: torch 1.13 $ref_gluon, torch 2 $t2_gluon; horovod: $ref_hvd, $t2_hvd"
+  within_half_point "$ref_gluon" "$t2_gluon" || fail "gluon example: torch 2 is > 0.5 points worse"
+  within_half_point "$ref_hvd" "$t2_hvd" || fail "horovod example: torch 2 is > 0.5 points worse"
 }
 
 lane_debian() {
@@ -111,7 +123,9 @@ print("test-pip: debian: wheel holds", len(names), "files, top level", sorted(to
 EOF
   rm -rf "$user_venv"
   "$system_python" -m venv --system-site-packages "$user_venv"
-  timeout 600 "$user_venv/bin/python" -m pip install -q --no-deps "$wheels"/dtrain-*.whl
+  # --ignore-installed: a `cmake --install`ed dtrain of the same version in /usr/local is visible
+  # through the system site-packages and would otherwise count as already installed.
+  timeout 600 "$user_venv/bin/python" -m pip install -q --no-deps --ignore-installed "$wheels"/dtrain-*.whl
   in_scratch "$user_venv/bin/python" - <<'EOF' || fail "debian: the wheel's package"
 import os, sys, dtrain, dtrain.torch
 assert os.path.realpath(dtrain.__file__).startswith(os.path.realpath(sys.prefix)), dtrain.__file__
@@ -133,7 +147,8 @@ for lane in "${lanes[@]}"; do
   case $lane in
     torch2) lane_torch2 ;;
     debian) lane_debian ;;
-    *) fail "unknown lane $lane (torch2, debian)" ;;
+    examples) compare_examples ;;  # torch2 does this too; alone, it needs torch2's venv
+    *) fail "unknown lane $lane (torch2, debian, examples)" ;;
   esac
 done
 log "passed: ${lanes[*]}"
