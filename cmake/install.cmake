@@ -6,6 +6,7 @@ include(CMakePackageConfigHelpers)
 # Library target -> exported name (dtrain::<name>), in dependency order.
 set(dtrain_exported
   dtrain_common common
+  dtrain_cuda cuda
   dtrain_auth auth
   dtrain_compression compression
   dtrain_report report

@@ -1,14 +1,17 @@
 """MXNet's KVStore on torch tensors: ``dtrain.kv.create('dist_sync')``.
 
-Types: ``local`` and ``device`` (one process; ``device`` aggregates on the CPU here),
+Types: ``local`` and ``device`` (one process; ``device`` sums CUDA tensors on their GPU),
 ``dist_sync``, ``dist_async``, ``dist_sync_device``, ``dist_async_device`` (parameter servers;
 ``dist`` means ``dist_sync``), and ``horovod`` (allreduce among the workers, no servers).
 
 Calls return at once so that communication overlaps computation: ``push``, ``pull`` (with
 ``out``), ``pushpull`` and ``broadcast`` return a :class:`Handle`; ``handle.wait()`` or
 :func:`waitall` waits. A tensor passed as ``out`` is written when the call is done, and a tensor
-passed as a value must not be changed before then. Tensors cross into the core without copies:
-they must be contiguous CPU tensors of float32, float64, float16 or bfloat16.
+passed as a value must not be changed before then. CPU tensors cross into the core without copies;
+CUDA tensors (where dtrain was built with CUDA) are staged through pinned host memory, after the
+work queued on torch's current stream, and ``device``/``dist_*_device`` stores first sum a key's
+values on the GPU, as MXNet's do. Tensors must be contiguous, of float32, float64, float16 or
+bfloat16.
 
 Keys are ints in ``[0, 2**43)`` or strs; every worker must init the same keys. A value is a tensor,
 or a list of tensors from several local devices (summed before they leave the worker). A key may

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "cuda/cuda.h"
 #include "train/tensor_dtype.h"
 
 namespace dtrain::python {
@@ -16,13 +17,28 @@ std::string TorchDtypeName(const at::Tensor& tensor) {
   return pybind11::str(pybind11::reinterpret_steal<pybind11::object>(THPVariable_Wrap(tensor))
                            .attr("dtype"));
 }
+// The stream torch queues this device's work on now (torch.cuda.current_stream), as a
+// cudaStream_t: dtrain's copies wait for what the user queued there. Asked of Python so that the
+// extension needs no CUDA build of LibTorch's headers.
+void* CurrentStream(int device) {
+  pybind11::gil_scoped_acquire gil;
+  auto stream = pybind11::module_::import("torch.cuda").attr("current_stream")(device);
+  return reinterpret_cast<void*>(stream.attr("cuda_stream").cast<uintptr_t>());
+}
+
 }  // namespace
 
 Array ArrayView(const at::Tensor& tensor, const std::string& what) {
   if (!tensor.defined()) throw pybind11::type_error(what + " is an undefined tensor");
-  if (!tensor.device().is_cpu()) {
+  const bool on_cuda = tensor.device().is_cuda();
+  if (!tensor.device().is_cpu() && !on_cuda) {
     throw pybind11::value_error(what + " is on " + tensor.device().str() +
-                                "; dtrain moves CPU tensors (call .cpu())");
+                                "; dtrain moves CPU and CUDA tensors");
+  }
+  if (on_cuda && !cuda::Built()) {
+    throw pybind11::value_error(what + " is on " + tensor.device().str() +
+                                ", but this dtrain was built without CUDA (no nvcc at build "
+                                "time): rebuild it where the CUDA toolkit is, or pass .cpu()");
   }
   if (tensor.is_sparse()) throw pybind11::value_error(what + " is sparse; pass a dense tensor");
   if (!tensor.is_contiguous()) {
@@ -34,6 +50,12 @@ Array ArrayView(const at::Tensor& tensor, const std::string& what) {
                                "; dtrain moves float32, float64, float16 and bfloat16 tensors");
   }
   auto keep = std::make_shared<at::Tensor>(tensor);
+  if (on_cuda) {
+    const int device = tensor.device().index();
+    return Array::WrapDevice(tensor.data_ptr(), Shape(tensor.sizes().begin(), tensor.sizes().end()),
+                             *dtype, device, CurrentStream(device),
+                             std::shared_ptr<void>(keep, keep.get()));
+  }
   return Array::Wrap(tensor.data_ptr(), Shape(tensor.sizes().begin(), tensor.sizes().end()), *dtype,
                      std::shared_ptr<void>(keep, keep.get()));
 }
@@ -41,11 +63,10 @@ Array ArrayView(const at::Tensor& tensor, const std::string& what) {
 at::Tensor TensorView(const Array& array) {
   auto owner = array.owner();
   std::vector<int64_t> shape(array.shape().begin(), array.shape().end());
-  if (!array.defined())
-    return at::empty(shape, at::TensorOptions().dtype(train::ScalarTypeOf(array.dtype())));
-  return at::from_blob(
-      array.data(), shape, [owner](void*) {},
-      at::TensorOptions().dtype(train::ScalarTypeOf(array.dtype())));
+  auto options = at::TensorOptions().dtype(train::ScalarTypeOf(array.dtype()));
+  if (array.on_device()) options = options.device(at::kCUDA, array.device());
+  if (!array.defined()) return at::empty(shape, options);
+  return at::from_blob(array.data(), shape, [owner](void*) {}, options);
 }
 
 }  // namespace dtrain::python

@@ -65,12 +65,16 @@ int LocalSize() { return TheEngine()->backend().local_size(); }
 
 Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op,
                       int priority) {
+  in.RequireHost("allreduce (the engine reduces host arrays; stage device arrays first)");
+  out.RequireHost("allreduce (the engine reduces host arrays; stage device arrays first)");
   return TheEngine()->Allreduce(name, in, out, op, priority);
 }
 Handle AllgatherAsync(const std::string& name, const Array& in) {
+  in.RequireHost("allgather (the engine gathers host arrays; stage device arrays first)");
   return TheEngine()->Allgather(name, in);
 }
 Handle BroadcastAsync(const std::string& name, const Array& inout, int root) {
+  inout.RequireHost("broadcast (the engine broadcasts host arrays; stage device arrays first)");
   return TheEngine()->Broadcast(name, inout, root);
 }
 

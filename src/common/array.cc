@@ -57,7 +57,24 @@ Array Array::Wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> ow
   return a;
 }
 
+Array Array::WrapDevice(void* data, Shape shape, DType dtype, int device, void* stream,
+                        std::shared_ptr<void> owner) {
+  if (device < 0) throw InvalidArgument("device id must be 0 or more, got " + std::to_string(device));
+  Array a = Wrap(data, std::move(shape), dtype, std::move(owner));
+  a.device_ = device;
+  a.stream_ = stream;
+  return a;
+}
+
+void Array::RequireHost(const char* what) const {
+  if (on_device()) {
+    throw InvalidArgument(std::string(what) + ": the array is on CUDA device " +
+                          std::to_string(device_) + ", and this operation runs on the host");
+  }
+}
+
 std::span<float> Array::floats() const {
+  RequireHost("Array::floats");
   if (dtype_ != DType::kFloat32) {
     throw InvalidArgument("array of " + std::string(DTypeName(dtype_)) + " used as float32");
   }
@@ -70,6 +87,7 @@ std::vector<float> Array::ToVector() const {
 }
 
 Array Array::Clone() const {
+  RequireHost("Array::Clone");
   Array copy(shape_, dtype_);
   if (nbytes() > 0) std::memcpy(copy.data_, data_, nbytes());
   return copy;
@@ -81,6 +99,8 @@ void Array::CopyFrom(const Array& other) const {
                           std::string(DTypeName(other.dtype_)) + " into " + ShapeToString(shape_) +
                           " " + std::string(DTypeName(dtype_)));
   }
+  RequireHost("Array::CopyFrom");
+  other.RequireHost("Array::CopyFrom");
   if (data_ != other.data_ && nbytes() > 0) std::memcpy(data_, other.data_, nbytes());
 }
 

@@ -7,6 +7,8 @@
 #include "dtrain/common/error.h"
 #include "dtrain/kvstore/kvstore.h"
 #include "kvstore/collective_kvstore.h"
+#include "cuda/cuda.h"
+#include "kvstore/device_staging_kvstore.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/local_kvstore.h"
 #include "ps/roles.h"
@@ -28,9 +30,7 @@ std::string Canonical(const std::string& type) {
   return type;
 }
 
-}  // namespace
-
-std::unique_ptr<KVStore> KVStore::Create(const std::string& requested) {
+std::unique_ptr<KVStore> CreateOnHost(const std::string& requested) {
   const std::string type = Canonical(requested);
   if (type == "local" || type == "device") {
     return std::make_unique<LocalKVStore>(type, Config::FromEnvironment());
@@ -49,6 +49,15 @@ std::unique_ptr<KVStore> KVStore::Create(const std::string& requested) {
   std::string known;
   for (auto t : kTypes) known += (known.empty() ? "" : ", ") + std::string(t);
   throw InvalidArgument("unknown kvstore type '" + requested + "' (known: " + known + ")");
+}
+
+}  // namespace
+
+std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {
+  auto store = CreateOnHost(type);
+  // Where CUDA is built in, device arrays may come: they are staged around the host store.
+  if (!cuda::Built()) return store;
+  return std::make_unique<DeviceStagingKVStore>(std::move(store));
 }
 
 }  // namespace dtrain

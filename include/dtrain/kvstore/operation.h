@@ -30,12 +30,16 @@ class OperationState {
   // Runs `fn` once, on the thread of the last part, when the operation is done (set it before
   // any part can finish). For the timeline's spans.
   void SetOnDone(std::function<void()> fn) { on_done_ = std::move(fn); }
+  // Runs `fn` once the operation is done: at once on this thread if it already is, else on the
+  // thread of the last part. Any number of these; they must not throw.
+  void WhenDone(std::function<void()> fn);
 
   bool done() const;
   // Waits for the operation; rethrows its error; throws TimeoutError at the deadline.
   void Wait(Duration timeout) const;
   void Wait() const { Wait(timeout_); }
   const std::string& what() const { return what_; }
+  Duration timeout() const { return timeout_; }
 
  private:
   const std::string what_;
@@ -45,6 +49,7 @@ class OperationState {
   std::exception_ptr error_;
   const Duration timeout_;
   std::function<void()> on_done_;
+  std::vector<std::function<void()>> when_done_;
 };
 
 class Operation {
@@ -58,6 +63,11 @@ class Operation {
   bool done() const;
   void Wait() const;
   void Wait(Duration timeout) const;
+
+  // An operation that is done once this one is and `next` has then run (on the thread that
+  // finished this one). It fails with this one's error (and `next` does not run), or with what
+  // `next` throws. `what` names it in timeouts.
+  Operation Then(std::function<void()> next, std::string what) const;
 
  private:
   std::vector<std::shared_ptr<OperationState>> states_;

@@ -111,7 +111,7 @@ def gloo_enabled() -> bool:
 
 
 def mpi_built() -> bool:
-    return True
+    return _dtrain.mpi_built()
 
 
 def gloo_built() -> bool:
@@ -123,7 +123,7 @@ def nccl_built() -> bool:
 
 
 def cuda_built() -> bool:
-    return False
+    return _dtrain.cuda_built()
 
 
 def rocm_built() -> bool:
@@ -180,6 +180,16 @@ def synchronize(handle: int) -> Any:
     return pending.finish()
 
 
+# --- CUDA tensors ---------------------------------------------------------------------------------
+
+def _on_host(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or its copy in host memory if it is a CUDA tensor: the engine reduces host buffers
+    over Gloo or OpenMPI (Horovod's host staging when NCCL is not used), and the result is copied
+    back into the CUDA output when the collective finishes. The copy waits for the work queued on
+    torch's current stream, as Horovod's does."""
+    return t.cpu() if t.is_cuda else t
+
+
 # --- byte views for dtypes the engine does not reduce -------------------------------------------
 
 def _as_rows(tensor: torch.Tensor) -> tuple[torch.Tensor,
@@ -191,9 +201,9 @@ def _as_rows(tensor: torch.Tensor) -> tuple[torch.Tensor,
     shape = tuple(t.shape) if t.dim() > 0 else (1,)
     rows, tail = shape[0], shape[1:]
     row_bytes = t.element_size() * int(torch.Size(tail).numel())
-    raw = torch.empty(rows, row_bytes + row_bytes % 2, dtype=torch.uint8)
+    raw = torch.empty(rows, row_bytes + row_bytes % 2, dtype=torch.uint8, device="cpu")
     if t.numel():
-        raw[:, :row_bytes] = t.reshape(rows, -1).view(torch.uint8)
+        raw[:, :row_bytes] = _on_host(t.reshape(rows, -1).view(torch.uint8))
     if row_bytes % 2:
         raw[:, row_bytes:] = 0
 
@@ -231,11 +241,12 @@ def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | Non
     if prescale_factor != 1.0:
         src = src * prescale_factor
     if exact:
-        work = src if src.is_contiguous() else src.contiguous()
-        into = output if output.is_contiguous() and output.dtype == work.dtype else torch.empty_like(work)
+        work = _on_host(src if src.is_contiguous() else src.contiguous())
+        into = output if (output.is_contiguous() and output.dtype == work.dtype
+                          and output.device == work.device) else torch.empty_like(work)
         op_average = op == Average
     else:  # integers and bools: an exact sum in float64, averaged by floor division
-        work = src.to(torch.float64).contiguous()
+        work = _on_host(src.to(torch.float64).contiguous())
         into = work
         op_average = False
     pending = _dtrain.allreduce_async(name, work, into, op_average)
@@ -358,14 +369,15 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
     name = _name("allgather", name)
     back: Callable[[torch.Tensor], torch.Tensor] | None
     if tensor.dtype in _FLOATS:
-        work, back = tensor.detach().contiguous(), None
+        work, back = _on_host(tensor.detach().contiguous()), None
     else:
         work, back = _as_rows(tensor)
     pending = _dtrain.allgather_async(name, work)
 
     def finish() -> torch.Tensor:
         gathered = pending.result().clone()  # own memory, independent of the engine's buffer
-        return back(gathered) if back else gathered
+        gathered = back(gathered) if back else gathered
+        return gathered.to(tensor.device)
 
     return _handle(pending, finish)
 
@@ -384,10 +396,10 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
         raise TypeError("broadcast takes a tensor, not %s" % type(tensor).__name__)
     name = _name("broadcast", name)
     back: Callable[[torch.Tensor], torch.Tensor] | None
-    if tensor.dtype in _FLOATS and tensor.is_contiguous():
+    if tensor.dtype in _FLOATS and tensor.is_contiguous() and not tensor.is_cuda:
         work, back = tensor.detach(), None
     elif tensor.dtype in _FLOATS:
-        work, back = tensor.detach().contiguous(), (lambda w: w)
+        work, back = _on_host(tensor.detach().contiguous()), (lambda w: w)
     else:  # its bytes as one row
         work, to_rows = _as_rows(tensor.reshape(1, -1))
         back = lambda w: to_rows(w).reshape(tensor.shape)  # noqa: E731
@@ -426,12 +438,12 @@ def broadcast_object(obj: object, root_rank: int = 0, name: str | None = None,
     name = _name("broadcast_object", name)
     if rank() == root_rank:
         payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-        length = torch.tensor([payload.numel()], dtype=torch.int64)
+        length = torch.tensor([payload.numel()], dtype=torch.int64, device="cpu")
     else:
-        length = torch.zeros(1, dtype=torch.int64)
+        length = torch.zeros(1, dtype=torch.int64, device="cpu")
     broadcast_(length, root_rank, name + ".size")
     if rank() != root_rank:
-        payload = torch.empty(int(length[0]), dtype=torch.uint8)
+        payload = torch.empty(int(length[0]), dtype=torch.uint8, device="cpu")
     broadcast_(payload, root_rank, name + ".data")
     return obj if rank() == root_rank else pickle.loads(payload.numpy().tobytes())
 
@@ -441,7 +453,8 @@ def allgather_object(obj: object, name: str | None = None,
     """Every rank's `obj`, in rank order."""
     name = _name("allgather_object", name)
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".sizes")
+    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64, device="cpu"),
+                      name + ".sizes")
     data = allgather(payload, name + ".data")
     out: list[Any]
     out, at = [], 0

@@ -1,6 +1,7 @@
 """A rank that checks Horovod's PyTorch API on dtrain exactly. Start it N times with
 `dtrain launch -n N -s 0` (Gloo) or `mpirun -np N` (OpenMPI). Prints "hvd_worker OK rank R of N
-(BACKEND)" at the end; any difference raises and fails the job.
+(BACKEND)" at the end; any difference raises and fails the job. With --cuda every tensor is made
+on the GPU, and results must come back there with the same values.
 """
 
 import sys
@@ -11,12 +12,17 @@ import dtrain.torch as hvd
 
 
 def expect(name, got, want):
+    if got.device != want.device:
+        raise AssertionError("%s: result on %s, want %s" % (name, got.device, want.device))
+    got, want = got.cpu(), want.cpu()
     if got.dtype != want.dtype or not torch.equal(got, want):
         raise AssertionError("%s: got %s %s, want %s %s" % (
             name, got.dtype, got.flatten()[:8].tolist(), want.dtype, want.flatten()[:8].tolist()))
 
 
 def main():
+    if "--cuda" in sys.argv[1:]:
+        torch.set_default_device("cuda")
     hvd.init()
     hvd.init()  # again: a no-op
     n, r = hvd.size(), hvd.rank()

@@ -1,9 +1,10 @@
 """A worker that checks MXNet's kvstore semantics exactly, for one store type.
 
-    kv_worker.py TYPE [--devices D] [--big N]
+    kv_worker.py TYPE [--devices D] [--big N] [--cuda]
 
-Run it under `dtrain launch` (dist types, `-s 0` for horovod) or alone (local, device). Every
-check compares exact values; any difference raises, so the job fails naming the check. Prints
+Run it under `dtrain launch` (dist types, `-s 0` for horovod) or alone (local, device). With
+--cuda every tensor is made on the GPU (the D devices are D replicas on cuda:0), and the same
+exact values are expected. Every check compares exact values; any difference raises, so the job fails naming the check. Prints
 "kv_worker OK rank R of N" at the end.
 """
 
@@ -18,6 +19,7 @@ import dtrain
 
 
 def expect(name, got, want):
+    got, want = got.cpu(), want.cpu()
     if not torch.equal(got, want):
         raise AssertionError("%s: got %s, want %s" % (name, got.flatten()[:8].tolist(),
                                                       want.flatten()[:8].tolist()))
@@ -28,7 +30,10 @@ def main():
     ap.add_argument("type")
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--big", type=int, default=5000, help="elements of the big key")
+    ap.add_argument("--cuda", action="store_true", help="every tensor on the GPU")
     args = ap.parse_args()
+    if args.cuda:
+        torch.set_default_device("cuda")  # values, outputs, and the tensors pull makes
 
     kv = dtrain.kv.create(args.type)
     n, r, d = kv.num_workers, kv.rank, args.devices

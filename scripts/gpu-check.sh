@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU checks in one command, for a machine with one or more GPUs, a CUDA build of PyTorch 2 in
+# its python3, nvcc, CMake and ninja, and no package registry (run scripts/gpu-deps.sh beforehand
+# where there is one, and bring its folder):
+#
+#   bash scripts/gpu-check.sh DEPS_DIR OUT_DIR
+#
+# Builds what the GPU tests need against that python3's torch, on every core, into build-gpu/;
+# runs the CUDA unit tests (ctest label gpu), the Python GPU tests (tests/python/test_gpu.py) and
+# the pushpull benchmark (bench/gpu_pushpull.py); writes OUT_DIR/gpu-check.log (everything) and
+# OUT_DIR/results.jsonl (one JSON line per step: what ran, its exit code, seconds, and the
+# benchmark's figures). Exits non-zero if any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+deps=$(realpath "${1:?usage: gpu-check.sh DEPS_DIR OUT_DIR}")
+out=$(realpath -m "${2:?usage: gpu-check.sh DEPS_DIR OUT_DIR}")
+mkdir -p "$out"
+log=$out/gpu-check.log
+results=$out/results.jsonl
+: >"$results"
+exec > >(tee -a "$log") 2>&1
+failed=0
+
+step() {  # step NAME COMMAND...: runs it, records its exit code and time
+  local name=$1 start rc
+  shift
+  echo "=== $name: $*"
+  start=$(date +%s.%N)
+  "$@"
+  rc=$?
+  awk -v n="$name" -v rc="$rc" -v s="$start" -v e="$(date +%s.%N)" \
+    'BEGIN { printf "{\"step\": \"%s\", \"rc\": %d, \"seconds\": %.1f}\n", n, rc, e - s }' \
+    >>"$results"
+  [ "$rc" -eq 0 ] || failed=1
+  return "$rc"
+}
+
+python=$(command -v python3)
+echo "=== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+nproc
+"$python" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__,
+  "cuda", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "-")'
+nvcc --version | tail -1
+
+# The dependencies, unpacked into a private root; Gloo's CMake files name /usr absolutely.
+root=$deps/root
+if [ ! -d "$root" ]; then
+  mkdir -p "$root"
+  for deb in "$deps"/debs/*.deb; do dpkg-deb -x "$deb" "$root" || exit 1; done
+  sed -i "s|\"/usr/lib/libgloo|\"\${_IMPORT_PREFIX}/lib/libgloo|" "$root"/usr/share/cmake/Gloo/GlooTargets-*.cmake
+fi
+libs=$root/usr/lib:$root/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+configure() {
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$python" \
+    -DCMAKE_PREFIX_PATH="$root/usr" -DOPENSSL_ROOT_DIR="$root/usr" -DZLIB_ROOT="$root/usr" \
+    -DCMAKE_CUDA_ARCHITECTURES=native -DDTRAIN_CUDA=ON -DDTRAIN_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_RPATH="$root/usr/lib;$root/usr/lib/x86_64-linux-gnu"
+}
+build() { ninja -C build-gpu -j "$(nproc)" dtrain_python dtrain dtrain_cuda_tests; }
+step configure configure && step build build || { echo "gpu-check: the build failed"; exit 1; }
+
+export DTRAIN_BUILD_DIR=$PWD/build-gpu PYTHONPATH=$PWD/build-gpu/python
+step cuda_unit_tests build-gpu/tests/dtrain_cuda_tests
+(cd tests/python && step python_gpu_tests "$python" -m pytest -q -rs -p no:cacheprovider \
+  test_gpu.py) || failed=1
+bench_out=$out/gpu_pushpull.jsonl
+step gpu_pushpull_bench bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
+  '$python' bench/gpu_pushpull.py | grep '^{' >'$bench_out'"
+cat "$bench_out" >>"$results" 2>/dev/null
+echo "=== results"
+cat "$results"
+exit "$failed"

@@ -1,0 +1,36 @@
+// cuda.h in a build without the CUDA toolkit: nothing can be on a device.
+#include "cuda/cuda.h"
+#include "dtrain/common/error.h"
+
+namespace dtrain::cuda {
+namespace {
+
+[[noreturn]] void NotBuilt() {
+  throw InvalidArgument(
+      "dtrain was built without CUDA (no nvcc was found when it was built): CUDA arrays cannot "
+      "be moved; rebuild where the CUDA toolkit is installed, or pass host (CPU) values");
+}
+
+}  // namespace
+
+bool Built() { return false; }
+int DeviceCount() { return 0; }
+std::string Unavailable() { return "dtrain was built without CUDA"; }
+Array PinnedLike(const Array&) { NotBuilt(); }
+std::vector<Array> ToHost(const std::vector<Array>& arrays) {
+  for (const Array& a : arrays) {
+    if (a.on_device()) NotBuilt();
+  }
+  return arrays;
+}
+Array ToHost(const Array& array) { return ToHost(std::vector<Array>{array})[0]; }
+void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
+  for (const Array& d : devices) {
+    if (d.on_device()) NotBuilt();
+    d.CopyFrom(host);
+  }
+}
+Array CloneOnDevice(const Array&) { NotBuilt(); }
+void AddInto(const Array&, const Array&) { NotBuilt(); }
+
+}  // namespace dtrain::cuda

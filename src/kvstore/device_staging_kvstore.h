@@ -1,0 +1,69 @@
+// DeviceStagingKVStore: CUDA arrays through any KVStore, as MXNet moves GPU NDArrays.
+//
+// Wraps the store KVStore::Create made. Calls whose arrays are all on the host go straight
+// through. Device arrays are staged through pinned host memory (src/cuda):
+//   - push: for "device", "dist_sync_device" and "dist_async_device" with several device values and
+//     no gradient compression, the values are summed on the first value's GPU (peer copies for
+//     values on other GPUs) and only that sum is staged, once per key, as MXNet's *_device stores
+//     aggregate on the GPU before the network; otherwise (MXNet's "local" and "dist_sync" stage
+//     every device's value through the CPU) each value is staged and the wrapped store sums them.
+//     The wrapped store then does exactly what it does for host values, so results equal the
+//     host path's (float sums on the GPU are plain rounded adds, in the same order).
+//   - pull: into one pinned host array, copied to every device output once the wrapped pull is
+//     done (on the thread that finished it), before the returned Operation is done.
+// Copies are ordered after the work queued on each array's stream (cuda.h).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dtrain/kvstore/kvstore.h"
+
+namespace dtrain {
+
+class DeviceStagingKVStore final : public KVStore {
+ public:
+  explicit DeviceStagingKVStore(std::unique_ptr<KVStore> inner);
+
+  std::string type() const override { return inner_->type(); }
+  int rank() const override { return inner_->rank(); }
+  int num_workers() const override { return inner_->num_workers(); }
+
+  using KVStore::Init;
+  using KVStore::Pull;
+  using KVStore::Push;
+  using KVStore::PushPull;
+
+  void Init(Key key, const Array& value) override;
+  Operation Push(Key key, std::vector<Array> values, int priority = 0) override;
+  Operation Pull(Key key, std::vector<Array> outs, int priority = 0) override;
+  Operation PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
+                     int priority = 0) override;
+
+  void WaitAll() override;
+  void Barrier() override { inner_->Barrier(); }
+  void SetOptimizer(const OptimizerSpec& spec) override { inner_->SetOptimizer(spec); }
+  void SetGradientCompression(const std::map<std::string, std::string>& params) override {
+    inner_->SetGradientCompression(params);
+  }
+  CompressionSpec gradient_compression() const override { return inner_->gradient_compression(); }
+  std::string SaveOptimizerState() override { return inner_->SaveOptimizerState(); }
+  void LoadOptimizerState(const std::string& state) override { inner_->LoadOptimizerState(state); }
+
+ private:
+  // Host arrays to hand the wrapped store in place of `values`.
+  std::vector<Array> StageValues(const std::vector<Array>& values) const;
+  // Host outputs for the wrapped pull: the host ones of `outs` plus, if any are on a device, one
+  // staging array (`staging`) that is then copied to them.
+  static std::vector<Array> StageOutputs(const std::vector<Array>& outs, Array* staging);
+  Operation CopyBackWhenDone(Operation op, Array staging, std::vector<Array> outs, Key key);
+
+  const std::unique_ptr<KVStore> inner_;
+  const bool aggregate_on_device_;  // "device" and "dist_*_device"
+  std::mutex mutex_;
+  std::vector<Operation> copying_back_;  // pulls whose device copies may not have run yet
+};
+
+}  // namespace dtrain

@@ -1,0 +1,109 @@
+// src/cuda on a real GPU: staging copies and sums give exactly the host's results. Skipped, with
+// the reason, where no CUDA device is usable (CI has the toolkit but no GPU).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/elementwise.h"
+#include "cuda/cuda.h"
+#include "cuda/pinned_pool.h"
+#include "dtrain/common/error.h"
+
+namespace dtrain::cuda {
+namespace {
+
+class DeviceArraysTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (DeviceCount() == 0) GTEST_SKIP() << "needs a CUDA GPU: " << Unavailable();
+  }
+
+  // A device array holding `host`'s bytes (freed with the array).
+  static Array OnDevice(const Array& host, int device = 0) {
+    cudaSetDevice(device);
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, host.nbytes() ? host.nbytes() : 1), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, host.data(), host.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
+    return Array::WrapDevice(p, host.shape(), host.dtype(), device, nullptr, owner);
+  }
+
+  static Array Floats(std::vector<float> v) { return Array::FromFloats(v); }
+
+  // Element i of `a` set to x in a's dtype (bfloat16 truncated: any bfloat16 value will do).
+  static void SetElement(const Array& a, int64_t i, float x) {
+    switch (a.dtype()) {
+      case DType::kFloat32: static_cast<float*>(a.data())[i] = x; break;
+      case DType::kFloat64: static_cast<double*>(a.data())[i] = x; break;
+      case DType::kFloat16: static_cast<uint16_t*>(a.data())[i] = FloatToHalf(x); break;
+      case DType::kBFloat16: {
+        uint32_t bits;
+        std::memcpy(&bits, &x, 4);
+        static_cast<uint16_t*>(a.data())[i] = static_cast<uint16_t>(bits >> 16);
+        break;
+      }
+    }
+  }
+};
+
+TEST_F(DeviceArraysTest, RoundTripThroughPinnedMemory) {
+  Array host = Floats({1.5f, -2.f, 3.25f, 0.f});
+  Array device = OnDevice(host);
+  Array back = ToHost(device);
+  EXPECT_FALSE(back.on_device());
+  EXPECT_EQ(back.ToVector(), host.ToVector());
+
+  Array other = Floats({9.f, 8.f, 7.f, 6.f});
+  CopyFromHost(other, {device});
+  EXPECT_EQ(ToHost(device).ToVector(), other.ToVector());
+}
+
+TEST_F(DeviceArraysTest, SumsEqualTheHostsForEveryDtype) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    const int64_t n = 100003;  // not a multiple of any block size
+    Array a(Shape{n}, dtype), b(Shape{n}, dtype);
+    for (int64_t i = 0; i < n; ++i) {
+      // Values whose sums round in float16/bfloat16, so that one rounding more would show.
+      const float x = 0.1f * static_cast<float>(i % 977) - 37.3f;
+      const float y = 1.0f / static_cast<float>(1 + i % 31);
+      SetElement(a, i, x);
+      SetElement(b, i, y);
+    }
+    Array expected = a.Clone();
+    dtrain::AddInto(expected.data(), b.data(), n, dtype);
+
+    Array da = OnDevice(a), db = OnDevice(b);
+    AddInto(da, db);
+    Array got = ToHost(da);
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), expected.nbytes()), 0)
+        << "dtype " << DTypeName(dtype);
+  }
+}
+
+TEST_F(DeviceArraysTest, CloneIsIndependent) {
+  Array d = OnDevice(Floats({1.f, 2.f}));
+  Array c = CloneOnDevice(d);
+  AddInto(c, d);
+  EXPECT_EQ(ToHost(c).ToVector(), (std::vector<float>{2.f, 4.f}));
+  EXPECT_EQ(ToHost(d).ToVector(), (std::vector<float>{1.f, 2.f}));
+}
+
+TEST_F(DeviceArraysTest, MismatchedSumIsRefused) {
+  Array a = OnDevice(Floats({1.f, 2.f})), b = OnDevice(Floats({1.f}));
+  EXPECT_THROW(AddInto(a, b), InvalidArgument);
+}
+
+TEST_F(DeviceArraysTest, PinnedBuffersAreReused) {
+  const size_t before = PinnedPool::Default().cached_bytes();
+  { Array h = ToHost(OnDevice(Array(Shape{1 << 20}))); }
+  const size_t cached = PinnedPool::Default().cached_bytes();
+  EXPECT_GE(cached, before + (size_t{4} << 20));
+  { Array h = ToHost(OnDevice(Array(Shape{1 << 20}))); }
+  EXPECT_EQ(PinnedPool::Default().cached_bytes(), cached);
+}
+
+}  // namespace
+}  // namespace dtrain::cuda

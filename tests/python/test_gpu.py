@@ -1,0 +1,86 @@
+"""CUDA tensors through dtrain's APIs on a real GPU: every kvstore type gives exactly the values
+the CPU path gives (programs/kv_worker.py --cuda: D replicas on the one GPU stand in for D devices
+per worker, worker processes sharing it for hosts), and Horovod's collectives on CUDA tensors
+(host staging over Gloo) equal the CPU results (programs/hvd_worker.py --cuda).
+
+Skipped, with the reason, where there is no GPU, where torch has no CUDA, or where dtrain was built
+without CUDA (CI: the toolkit but no GPU). scripts/gpu-check.sh runs them on a GPU machine.
+"""
+
+import pytest
+import torch
+
+from conftest import job_env, launch_argv, program, run_ok
+
+import dtrain
+
+if not dtrain._dtrain.cuda_built():
+    pytest.skip("dtrain was built without CUDA", allow_module_level=True)
+if not torch.cuda.is_available():
+    pytest.skip("no usable CUDA GPU (torch %s: %s)" % (
+        torch.__version__, "CUDA build" if torch.version.cuda else "no CUDA in this torch build"),
+        allow_module_level=True)
+if dtrain._dtrain.cuda_device_count() == 0:
+    pytest.skip("dtrain sees no CUDA device: " + dtrain._dtrain.cuda_unavailable(),
+                allow_module_level=True)
+
+BIG = {"MXNET_KVSTORE_BIGARRAY_BOUND": "1000"}  # the 5000-element key is split over the servers
+
+
+def check(out, workers, kind, worker="kv_worker"):
+    for r in range(workers):
+        assert "%s OK rank %d of %d (%s)" % (worker, r, workers, kind) in out, out
+
+
+@pytest.mark.parametrize("kind,devices", [("local", 1), ("local", 3), ("device", 2)])
+def test_local_store_types_on_cuda(spawn, kind, devices):
+    out = run_ok(spawn, program("kv_worker.py", kind, "--devices", devices, "--cuda"))
+    check(out, 1, kind)
+
+
+@pytest.mark.parametrize("kind,workers,servers,devices", [
+    ("dist_sync", 1, 1, 1),
+    ("dist_sync", 2, 2, 2),
+    ("dist_sync_device", 2, 1, 2),
+    ("dist_async", 2, 1, 1),
+    ("dist_async_device", 2, 2, 2),
+    ("horovod", 2, 0, 2),
+])
+def test_store_types_on_cuda_through_dtrain_launch(spawn, kind, workers, servers, devices):
+    out = run_ok(spawn, launch_argv(workers, servers, program(
+        "kv_worker.py", kind, "--devices", devices, "--cuda")), env=job_env(BIG))
+    check(out, workers, kind)
+
+
+def test_horovod_api_on_cuda_tensors(spawn):
+    out = run_ok(spawn, launch_argv(2, 0, program("hvd_worker.py", "--cuda")))
+    check(out, 2, "gloo", worker="hvd_worker")
+
+
+def test_device_store_sums_replicas_on_the_gpu_exactly():
+    """Two float16 replicas whose sum rounds: the GPU's sum is the host's, bit for bit."""
+    kv = dtrain.kv.create("device")
+    a = torch.linspace(-3, 3, 4099, dtype=torch.float16)
+    b = torch.linspace(0.1, 7, 4099, dtype=torch.float16)
+    kv.init(0, torch.zeros(4099, dtype=torch.float16))
+    kv.push(0, [a.cuda(), b.cuda()])
+    on_gpu = kv.pull(0)
+    kv.push(0, [a, b])
+    assert torch.equal(on_gpu.cpu(), kv.pull(0).cpu())
+    kv.close()
+
+
+def test_pull_waits_for_the_users_stream():
+    """A value written by a kernel still queued on a side stream is what gets pushed, and a pull's
+    result is in place before the user's next kernel on the current stream reads it."""
+    kv = dtrain.kv.create("local")
+    kv.init(1, torch.zeros(1 << 20, device="cuda"))
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # keeps the stream busy for tens of ms
+        value = torch.full((1 << 20,), 3.0, device="cuda")
+        kv.push(1, value)
+    out = torch.empty(1 << 20, device="cuda")
+    kv.pull(1, out=out).wait()
+    assert torch.equal((out * 2).cpu(), torch.full((1 << 20,), 6.0))
+    kv.close()
