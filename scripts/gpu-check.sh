@@ -52,12 +52,32 @@ if [ ! -d "$root" ]; then
 fi
 libs=$root/usr/lib:$root/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LIBRARY_PATH=$libs${LIBRARY_PATH:+:$LIBRARY_PATH}  # the linker's -lgloo
 
+# zlib1g-dev's libz.so points at the runtime package's file, which the machine has itself; its
+# libz.a (not position-independent) must not be picked instead.
+zlib=$(ls /usr/lib/x86_64-linux-gnu/libz.so.1 /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -1)
+rm -f "$root/usr/lib/x86_64-linux-gnu/libz.a"
+ln -sf "$zlib" "$root/usr/lib/x86_64-linux-gnu/libz.so"
+# The extension must use the libstdc++ that python and torch load. A toolchain that links its own
+# into the extension statically (the /opt/gcc of the GPU machines we know) leaves two copies of the
+# iostreams in one process, and the first ostringstream crashes: prefer the system's g++, and
+# otherwise link the system's libstdc++ ahead of the toolchain's.
+link_flags=()
+if [ -x /usr/bin/g++ ]; then
+  export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+else
+  libstdcxx=$(ls /usr/lib/x86_64-linux-gnu/libstdc++.so.6 2>/dev/null)
+  [ -n "$libstdcxx" ] && link_flags=(-DCMAKE_SHARED_LINKER_FLAGS="$libstdcxx"
+    -DCMAKE_MODULE_LINKER_FLAGS="$libstdcxx" -DCMAKE_EXE_LINKER_FLAGS="$libstdcxx")
+fi
+echo "C++ compiler: ${CXX:-default} ${link_flags[*]}"
 configure() {
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$python" \
-    -DCMAKE_PREFIX_PATH="$root/usr" -DOPENSSL_ROOT_DIR="$root/usr" -DZLIB_ROOT="$root/usr" \
+    -DCMAKE_PREFIX_PATH="$root/usr" -DOPENSSL_ROOT_DIR="$root/usr" \
+    -DZLIB_INCLUDE_DIR="$root/usr/include" -DZLIB_LIBRARY="$zlib" -DZLIB_LIBRARY_RELEASE="$zlib" \
     -DCMAKE_CUDA_ARCHITECTURES=native -DDTRAIN_CUDA=ON -DDTRAIN_BUILD_BENCH=OFF \
-    -DCMAKE_BUILD_RPATH="$root/usr/lib;$root/usr/lib/x86_64-linux-gnu"
+    -DCMAKE_BUILD_RPATH="$root/usr/lib;$root/usr/lib/x86_64-linux-gnu" "${link_flags[@]}"
 }
 build() { ninja -C build-gpu -j "$(nproc)" dtrain_python dtrain dtrain_cuda_tests; }
 step configure configure && step build build || { echo "gpu-check: the build failed"; exit 1; }
@@ -68,7 +88,7 @@ step cuda_unit_tests build-gpu/tests/dtrain_cuda_tests
   test_gpu.py) || failed=1
 bench_out=$out/gpu_pushpull.jsonl
 step gpu_pushpull_bench bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
-  '$python' bench/gpu_pushpull.py | grep '^{' >'$bench_out'"
+  '$python' bench/gpu_pushpull.py | grep -o '{.*' >'$bench_out'"
 cat "$bench_out" >>"$results" 2>/dev/null
 echo "=== results"
 cat "$results"

@@ -5,12 +5,16 @@
 //   kv->Push(3, {grad_dev0, grad_dev1});  // values from several devices are summed first
 //   kv->Pull(3, {weight}).Wait();
 //
-// Types (the names Create accepts): "local" and "device" aggregate inside this process ("device"
-// aggregates on the CPU here, as there are no accelerators); "dist_sync", "dist_async",
-// "dist_sync_device" and "dist_async_device" talk to the job's servers (the *_device variants also
-// aggregate on the CPU), and "dist" and "dist_device_sync" are aliases of "dist_sync" and
+// Types (the names Create accepts): "local" and "device" aggregate inside this process;
+// "dist_sync", "dist_async", "dist_sync_device" and "dist_async_device" talk to the job's servers,
+// and "dist" and "dist_device_sync" are aliases of "dist_sync" and
 // "dist_sync_device"; "horovod" is allreduce mode (src/kvstore/collective_kvstore.h): no servers,
 // the workers sum their pushes among themselves through the collectives engine (OpenMPI or Gloo).
+//
+// Arrays may be in GPU memory (Array::WrapDevice) where dtrain is built with CUDA: "device" and the
+// *_device types sum a key's device values on the GPU and stage the sum once through pinned host
+// memory; the other types stage every value (src/kvstore/device_staging_kvstore.h). Results equal
+// the host path's.
 //
 // Calls are asynchronous: Push/Pull/PushPull return an Operation at once; the arrays passed must
 // stay untouched until it is done (wait on it, or call WaitAll). Operations on the same key run in
