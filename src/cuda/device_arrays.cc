@@ -26,8 +26,10 @@ cudaStream_t CopyStream(int device) {
   return stream;
 }
 
-// Queues on `stream` a wait for the work already queued on `array`'s producer stream.
+// Queues on `stream` a wait for the work already queued on `array`'s producer stream. The event
+// belongs to the array's device (as its stream does); `stream` may be another device's.
 void OrderAfterProducer(const Array& array, cudaStream_t stream) {
+  DeviceGuard guard(array.device());
   cudaEvent_t event = nullptr;
   Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
   cudaError_t status = cudaEventRecord(event, static_cast<cudaStream_t>(array.stream()));
