@@ -87,8 +87,8 @@ Operation CollectiveKVStore::StartPush(Key key, Slot& slot, const std::vector<Ar
   auto op = std::make_shared<OperationState>(
       std::string(call) + " of key " + KeyLabel(key) + " (allreduce)", 1, timeout_);
   if (timeline::Enabled()) {
-    op->SetOnDone([name = outs.empty() ? "push" : "pushpull", key, bytes = slot.value.nbytes(),
-                   begin = timeline::Now()] {
+    op->WhenDone([name = outs.empty() ? "push" : "pushpull", key, bytes = slot.value.nbytes(),
+                  begin = timeline::Now()] {
       timeline::Complete(name, "kvstore", begin, timeline::Now(),
                          timeline::Args().Str("key", KeyLabel(key)).Int("bytes", bytes));
     });

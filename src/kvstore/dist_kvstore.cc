@@ -357,7 +357,7 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
                      static_cast<int>(info.slots.size()));
   if (timeline::Enabled()) {
     const size_t bytes = command == Command::kPull ? 0 : source.size;
-    state->SetOnDone([op, key, bytes, begin = timeline::Now()] {
+    state->WhenDone([op, key, bytes, begin = timeline::Now()] {
       timeline::Complete(op, "kvstore", begin, timeline::Now(),
                          timeline::Args().Str("key", KeyLabel(key)).Int("bytes", bytes));
     });

@@ -7,17 +7,14 @@
 namespace dtrain {
 
 void OperationState::PartDone(std::exception_ptr error) {
-  std::function<void()> done;
   std::vector<std::function<void()>> waiting;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error && !error_) error_ = error;
     if (--remaining_ > 0) return;
     cv_.notify_all();
-    done = std::move(on_done_);
     waiting.swap(when_done_);
   }
-  if (done) done();
   for (auto& fn : waiting) fn();
 }
 

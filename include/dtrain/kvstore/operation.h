@@ -27,11 +27,9 @@ class OperationState {
   void PartDone(std::exception_ptr error = nullptr);
   // Adds parts still to come (before the last part is done).
   void AddParts(int n);
-  // Runs `fn` once, on the thread of the last part, when the operation is done (set it before
-  // any part can finish). For the timeline's spans.
-  void SetOnDone(std::function<void()> fn) { on_done_ = std::move(fn); }
   // Runs `fn` once the operation is done: at once on this thread if it already is, else on the
-  // thread of the last part. Any number of these; they must not throw.
+  // thread of the last part, in the order they were added. Any number of these (the timeline's
+  // spans, Operation::Then); they must not throw.
   void WhenDone(std::function<void()> fn);
 
   bool done() const;
@@ -48,7 +46,6 @@ class OperationState {
   int remaining_;
   std::exception_ptr error_;
   const Duration timeout_;
-  std::function<void()> on_done_;
   std::vector<std::function<void()>> when_done_;
 };
 
