@@ -4,10 +4,10 @@
 #include <string_view>
 
 #include "common/config/config.h"
+#include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 #include "dtrain/kvstore/kvstore.h"
 #include "kvstore/collective_kvstore.h"
-#include "cuda/cuda.h"
 #include "kvstore/device_staging_kvstore.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/local_kvstore.h"

@@ -12,9 +12,9 @@ bool AnyOnDevice(const std::vector<Array>& arrays) {
   return std::any_of(arrays.begin(), arrays.end(), [](const Array& a) { return a.on_device(); });
 }
 
+// "device", "dist_sync_device", "dist_async_device" (Create has resolved the aliases).
 bool AggregatesOnDevice(const std::string& type) {
-  return type == "device" || (type.rfind("dist_", 0) == 0 && type.size() > 7 &&
-                              type.compare(type.size() - 7, 7, "_device") == 0);
+  return type == "device" || type.ends_with("_device");
 }
 
 }  // namespace
@@ -40,32 +40,31 @@ std::vector<Array> DeviceStagingKVStore::StageValues(const std::vector<Array>& v
   return cuda::ToHost(values);
 }
 
-std::vector<Array> DeviceStagingKVStore::StageOutputs(const std::vector<Array>& outs,
-                                                      Array* staging) {
-  std::vector<Array> hosts;
+Operation DeviceStagingKVStore::IntoOutputs(
+    Key key, std::vector<Array> outs,
+    const std::function<Operation(std::vector<Array> hosts)>& call) {
+  if (!AnyOnDevice(outs)) return call(std::move(outs));
+  // The wrapped store writes host arrays: the host outputs themselves, one pinned array shared by
+  // the device outputs of the first one's layout, and (so that the store names the error at the
+  // call) a pinned array for any device output of another layout.
+  Array staging;
+  std::vector<Array> hosts, devices;
   for (const Array& out : outs) {
     if (!out.on_device()) {
       hosts.push_back(out);
-    } else if (!staging->defined() && out.size() > 0) {
-      *staging = cuda::PinnedLike(out);
-      hosts.push_back(*staging);
-    } else if (staging->defined() &&
-               (out.size() != staging->size() || out.dtype() != staging->dtype())) {
-      hosts.push_back(cuda::PinnedLike(out));  // mismatched: the wrapped store names the error
+      continue;
+    }
+    devices.push_back(out);
+    if (!staging.defined()) {
+      staging = cuda::PinnedLike(out);
+      hosts.push_back(staging);
+    } else if (out.size() != staging.size() || out.dtype() != staging.dtype()) {
+      hosts.push_back(cuda::PinnedLike(out));
     }
   }
-  return hosts;
-}
-
-Operation DeviceStagingKVStore::CopyBackWhenDone(Operation op, Array staging,
-                                                 std::vector<Array> outs, Key key) {
-  std::vector<Array> devices;
-  for (const Array& out : outs) {
-    if (out.on_device()) devices.push_back(out);
-  }
-  Operation done = op.Then(
-      [staging, devices] { cuda::CopyFromHost(staging, devices); },
-      "pull of key " + std::to_string(key) + " into device memory");
+  Operation done = call(std::move(hosts))
+                       .Then([staging, devices] { cuda::CopyFromHost(staging, devices); },
+                             "pull of key " + std::to_string(key) + " into device memory");
   std::lock_guard<std::mutex> lock(mutex_);
   std::erase_if(copying_back_, [](const Operation& o) { return o.done(); });
   copying_back_.push_back(done);
@@ -81,25 +80,17 @@ Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int pri
 }
 
 Operation DeviceStagingKVStore::Pull(Key key, std::vector<Array> outs, int priority) {
-  if (!AnyOnDevice(outs)) return inner_->Pull(key, std::move(outs), priority);
-  Array staging;
-  auto hosts = StageOutputs(outs, &staging);
-  if (!staging.defined()) return inner_->Pull(key, std::move(hosts), priority);
-  return CopyBackWhenDone(inner_->Pull(key, std::move(hosts), priority), staging, std::move(outs),
-                          key);
+  return IntoOutputs(key, std::move(outs), [&](std::vector<Array> hosts) {
+    return inner_->Pull(key, std::move(hosts), priority);
+  });
 }
 
 Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
                                          std::vector<Array> outs, int priority) {
-  auto staged_values = StageValues(values);
-  if (!AnyOnDevice(outs)) {
-    return inner_->PushPull(key, std::move(staged_values), std::move(outs), priority);
-  }
-  Array staging;
-  auto hosts = StageOutputs(outs, &staging);
-  Operation op = inner_->PushPull(key, std::move(staged_values), std::move(hosts), priority);
-  if (!staging.defined()) return op;
-  return CopyBackWhenDone(std::move(op), staging, std::move(outs), key);
+  auto staged = StageValues(values);
+  return IntoOutputs(key, std::move(outs), [&](std::vector<Array> hosts) {
+    return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
+  });
 }
 
 void DeviceStagingKVStore::WaitAll() {

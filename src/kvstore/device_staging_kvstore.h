@@ -14,6 +14,7 @@
 // Copies are ordered after the work queued on each array's stream (cuda.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,10 +56,11 @@ class DeviceStagingKVStore final : public KVStore {
  private:
   // Host arrays to hand the wrapped store in place of `values`.
   std::vector<Array> StageValues(const std::vector<Array>& values) const;
-  // Host outputs for the wrapped pull: the host ones of `outs` plus, if any are on a device, one
-  // staging array (`staging`) that is then copied to them.
-  static std::vector<Array> StageOutputs(const std::vector<Array>& outs, Array* staging);
-  Operation CopyBackWhenDone(Operation op, Array staging, std::vector<Array> outs, Key key);
+  // Runs `call` (the wrapped store's pull or pushpull) on host stand-ins for `outs`; where some are
+  // on a device, the returned operation also copies the pulled value to them, once the wrapped one
+  // is done (on the thread that finished it).
+  Operation IntoOutputs(Key key, std::vector<Array> outs,
+                        const std::function<Operation(std::vector<Array> hosts)>& call);
 
   const std::unique_ptr<KVStore> inner_;
   const bool aggregate_on_device_;  // "device" and "dist_*_device"
