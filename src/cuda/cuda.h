@@ -4,7 +4,8 @@
 // used. Everything here orders itself after the work already queued on that stream (an event
 // recorded there, waited on by dtrain's own copy stream: no host synchronisation with the
 // producer), and returns once its own copies and kernels have finished, so the caller may hand the
-// results to the network or back to the user at once.
+// results to the network or back to the user at once. Those waits include the producer's queued
+// work, so they are bounded by the job's DTRAIN_REQUEST_TIMEOUT_MS: past it, TimeoutError.
 //
 // Host copies go through page-locked (pinned) buffers from a pool (pinned_pool.h), so a round
 // allocates nothing once warm and copies run at the bus's rate.
@@ -28,10 +29,10 @@ int DeviceCount();
 // Why DeviceCount() is 0, for skip messages and errors ("" when it is not).
 std::string Unavailable();
 
-// Copies of device arrays into pinned host arrays (same shape and dtype), all queued before one
-// wait. Host arrays among `arrays` are returned as they are.
 // A pinned host array of `like`'s shape and dtype; its contents are undefined.
 Array PinnedLike(const Array& like);
+// Copies of device arrays into pinned host arrays (same shape and dtype), all queued before one
+// wait. Host arrays among `arrays` are returned as they are.
 std::vector<Array> ToHost(const std::vector<Array>& arrays);
 Array ToHost(const Array& array);
 // Copies `host` into each device array of `devices` (host ones get a plain copy). Sizes and dtypes

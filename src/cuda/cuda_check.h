@@ -1,9 +1,9 @@
 // Turns CUDA runtime errors into dtrain errors that say what was being done.
 #pragma once
 
-#include <string>
-
 #include <cuda_runtime.h>
+
+#include <string>
 
 #include "dtrain/common/error.h"
 

@@ -1,12 +1,16 @@
 // cuda.h with the CUDA runtime: copies on one non-blocking stream per device, ordered after the
 // producer's stream by an event, then one wait for all of them.
+#include <chrono>
 #include <map>
 #include <mutex>
+#include <thread>
 
+#include "common/config/config.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/pinned_pool.h"
+#include "dtrain/common/deadline.h"
 
 namespace dtrain::cuda {
 namespace {
@@ -61,10 +65,37 @@ std::shared_ptr<void> DeviceBuffer(int device, size_t bytes, cudaStream_t stream
   });
 }
 
+// Waits for the work queued on `stream` (its device current). That work waits in turn for the
+// producer's stream, where a user's kernel may never end: past the job's request timeout this is a
+// TimeoutError instead of a hang. Polls as cudaStreamSynchronize's default (spin) mode does, then
+// sleeps briefly once the wait is long.
+void WaitFor(cudaStream_t stream, const char* what) {
+  static const Duration timeout = Config::FromEnvironment().request_timeout;
+  const Deadline deadline(timeout);
+  const auto spin_until = Clock::now() + std::chrono::milliseconds(2);
+  for (;;) {
+    const cudaError_t status = cudaStreamQuery(stream);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) Check(status, what);
+    cudaGetLastError();  // "not ready" may stay as the last error: clear it for later launches
+    if (deadline.passed()) {
+      throw TimeoutError(std::string("CUDA: ") + what + " did not finish within " +
+                         std::to_string(Seconds(timeout)) +
+                         " s (DTRAIN_REQUEST_TIMEOUT_MS): the work queued on the tensor's stream "
+                         "before it has not ended");
+    }
+    if (Clock::now() < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
 void Wait(const std::map<int, cudaStream_t>& streams, const char* what) {
   for (auto [device, stream] : streams) {
     DeviceGuard guard(device);
-    Check(cudaStreamSynchronize(stream), what);
+    WaitFor(stream, what);
   }
 }
 
@@ -142,7 +173,7 @@ Array CloneOnDevice(const Array& like) {
   OrderAfterProducer(like, stream);
   Check(cudaMemcpyAsync(buffer.get(), like.data(), like.nbytes(), cudaMemcpyDeviceToDevice, stream),
         "copy on the device");
-  Check(cudaStreamSynchronize(stream), "copy on the device");
+  WaitFor(stream, "copy on the device");
   return Array::WrapDevice(buffer.get(), like.shape(), like.dtype(), like.device(), stream, buffer);
 }
 
@@ -164,7 +195,7 @@ void AddInto(const Array& dst, const Array& src) {
     from = peer_copy.get();
   }
   Check(LaunchAddInto(dst.data(), from, dst.size(), dst.dtype(), stream), "sum on the device");
-  Check(cudaStreamSynchronize(stream), "sum on the device");
+  WaitFor(stream, "sum on the device");
 }
 
 }  // namespace dtrain::cuda

@@ -1,7 +1,7 @@
-#include "cuda/kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "cuda/kernels.h"
 
 namespace dtrain::cuda {
 namespace {
@@ -12,9 +12,13 @@ __device__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <typename T>
 __device__ T FromFloat(float x);
 template <>
-__device__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
+__device__ __half FromFloat<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 // Plain separate adds (no fused multiply-add can change them): the results equal the host's.
 template <typename T>

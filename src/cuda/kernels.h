@@ -1,9 +1,9 @@
 // The CUDA kernels behind cuda.h's arithmetic, launched on a given stream (no synchronisation).
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "dtrain/common/dtype.h"
 

@@ -1,8 +1,7 @@
 // src/cuda on a real GPU: staging copies and sums give exactly the host's results. Skipped, with
 // the reason, where no CUDA device is usable (CI has the toolkit but no GPU).
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
@@ -36,9 +35,15 @@ class DeviceArraysTest : public ::testing::Test {
   // Element i of `a` set to x in a's dtype (bfloat16 truncated: any bfloat16 value will do).
   static void SetElement(const Array& a, int64_t i, float x) {
     switch (a.dtype()) {
-      case DType::kFloat32: static_cast<float*>(a.data())[i] = x; break;
-      case DType::kFloat64: static_cast<double*>(a.data())[i] = x; break;
-      case DType::kFloat16: static_cast<uint16_t*>(a.data())[i] = FloatToHalf(x); break;
+      case DType::kFloat32:
+        static_cast<float*>(a.data())[i] = x;
+        break;
+      case DType::kFloat64:
+        static_cast<double*>(a.data())[i] = x;
+        break;
+      case DType::kFloat16:
+        static_cast<uint16_t*>(a.data())[i] = FloatToHalf(x);
+        break;
       case DType::kBFloat16: {
         uint32_t bits;
         std::memcpy(&bits, &x, 4);
