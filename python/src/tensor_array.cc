@@ -14,8 +14,8 @@ namespace {
 // the C++ helpers for it are not exported by every torch build (PyPI's 2.x hides them).
 std::string TorchDtypeName(const at::Tensor& tensor) {
   pybind11::gil_scoped_acquire gil;
-  return pybind11::str(pybind11::reinterpret_steal<pybind11::object>(THPVariable_Wrap(tensor))
-                           .attr("dtype"));
+  return pybind11::str(
+      pybind11::reinterpret_steal<pybind11::object>(THPVariable_Wrap(tensor)).attr("dtype"));
 }
 // The stream torch queues this device's work on now (torch.cuda.current_stream), as a
 // cudaStream_t: dtrain's copies wait for what the user queued there. Asked of Python so that the
@@ -66,7 +66,8 @@ at::Tensor TensorView(const Array& array) {
   auto options = at::TensorOptions().dtype(train::ScalarTypeOf(array.dtype()));
   if (array.on_device()) options = options.device(at::kCUDA, array.device());
   if (!array.defined()) return at::empty(shape, options);
-  return at::from_blob(array.data(), shape, [owner](void*) {}, options);
+  return at::from_blob(
+      array.data(), shape, [owner](void*) {}, options);
 }
 
 }  // namespace dtrain::python

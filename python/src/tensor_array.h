@@ -3,8 +3,8 @@
 // An Array made here points into the tensor's memory and keeps the tensor (its C++ handle, not
 // the Python object) alive, so the core may hold it on any thread without the GIL. CPU and (where
 // dtrain was built with CUDA) CUDA tensors, contiguous, of a float type the core moves can cross; a
-// CUDA tensor becomes a device Array carrying torch's current stream of its device; anything else is a TypeError or
-// ValueError naming the argument and saying what to pass instead.
+// CUDA tensor becomes a device Array carrying torch's current stream of its device; anything else
+// is a TypeError or ValueError naming the argument and saying what to pass instead.
 #pragma once
 
 #include <torch/extension.h>

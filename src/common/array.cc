@@ -59,7 +59,8 @@ Array Array::Wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> ow
 
 Array Array::WrapDevice(void* data, Shape shape, DType dtype, int device, void* stream,
                         std::shared_ptr<void> owner) {
-  if (device < 0) throw InvalidArgument("device id must be 0 or more, got " + std::to_string(device));
+  if (device < 0)
+    throw InvalidArgument("device id must be 0 or more, got " + std::to_string(device));
   Array a = Wrap(data, std::move(shape), dtype, std::move(owner));
   a.device_ = device;
   a.stream_ = stream;

@@ -5,8 +5,9 @@
 // An Array can own its memory or wrap memory owned by someone else (a LibTorch tensor), kept alive
 // through `owner`. An Array may also live in a CUDA device's memory (`device() >= 0`, made only by
 // WrapDevice): the core moves such arrays through src/cuda (staged via pinned host memory, summed
-// with CUDA kernels) and refuses them in its host-only operations. Not synchronised: callers must not write an Array that an unfinished push reads,
-// nor read one that an unfinished pull writes (wait on the operation first).
+// with CUDA kernels) and refuses them in its host-only operations. Not synchronised: callers must
+// not write an Array that an unfinished push reads, nor read one that an unfinished pull writes
+// (wait on the operation first).
 #pragma once
 
 #include <cstdint>
