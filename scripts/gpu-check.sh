@@ -6,8 +6,9 @@
 #   bash scripts/gpu-check.sh DEPS_DIR OUT_DIR
 #
 # Builds what the GPU tests need against that python3's torch, on every core, into build-gpu/;
-# runs the CUDA unit tests (ctest label gpu), the Python GPU tests (tests/python/test_gpu.py) and
-# the pushpull benchmark (bench/gpu_pushpull.py); writes OUT_DIR/gpu-check.log (everything) and
+# runs the CUDA unit tests (ctest label gpu), the Python GPU tests (tests/python/test_gpu.py), the
+# pushpull benchmark (bench/gpu_pushpull.py) and ResNet-18 training against plain PyTorch and DDP
+# (bench/gpu_train_bench.py); writes OUT_DIR/gpu-check.log (everything) and
 # OUT_DIR/results.jsonl (one JSON line per step: what ran, its exit code, seconds, and the
 # benchmark's figures). Exits non-zero if any step failed.
 set -uo pipefail
@@ -79,7 +80,7 @@ configure() {
     -DCMAKE_CUDA_ARCHITECTURES=native -DDTRAIN_CUDA=ON -DDTRAIN_BUILD_BENCH=OFF \
     -DCMAKE_BUILD_RPATH="$root/usr/lib;$root/usr/lib/x86_64-linux-gnu" "${link_flags[@]}"
 }
-build() { ninja -C build-gpu -j "$(nproc)" dtrain_python dtrain dtrain_cuda_tests; }
+build() { ninja -C build-gpu -j "$(nproc)" dtrain_python dtrain dtrain-train dtrain_cuda_tests; }
 step configure configure && step build build || { echo "gpu-check: the build failed"; exit 1; }
 
 export DTRAIN_BUILD_DIR=$PWD/build-gpu PYTHONPATH=$PWD/build-gpu/python
@@ -90,6 +91,9 @@ bench_out=$out/gpu_pushpull.jsonl
 step gpu_pushpull_bench bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
   '$python' bench/gpu_pushpull.py | grep -o '{.*' >'$bench_out'"
 cat "$bench_out" >>"$results" 2>/dev/null
+train_out=$out/gpu_train.jsonl
+step gpu_train_bench bash -c "'$python' bench/gpu_train_bench.py --build build-gpu >'$train_out'"
+cat "$train_out" >>"$results" 2>/dev/null
 echo "=== results"
 cat "$results"
 exit "$failed"

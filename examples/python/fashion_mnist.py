@@ -53,10 +53,12 @@ class LeNet(torch.nn.Module):
 
 
 def accuracy(net, x, y, batch=1000):
+    device = next(net.parameters()).device  # the data go where the network is
     net.eval()
     correct = 0
     with torch.no_grad():
         for i in range(0, len(x), batch):
-            correct += (net(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum().item()
+            out = net(x[i:i + batch].to(device)).cpu()
+            correct += (out.argmax(1) == y[i:i + batch]).sum().item()
     net.train()
     return correct / len(x)

@@ -4,6 +4,8 @@ SplitSampler, each worker's batch split over its devices with split_and_load.
 
     dtrain launch -n 2 -s 2 -- python3 examples/python/gluon_fashion_mnist.py
     python3 examples/python/gluon_fashion_mnist.py --kvstore local      # one process
+    dtrain launch -n 2 -s 2 -- python3 examples/python/gluon_fashion_mnist.py --gpus 0,1 \
+        --kvstore dist_sync_device                                       # two GPUs a worker
 
 Prints "Epoch N: Test_acc X" per worker after each epoch.
 """
@@ -25,7 +27,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=16, help="per worker and step")
     ap.add_argument("--lr", type=float, default=0.002)
-    ap.add_argument("--devices", type=int, default=1, help="local replicas (CPU here)")
+    ap.add_argument("--devices", type=int, default=1, help="local replicas on the CPU")
+    ap.add_argument("--gpus", default="", help="replicas on these CUDA devices instead, e.g. 0,1")
     ap.add_argument("--data-dir", default=DEFAULT_DIR)
     ap.add_argument("--log-interval", type=int, default=500)
     ap.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (tests)")
@@ -48,8 +51,10 @@ def main():
     # Step 3: one replica per device; the trainer keeps them, and the workers, in sync.
     torch.manual_seed(0)
     net = LeNet()
-    nets = [net] + [copy.deepcopy(net) for _ in range(args.devices - 1)]
-    ctx = [torch.device("cpu")] * args.devices
+    ctx = ([torch.device("cuda", int(i)) for i in args.gpus.split(",")] if args.gpus
+           else [torch.device("cpu")] * args.devices)
+    nets = [copy.deepcopy(net).to(d) for d in ctx]
+    net = nets[0]
     trainer = dtrain.torch.Trainer(nets, "adam", {"learning_rate": args.lr}, kvstore=store)
     loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")  # Gluon's losses sum over the batch
 
@@ -62,7 +67,7 @@ def main():
             for replica, d, l in zip(nets, *parts):
                 out = replica(d)
                 loss_fn(out, l).backward()
-                correct += (out.argmax(1) == l).sum().item()
+                correct += (out.argmax(1) == l).sum().item()  # waits for the device
             trainer.step(data.shape[0])
             seen += data.shape[0]
             if (i + 1) % args.log_interval == 0:

@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--data-dir", default=DEFAULT_DIR)
     ap.add_argument("--log-interval", type=int, default=200)
+    ap.add_argument("--gpus", action="store_true",
+                    help="each rank trains on a GPU (its local rank's, as Horovod's examples)")
     ap.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (tests)")
     args = ap.parse_args()
 
@@ -51,7 +53,12 @@ def main():
         test_dataset, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=False)
     test_loader = torch.utils.data.DataLoader(test_dataset, batch_size=1000, sampler=test_sampler)
 
-    model = LeNet()
+    device = torch.device("cpu")
+    if args.gpus:
+        # Horovod: pin one GPU per process.
+        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    model = LeNet().to(device)
     # Horovod: scale the learning rate by the number of ranks.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),
                                 momentum=args.momentum)
@@ -70,6 +77,7 @@ def main():
         for i, (data, target) in enumerate(train_loader):
             if args.max_batches and i >= args.max_batches:
                 break
+            data, target = data.to(device), target.to(device)
             optimizer.zero_grad()
             output = model(data)
             loss = torch.nn.functional.cross_entropy(output, target)
@@ -86,7 +94,7 @@ def main():
         test_correct, test_seen = 0, 0
         with torch.no_grad():
             for data, target in test_loader:
-                test_correct += (model(data).argmax(1) == target).sum().item()
+                test_correct += (model(data.to(device)).argmax(1).cpu() == target).sum().item()
                 test_seen += len(data)
         # Horovod: average the metric over the ranks.
         acc = metric_average(test_correct / test_seen, "test_accuracy")

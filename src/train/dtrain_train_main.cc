@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "common/config/config.h"
@@ -45,6 +46,7 @@ struct Flags {
   std::string optimizer = "adam";
   std::string kvstore;  // "": dist_sync in a job (horovod without servers), local outside one
   std::string devices = "1";
+  std::string gpus;  // "0,1": replicas on those CUDA devices (MXNet's --gpus)
   std::vector<double> work_load;
   uint64_t seed = 42;
   int log_interval = 100;
@@ -92,7 +94,7 @@ int WorkersOnThisHost(const KVStore& kv) {
 }
 
 int DeviceCount(const std::string& spec) {
-  // "--devices 2" (a count) or "--devices 0,1" (a list, as --gpus in MXNet's examples).
+  // "--devices 2" (a count) or "--devices 0,1" (a list).
   if (spec.find(',') != std::string::npos) {
     return static_cast<int>(std::count(spec.begin(), spec.end(), ',')) + 1;
   }
@@ -104,18 +106,48 @@ int DeviceCount(const std::string& spec) {
   throw InvalidArgument("--devices '" + spec + "': give a count (2) or a list (0,1)");
 }
 
-double Evaluate(Network& net, const ImageDataset& test) {
+// The replicas' devices: --gpus "0,1" (CUDA devices; one id may repeat for several replicas on one
+// GPU), else --devices CPU replicas.
+std::vector<torch::Device> ReplicaDevices(const Flags& f) {
+  if (f.gpus.empty()) return std::vector<torch::Device>(DeviceCount(f.devices), torch::kCPU);
+  if (!torch::cuda::is_available()) {
+    throw InvalidArgument("--gpus " + f.gpus +
+                          ": this dtrain-train's LibTorch sees no CUDA device (a CPU build of "
+                          "torch, no GPU, or no driver); use --devices for CPU replicas");
+  }
+  const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+  std::vector<torch::Device> devices;
+  std::stringstream list(f.gpus);
+  for (std::string id; std::getline(list, id, ',');) {
+    size_t used = 0;
+    int64_t n = -1;
+    try {
+      n = std::stoll(id, &used);
+    } catch (const std::exception&) {
+    }
+    if (id.empty() || used != id.size() || n < 0 || n >= count) {
+      throw InvalidArgument("--gpus " + f.gpus + ": '" + id + "' is not a CUDA device id (this " +
+                            "process sees " + std::to_string(count) + " device(s): 0.." +
+                            std::to_string(count - 1) + ")");
+    }
+    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(n));
+  }
+  return devices;
+}
+
+double Evaluate(Network& net, const ImageDataset& test, const torch::Device& device) {
   torch::NoGradGuard no_grad;
   net.eval();
-  int64_t correct = 0;
+  torch::Tensor correct =
+      torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   const int64_t chunk = 1000;
   for (int64_t at = 0; at < test.size(); at += chunk) {
     const int64_t n = std::min(chunk, test.size() - at);
-    auto logits = net.forward(test.images.narrow(0, at, n));
-    correct += logits.argmax(1).eq(test.labels.narrow(0, at, n)).sum().item<int64_t>();
+    auto logits = net.forward(test.images.narrow(0, at, n).to(device));
+    correct += logits.argmax(1).eq(test.labels.narrow(0, at, n).to(device)).sum();
   }
   net.train();
-  return static_cast<double>(correct) / static_cast<double>(test.size());
+  return static_cast<double>(correct.item<int64_t>()) / static_cast<double>(test.size());
 }
 
 int Train(const Flags& f, KVStore* kv_ptr);
@@ -182,7 +214,12 @@ int Train(const Flags& f, KVStore* kv_ptr) {
   const int workers = kv->num_workers();
   std::string blas;
   const int threads = ConfigureThreads(f.threads, WorkersOnThisHost(*kv), &blas);
-  const int devices = DeviceCount(f.devices);
+  if (!f.gpus.empty() && f.devices != "1") {
+    throw InvalidArgument("--gpus " + f.gpus + " and --devices " + f.devices +
+                          ": give one (GPUs, or CPU replicas)");
+  }
+  const std::vector<torch::Device> on = ReplicaDevices(f);
+  const int devices = static_cast<int>(on.size());
   if (f.batch_size < devices) {
     throw InvalidArgument("--batch-size " + std::to_string(f.batch_size) + " is smaller than the " +
                           std::to_string(devices) + " devices it is split over");
@@ -198,8 +235,10 @@ int Train(const Flags& f, KVStore* kv_ptr) {
 
   torch::manual_seed(f.seed);
   std::vector<std::shared_ptr<Network>> replicas;
-  for (int d = 0; d < devices; ++d)
+  for (int d = 0; d < devices; ++d) {
     replicas.push_back(MakeNetwork(f.network, shape, train.num_classes));
+    replicas.back()->to(on[d]);
+  }
 
   TrainerOptions options;
   options.optimizer.name = f.optimizer;
@@ -230,10 +269,7 @@ int Train(const Flags& f, KVStore* kv_ptr) {
     // Load before the trainer starts: rank 0's (loaded) weights then become everyone's.
     torch::serialize::InputArchive archive;
     archive.load_from(f.resume);
-    torch::NoGradGuard no_grad;
-    for (auto& item : replicas[0]->named_parameters(true)) archive.read(item.key(), item.value());
-    for (auto& item : replicas[0]->named_buffers(true))
-      archive.read(item.key(), item.value(), true);
+    LoadInto(archive, *replicas[0]);
   }
   Trainer trainer(replicas, *kv, options);
   if (!f.resume.empty()) trainer.LoadOptimizerState(f.resume);
@@ -247,11 +283,12 @@ int Train(const Flags& f, KVStore* kv_ptr) {
   }
   const auto parts = SplitBatch(f.batch_size, devices, f.work_load);
   std::printf(
-      "worker %d of %d: %s on %s, %lld samples, %lld steps/epoch, batch %lld over %d device(s), "
-      "kvstore %s, %d LibTorch thread(s), BLAS: %s\n",
+      "worker %d of %d: %s on %s, %lld samples, %lld steps/epoch, batch %lld over %d device(s) "
+      "(%s), kvstore %s, %d LibTorch thread(s), BLAS: %s\n",
       rank, workers, f.network.c_str(), f.dataset.c_str(), static_cast<long long>(sampler.size()),
       static_cast<long long>(steps), static_cast<long long>(f.batch_size), devices,
-      kv->type().c_str(), threads, blas.c_str());
+      f.gpus.empty() ? "CPU" : ("GPU " + f.gpus).c_str(), kv->type().c_str(), threads,
+      blas.c_str());
   std::fflush(stdout);
 
   int64_t global_step = 0;  // the timeline's step numbers, as the trainer counts them
@@ -260,16 +297,18 @@ int Train(const Flags& f, KVStore* kv_ptr) {
     const auto index_tensor = torch::tensor(indices, torch::kInt64);
     const auto epoch_start = std::chrono::steady_clock::now();
     auto window_start = epoch_start;
-    int64_t window_correct = 0, window_samples = 0, window_first = 0;
-    double window_loss = 0;
+    // Summed where the replicas run, read at each progress line only: reading them every step would
+    // make the host wait for each GPU step to finish.
+    std::vector<torch::Tensor> window_correct(devices), window_loss(devices);
+    int64_t window_samples = 0, window_first = 0;
     for (int64_t step = 0; step < steps; ++step) {
       auto idx = index_tensor.narrow(0, step * f.batch_size, f.batch_size);
       auto x = train.images.index_select(0, idx);
       auto y = train.labels.index_select(0, idx);
       for (int d = 0; d < devices; ++d) {
         auto [offset, size] = parts[d];
-        auto xd = x.narrow(0, offset, size);
-        auto yd = y.narrow(0, offset, size);
+        auto xd = x.narrow(0, offset, size).to(on[d]);
+        auto yd = y.narrow(0, offset, size).to(on[d]);
         const auto step_arg = timeline::Enabled()
                                   ? timeline::Args().Int("step", global_step).Int("device", d)
                                   : timeline::Args();
@@ -284,24 +323,33 @@ int Train(const Flags& f, KVStore* kv_ptr) {
           timeline::Span span("backward", "train", step_arg);
           loss.backward();
         }
-        window_correct += logits.argmax(1).eq(yd).sum().item<int64_t>();
-        window_loss += loss.item<double>();
+        torch::NoGradGuard no_grad;
+        auto correct = logits.argmax(1).eq(yd).sum();
+        window_correct[d] = window_correct[d].defined() ? window_correct[d] + correct : correct;
+        window_loss[d] = window_loss[d].defined() ? window_loss[d] + loss.detach() : loss.detach();
       }
       trainer.Step(f.batch_size);
       ++global_step;
       window_samples += f.batch_size;
       if (f.log_interval > 0 && (step + 1) % f.log_interval == 0) {
+        int64_t correct = 0;
+        double loss = 0;
+        for (int d = 0; d < devices; ++d) {
+          correct += window_correct[d].item<int64_t>();
+          loss += window_loss[d].item<double>();
+        }
         const double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
         std::printf(
             "Epoch[%d] Batch [%lld-%lld] Speed: %.2f samples/sec accuracy=%f cross-entropy=%f\n",
             epoch, static_cast<long long>(window_first), static_cast<long long>(step + 1),
-            window_samples / secs, static_cast<double>(window_correct) / window_samples,
-            window_loss / window_samples);
+            window_samples / secs, static_cast<double>(correct) / window_samples,
+            loss / window_samples);
         std::fflush(stdout);
         window_start = std::chrono::steady_clock::now();
-        window_correct = window_samples = 0;
-        window_loss = 0;
+        window_correct.assign(devices, torch::Tensor());
+        window_loss.assign(devices, torch::Tensor());
+        window_samples = 0;
         window_first = step + 1;
       }
     }
@@ -311,7 +359,7 @@ int Train(const Flags& f, KVStore* kv_ptr) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     std::printf("Epoch[%d] Time cost=%.3f (%.1f samples/sec)\n", epoch, epoch_s,
                 static_cast<double>(steps * f.batch_size) / epoch_s);
-    std::printf("Epoch %d: Test_acc %f\n", epoch, Evaluate(*replicas[0], test));
+    std::printf("Epoch %d: Test_acc %f\n", epoch, Evaluate(*replicas[0], test, on[0]));
     std::fflush(stdout);
   }
   if (!f.save.empty() && rank == 0) {
@@ -350,7 +398,10 @@ int main(int argc, char** argv) {
   app.add_option("--gc-min-elements", f.gc_min_elements,
                  "parameters with fewer elements travel uncompressed (0: compress all)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--devices,--gpus", f.devices, "local devices (CPU replicas): a count or a list");
+  app.add_option("--gpus", f.gpus,
+                 "replicas on these CUDA devices, e.g. 0,1 (an id may repeat: several replicas "
+                 "on one GPU)");
+  app.add_option("--devices", f.devices, "replicas on the CPU: a count, or a list (0,1)");
   app.add_option("--work-load-list", f.work_load, "relative share of each device")->delimiter(',');
   app.add_option("--seed", f.seed);
   app.add_option("--log-interval,--disp-batches", f.log_interval,

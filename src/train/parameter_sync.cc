@@ -5,29 +5,50 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 #include "report/reporter.h"
 #include "report/timeline.h"
+#include "train/torch_cuda.h"
 
 namespace dtrain::train {
 
 namespace {
 
-// An Array over a float32 CPU tensor's memory; the Array keeps the tensor alive.
+bool Supported(const torch::Tensor& t) {
+  return t.defined() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() &&
+         (t.device().is_cpu() || t.device().is_cuda());
+}
+
+// An Array over a float32 tensor's memory, on the host or on a CUDA device (with the stream torch
+// queues that device's work on now, so that the store's copies wait for the work that wrote it);
+// the Array keeps the tensor alive.
 Array ArrayOf(const torch::Tensor& t) {
-  if (t.scalar_type() != torch::kFloat32 || !t.is_contiguous() || !t.device().is_cpu()) {
-    throw InvalidArgument("the trainer handles contiguous float32 CPU tensors only");
+  if (!Supported(t)) {
+    throw InvalidArgument("the trainer handles contiguous float32 CPU or CUDA tensors only");
   }
   Shape shape(t.sizes().begin(), t.sizes().end());
-  return Array::Wrap(t.data_ptr(), std::move(shape), DType::kFloat32,
-                     std::make_shared<torch::Tensor>(t));
+  auto owner = std::make_shared<torch::Tensor>(t);
+  if (t.device().is_cuda()) {
+    return Array::WrapDevice(t.data_ptr(), std::move(shape), DType::kFloat32, t.device().index(),
+                             CurrentCudaStream(t.device()), std::move(owner));
+  }
+  return Array::Wrap(t.data_ptr(), std::move(shape), DType::kFloat32, std::move(owner));
 }
 
 std::span<float> Floats(const torch::Tensor& t) {
   return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
 }
 
-Array Flat(int64_t numel) { return Array(Shape{numel}); }
+// A fused bucket's flat buffer, on the device of the parameters it carries.
+torch::Tensor Flat(int64_t numel, const torch::Device& device) {
+  return torch::empty({numel}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+}
+
+// `t` itself on the host, else a host copy of it.
+torch::Tensor OnHost(const torch::Tensor& t) {
+  return t.device().is_cpu() ? t : t.detach().to(torch::kCPU).contiguous();
+}
 
 bool IsSync(const std::string& type) { return type.find("async") == std::string::npos; }
 
@@ -54,12 +75,16 @@ struct ParameterSync::Bucket {
   std::vector<size_t> params;
   int64_t numel = 0;
   bool fused = false;
-  std::vector<Array> grads;  // fused: per replica, flat
-  Array weights;             // fused: flat weights (pull target, or what the optimizer updates)
-  Array summed;              // optimizer here: the summed gradient
-  int pending = 0;           // gradients still to arrive this step
-  bool issued = false;       // this step's exchange has started
-  bool finished = true;      // every replica holds the latest weights
+  std::vector<torch::Tensor> grads;  // fused: per replica, flat, on that replica's device
+  torch::Tensor weights;             // fused: flat weights on replica 0's device (pull target)
+  Array summed;                      // optimizer here: the summed gradient, on the host
+  // Optimizer here: the host weights it updates. On the host they are the parameter itself (or the
+  // fused flat weights); for CUDA parameters a host copy, kept equal to them, whose update is then
+  // copied to every replica.
+  torch::Tensor master;
+  int pending = 0;       // gradients still to arrive this step
+  bool issued = false;   // this step's exchange has started
+  bool finished = true;  // every replica holds the latest weights
   Operation op;
 };
 
@@ -97,11 +122,14 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
     }
     for (size_t i = 0; i < params_.size(); ++i) {
       const torch::Tensor& t = replicas[r][i];
-      if (!t.defined() || !t.sizes().equals(first[i].sizes()) ||
-          t.scalar_type() != torch::kFloat32 || !t.is_contiguous() || !t.device().is_cpu()) {
+      if (!Supported(t) || !t.sizes().equals(first[i].sizes())) {
+        throw InvalidArgument(
+            "parameter " + std::to_string(i) + " of replica " + std::to_string(r) +
+            " is not a contiguous float32 CPU or CUDA tensor of replica 0's shape");
+      }
+      if (t.device().is_cuda() && cuda::DeviceCount() == 0) {
         throw InvalidArgument("parameter " + std::to_string(i) + " of replica " +
-                              std::to_string(r) +
-                              " is not a contiguous float32 CPU tensor of replica 0's shape");
+                              std::to_string(r) + " is a CUDA tensor, but " + cuda::Unavailable());
       }
       params_[i]->weights.push_back(t);
     }
@@ -114,14 +142,14 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
   std::vector<Array> initial;
   for (auto& b : buckets_) {
     keys.push_back(static_cast<Key>(b->key));
-    initial.push_back(b->fused ? b->weights : ArrayOf(params_[b->params[0]]->weights[0]));
+    initial.push_back(ArrayOf(b->fused ? b->weights : params_[b->params[0]]->weights[0]));
   }
   kv_.Init(keys, initial);
   std::vector<Operation> pulls;
   for (auto& b : buckets_) {
     std::vector<Array> outs;
     if (b->fused) {
-      outs.push_back(b->weights);
+      outs.push_back(ArrayOf(b->weights));
     } else {
       for (auto& w : params_[b->params[0]]->weights) outs.push_back(ArrayOf(w));
     }
@@ -130,6 +158,9 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
   Operation::Combine(pulls).Wait();
   for (auto& b : buckets_) {
     if (b->fused) Scatter(*b);
+    if (!options_.update_on_kvstore) {
+      b->master = OnHost(b->fused ? b->weights : params_[b->params[0]]->weights[0]);
+    }
   }
   if (options_.batch_size > 0) SetUpOptimizer(options_.batch_size);
 
@@ -183,19 +214,22 @@ void ParameterSync::PlanBuckets() {
   for (auto& b : buckets_) {
     b->fused = b->params.size() > 1;
     b->pending = static_cast<int>(b->params.size() * num_replicas_);
-    const torch::Tensor& first = params_[b->params[0]]->weights[0];
+    const auto& replicas = params_[b->params[0]]->weights;
+    const torch::Tensor& first = replicas[0];
     if (b->fused) {
-      for (size_t r = 0; r < num_replicas_; ++r) b->grads.push_back(Flat(b->numel));
-      b->weights = Flat(b->numel);
+      torch::NoGradGuard no_grad;
+      for (size_t r = 0; r < num_replicas_; ++r) {
+        b->grads.push_back(Flat(b->numel, replicas[r].device()));
+      }
+      b->weights = Flat(b->numel, first.device());
       for (size_t i : b->params) {
         const Param& p = *params_[i];
-        std::memcpy(b->weights.floats().data() + p.offset, p.weights[0].data_ptr<float>(),
-                    p.numel * sizeof(float));
+        b->weights.narrow(0, p.offset, p.numel).copy_(p.weights[0].detach().reshape(-1));
       }
     }
     if (!options_.update_on_kvstore) {
-      b->summed =
-          b->fused ? Flat(b->numel) : Array(Shape(first.sizes().begin(), first.sizes().end()));
+      b->summed = b->fused ? Array(Shape{b->numel})
+                           : Array(Shape(first.sizes().begin(), first.sizes().end()));
     }
   }
 }
@@ -222,10 +256,8 @@ void ParameterSync::Scatter(const Bucket& b) {
   torch::NoGradGuard no_grad;
   for (size_t i : b.params) {
     const Param& p = *params_[i];
-    for (const auto& w : p.weights) {
-      std::memcpy(w.data_ptr<float>(), b.weights.floats().data() + p.offset,
-                  p.numel * sizeof(float));
-    }
+    const torch::Tensor slice = b.weights.narrow(0, p.offset, p.numel);
+    for (const auto& w : p.weights) w.detach().view(-1).copy_(slice);
   }
 }
 
@@ -233,6 +265,19 @@ void ParameterSync::ReplicateFromFirst() {
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {
     for (size_t r = 1; r < p->weights.size(); ++r) p->weights[r].copy_(p->weights[0]);
+  }
+  // A fused bucket's flat weights and the optimizer's host copies follow replica 0 too.
+  for (auto& b : buckets_) {
+    if (b->fused) {
+      for (size_t i : b->params) {
+        const Param& p = *params_[i];
+        b->weights.narrow(0, p.offset, p.numel).copy_(p.weights[0].detach().reshape(-1));
+      }
+    }
+    if (b->master.defined()) {
+      const torch::Tensor& source = b->fused ? b->weights : params_[b->params[0]]->weights[0];
+      if (!b->master.is_same(source)) b->master.copy_(source.detach());
+    }
   }
 }
 
@@ -261,9 +306,8 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
   if (b.fused) {
     // The flat buffer may still be read by last step's exchange if nothing waited for it.
     Finish(b, lock);
-    auto g = grad.contiguous();
-    std::memcpy(b.grads[replica].floats().data() + p.offset, g.data_ptr<float>(),
-                p.numel * sizeof(float));
+    torch::NoGradGuard no_grad;
+    b.grads[replica].narrow(0, p.offset, p.numel).copy_(grad.reshape(-1));
   } else {
     p.grads[replica] = grad.contiguous();
   }
@@ -279,13 +323,11 @@ void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
     for (size_t i : b.params) {  // parameters this backward did not reach contribute zeros
       const Param& p = *params_[i];
       for (size_t r = 0; r < num_replicas_; ++r) {
-        if (!p.arrived[r]) {
-          std::memset(b.grads[r].floats().data() + p.offset, 0, p.numel * sizeof(float));
-        }
+        if (!p.arrived[r]) b.grads[r].narrow(0, p.offset, p.numel).zero_();
       }
     }
-    grads = b.grads;
-    outs.push_back(options_.update_on_kvstore ? b.weights : b.summed);
+    for (const auto& g : b.grads) grads.push_back(ArrayOf(g));
+    outs.push_back(options_.update_on_kvstore ? ArrayOf(b.weights) : b.summed);
   } else {
     Param& p = *params_[b.params[0]];
     for (auto& g : p.grads) {
@@ -324,13 +366,15 @@ void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool t
   }
   if (b.finished) return;
   torch::NoGradGuard no_grad;
+  if (local_optimizer_) local_optimizer_->Update(b.key, Floats(b.master), b.summed.floats());
   if (b.fused) {
-    if (local_optimizer_) local_optimizer_->Update(b.key, b.weights.floats(), b.summed.floats());
+    if (local_optimizer_ && !b.master.is_same(b.weights)) b.weights.copy_(b.master);
     Scatter(b);
   } else if (local_optimizer_) {
     Param& p = *params_[b.params[0]];
-    local_optimizer_->Update(b.key, Floats(p.weights[0]), b.summed.floats());
-    for (size_t r = 1; r < p.weights.size(); ++r) p.weights[r].copy_(p.weights[0]);
+    for (auto& w : p.weights) {
+      if (!w.is_same(b.master)) w.copy_(b.master);
+    }
   }
   b.finished = true;
 }

@@ -70,10 +70,11 @@ void Trainer::set_learning_rate(double lr) { sync_->set_learning_rate(lr); }
 void Trainer::Save(const std::string& path) {
   const std::string state = sync_->SaveOptimizerState();  // waits for every exchange
   torch::serialize::OutputArchive archive;
+  // Saved from the host, so that a model trained on GPUs loads anywhere.
   for (const auto& item : replicas_[0]->named_parameters(true))
-    archive.write(item.key(), item.value());
+    archive.write(item.key(), item.value().detach().to(torch::kCPU));
   for (const auto& item : replicas_[0]->named_buffers(true))
-    archive.write(item.key(), item.value(), true);
+    archive.write(item.key(), item.value().to(torch::kCPU), true);
   auto bytes = torch::empty({static_cast<int64_t>(state.size())}, torch::kUInt8);
   std::memcpy(bytes.data_ptr(), state.data(), state.size());
   archive.write(kOptimizerStateKey, bytes, /*is_buffer=*/true);
@@ -93,12 +94,26 @@ void Trainer::LoadOptimizerState(const std::string& path) {
   }
 }
 
+void LoadInto(torch::serialize::InputArchive& archive, torch::nn::Module& module) {
+  // Copied into the tensors the module has (archive.read would swap in the saved ones: on the
+  // saved device, and no longer the tensors the trainer syncs).
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(true)) {
+    torch::Tensor saved;
+    archive.read(item.key(), saved);
+    item.value().copy_(saved);
+  }
+  for (auto& item : module.named_buffers(true)) {
+    torch::Tensor saved;
+    archive.read(item.key(), saved, /*is_buffer=*/true);
+    item.value().copy_(saved);
+  }
+}
+
 void Trainer::Load(const std::string& path) {
   torch::serialize::InputArchive archive;
   archive.load_from(path);
-  torch::NoGradGuard no_grad;
-  for (auto& item : replicas_[0]->named_parameters(true)) archive.read(item.key(), item.value());
-  for (auto& item : replicas_[0]->named_buffers(true)) archive.read(item.key(), item.value(), true);
+  LoadInto(archive, *replicas_[0]);
   sync_->ReplicateFromFirst();
   ReplicateBuffers();
 }

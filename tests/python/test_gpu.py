@@ -1,7 +1,9 @@
 """CUDA tensors through dtrain's APIs on a real GPU: every kvstore type gives exactly the values
 the CPU path gives (programs/kv_worker.py --cuda: D replicas on the one GPU stand in for D devices
 per worker, worker processes sharing it for hosts), and Horovod's collectives on CUDA tensors
-(host staging over Gloo) equal the CPU results (programs/hvd_worker.py --cuda).
+(host staging over Gloo) equal the CPU results (programs/hvd_worker.py --cuda); the Trainer on
+CUDA parameters reaches what one process reaches on the whole batch (programs/train_check.py
+--cuda), and dtrain-train --gpus trains as its CPU replicas do.
 
 Skipped, with the reason, where there is no GPU, where torch has no CUDA, or where dtrain was built
 without CUDA (CI: the toolkit but no GPU). scripts/gpu-check.sh runs them on a GPU machine.
@@ -10,7 +12,10 @@ without CUDA (CI: the toolkit but no GPU). scripts/gpu-check.sh runs them on a G
 import pytest
 import torch
 
-from conftest import job_env, launch_argv, program, run_ok
+import re
+
+from conftest import TRAIN, job_env, launch_argv, program, run_ok
+from test_horovod import relative_difference
 
 import dtrain
 
@@ -84,3 +89,28 @@ def test_pull_waits_for_the_users_stream():
     kv.pull(1, out=out).wait()
     assert torch.equal((out * 2).cpu(), torch.full((1 << 20,), 6.0))
     kv.close()
+
+
+@pytest.mark.parametrize("workers,servers,flags", [
+    (2, 2, []),  # optimizer on the servers; the small parameters fused into a bucket on the GPU
+    (2, 1, ["--update-on-worker", "--devices", "2"]),  # optimizer here, on a host copy
+    (1, 1, ["--no-fuse", "--devices", "2"]),
+    (2, 1, ["--kvstore", "dist_sync_device", "--devices", "2"]),  # replicas summed on the GPU
+])
+def test_trainer_on_cuda_matches_one_process(spawn, workers, servers, flags):
+    out = run_ok(spawn, launch_argv(workers, servers, program(
+        "train_check.py", "trainer", "--cuda", *flags)))
+    assert relative_difference(out) < 1e-4
+
+
+def test_dtrain_train_on_gpus_learns_as_on_cpu_replicas(spawn):
+    """The same job with two replicas on the GPU and two on the CPU: the same test accuracy, to
+    the rounding of different kernels."""
+    flags = ["--dataset", "synthetic", "--network", "lenet", "--epochs", "2", "--batch-size",
+             "64", "--limit-train", "8192", "--log-interval", "0"]  # 0.88 on CPUs
+    accuracy = {}
+    for where in (["--gpus", "0,0"], ["--devices", "2"]):
+        out = run_ok(spawn, launch_argv(2, 1, [TRAIN, *flags, *where]), timeout=240)
+        accuracy[where[0]] = float(re.findall(r"Test_acc ([0-9.]+)", out)[-1])
+    assert accuracy["--gpus"] > 0.5, accuracy  # ten classes: learnt well beyond chance
+    assert abs(accuracy["--gpus"] - accuracy["--devices"]) < 0.03, accuracy

@@ -26,6 +26,10 @@
 // trainer.step): the optimizer is set up then, so the first step's gradients leave at Step and
 // overlap starts with the second step. Every later Step must give the same size.
 //
+// CUDA parameters: gradients and weights travel as device Arrays ordered after torch's current
+// stream (src/cuda), fused buckets live on the parameters' GPU, and an optimizer run here
+// (update_on_kvstore false) updates a host copy of the weights and copies the result back.
+//
 // Errors: Step, WaitFor and WaitAll throw what an exchange failed with (PeerError naming the node,
 // TimeoutError); a failure met inside an autograd hook is kept and thrown by the next of them,
 // never into autograd.
@@ -67,8 +71,9 @@ struct TrainerOptions {
 class ParameterSync {
  public:
   // `replicas[r][i]` is parameter i on local replica r: every replica lists the same shapes in the
-  // same order, which must be the same on every worker; float32, contiguous, CPU. Replica 0's
-  // values are copied into the others. Throws InvalidArgument for bad options (dist_async without
+  // same order, which must be the same on every worker; float32, contiguous, on the CPU or a CUDA
+  // device (replicas may sit on different GPUs: the store sums their gradients, on the GPU for the
+  // *_device types). Replica 0's values are copied into the others. Throws InvalidArgument for bad options (dist_async without
   // update_on_kvstore, a negative batch size, an unknown optimizer) or replicas that differ.
   ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, KVStore& kv,
                 TrainerOptions options);

@@ -25,6 +25,10 @@
 
 namespace dtrain::train {
 
+// Copies a checkpoint's parameters and buffers (Trainer::Save's) into `module`'s own tensors, on
+// whatever device they are. Throws c10::Error for a missing key or a shape that differs.
+void LoadInto(torch::serialize::InputArchive& archive, torch::nn::Module& module);
+
 class Trainer {
  public:
   // `replicas`: the same network once per local device; replica 0's parameters are copied into

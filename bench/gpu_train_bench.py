@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""ResNet-18 training on one GPU: dtrain-train against plain PyTorch and PyTorch DDP, in one run.
+
+    python3 bench/gpu_train_bench.py --build build-gpu
+
+Four jobs, each ResNet-18 (dtrain's, src/train/models/resnet.cc; bench/gpu_train.py has the same
+network in PyTorch) on CIFAR-shaped synthetic images, batch 128 per worker, SGD (lr 0.05, momentum
+0.9), every process on GPU 0:
+  plain       one PyTorch process, no communication (bench/gpu_train.py plain)
+  dtrain 1x1  dtrain-train --gpus 0, 1 worker and 1 server (dist_sync: gradients to the server,
+              weights back, every step)
+  ddp 2       2 PyTorch processes, DistributedDataParallel over gloo with CUDA tensors
+  dtrain 2x2  dtrain-train --gpus 0, 2 workers and 2 servers
+samples/s: per process the median of its timing windows after the first, summed over processes.
+Prints one JSON line per job and one with the ratios (dtrain 1x1 / plain, dtrain 2x2 / ddp 2).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPEED = re.compile(r"^(?:\[worker (\d+)\] )?.*Speed: ([0-9.]+) samples/sec")
+
+
+def dtrain_speed(output):
+    """Aggregate samples/s from dtrain-train's progress lines (prefixed per worker by dtrain
+    launch): per worker the median of its windows after the first, summed."""
+    windows = {}
+    for line in output.splitlines():
+        m = SPEED.match(line)
+        if m:
+            windows.setdefault(m.group(1) or "0", []).append(float(m.group(2)))
+    per_worker = [statistics.median(w[1:] or w) for w in windows.values()]
+    return sum(per_worker), per_worker
+
+
+def run(cmd, timeout):
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-4000:])
+        raise SystemExit(f"gpu_train_bench: {cmd[0]} exited {done.returncode}")
+    return done.stdout
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build", help="the build folder with dtrain and dtrain-train")
+    p.add_argument("--steps", type=int, default=100, help="per worker")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--log-interval", type=int, default=20)
+    p.add_argument("--timeout", type=float, default=240, help="seconds per job")
+    args = p.parse_args()
+    launcher = os.path.join(args.build, "src/tools/dtrain")
+    trainer = os.path.join(args.build, "src/train/dtrain-train")
+    common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size),
+              "--log-interval", str(args.log_interval)]
+    results = {}
+
+    def reference(name, mode, *extra):
+        out = run([sys.executable, os.path.join(HERE, "gpu_train.py"), mode, *common, *extra],
+                  args.timeout)
+        line = json.loads(out.strip().splitlines()[-1])
+        results[name] = line["samples_per_s"]
+        print(json.dumps({"job": name, **line}), flush=True)
+
+    def dtrain(name, workers):
+        cmd = [launcher, "launch", "-n", str(workers), "-s", str(workers), "--launcher", "local",
+               "--", trainer, "--dataset", "synthetic", "--network", "resnet18", "--gpus", "0",
+               "--epochs", "1", "--batch-size", str(args.batch_size),
+               "--limit-train", str(workers * args.steps * args.batch_size),
+               "--log-interval", str(args.log_interval), "--optimizer", "sgd", "--lr", "0.05",
+               "--momentum", "0.9", "--kvstore", "dist_sync"]
+        out = run(cmd, args.timeout)
+        total, per_worker = dtrain_speed(out)
+        acc = re.findall(r"Test_acc ([0-9.]+)", out)
+        results[name] = total
+        print(json.dumps({"job": name, "workers": workers, "servers": workers,
+                          "samples_per_s": round(total, 1),
+                          "per_process": [round(s, 1) for s in per_worker],
+                          "test_acc": float(acc[-1]) if acc else None}), flush=True)
+
+    reference("plain", "plain")
+    dtrain("dtrain_1x1", 1)
+    reference("ddp_2", "ddp", "--workers", "2")
+    dtrain("dtrain_2x2", 2)
+    print(json.dumps({
+        "job": "ratios",
+        "dtrain_1x1_vs_plain": round(results["dtrain_1x1"] / results["plain"], 3),
+        "dtrain_2x2_vs_ddp_2": round(results["dtrain_2x2"] / results["ddp_2"], 3),
+        "targets": {"dtrain_1x1_vs_plain": 0.9, "dtrain_2x2_vs_ddp_2": 1.2}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
