@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,13 +40,21 @@ def dtrain_speed(output):
 
 
 def run(cmd, timeout):
+    """The command's output; its whole process group is killed if it outlives `timeout`."""
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
-    if done.returncode != 0:
-        sys.stderr.write(done.stdout[-4000:])
-        raise SystemExit(f"gpu_train_bench: {cmd[0]} exited {done.returncode}")
-    return done.stdout
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        sys.stderr.write(out[-4000:])
+        raise SystemExit(f"gpu_train_bench: {cmd[0]} ran past {timeout:.0f} s")
+    if proc.returncode != 0:
+        sys.stderr.write(out[-4000:])
+        raise SystemExit(f"gpu_train_bench: {cmd[0]} exited {proc.returncode}")
+    return out
 
 
 def main():
@@ -55,7 +64,7 @@ def main():
     p.add_argument("--steps", type=int, default=100, help="per worker")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--log-interval", type=int, default=20)
-    p.add_argument("--timeout", type=float, default=240, help="seconds per job")
+    p.add_argument("--timeout", type=float, default=120, help="seconds per job")
     args = p.parse_args()
     launcher = os.path.join(args.build, "src/tools/dtrain")
     trainer = os.path.join(args.build, "src/train/dtrain-train")

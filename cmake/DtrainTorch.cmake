@@ -65,8 +65,11 @@ if(_dtrain_torch_facts)
   # Debian's libgloo comes first: PyPI's libtorch_cpu exports a Gloo of its own (other version,
   # same symbols), and the library listed first wins the dynamic linker's lookup, for dtrain's
   # Gloo calls and for libgloo's calls into itself alike.
+  # libtorch.so is kept even by linkers that drop unreferenced libraries (Ubuntu's --as-needed):
+  # in a CUDA build it is what loads libtorch_cuda, whose kernels register themselves when loaded.
   target_link_libraries(dtrain_torch INTERFACE gloo
-    "${_lib}/libtorch.so" "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so" Threads::Threads)
+    "-Wl,--push-state,--no-as-needed" "${_lib}/libtorch.so" "-Wl,--pop-state"
+    "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so" Threads::Threads)
   message(STATUS "LibTorch: torch ${DTRAIN_TORCH_VERSION} of ${Python_EXECUTABLE} (${DTRAIN_TORCH_DIR})")
 else()
   find_package(Torch REQUIRED)

@@ -85,15 +85,16 @@ step configure configure && step build build || { echo "gpu-check: the build fai
 
 export DTRAIN_BUILD_DIR=$PWD/build-gpu PYTHONPATH=$PWD/build-gpu/python
 step cuda_unit_tests build-gpu/tests/dtrain_cuda_tests
-(cd tests/python && step python_gpu_tests "$python" -m pytest -q -rs -p no:cacheprovider \
-  test_gpu.py) || failed=1
+# Every step is bounded, so that the whole check fits a machine lent for minutes.
 bench_out=$out/gpu_pushpull.jsonl
-step gpu_pushpull_bench bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
+step gpu_pushpull_bench timeout 60 bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
   '$python' bench/gpu_pushpull.py | grep -o '{.*' >'$bench_out'"
 cat "$bench_out" >>"$results" 2>/dev/null
 train_out=$out/gpu_train.jsonl
-step gpu_train_bench bash -c "'$python' bench/gpu_train_bench.py --build build-gpu >'$train_out'"
+step gpu_train_bench timeout 180 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 >'$train_out'"
 cat "$train_out" >>"$results" 2>/dev/null
+(cd tests/python && step python_gpu_tests timeout 240 "$python" -m pytest -q -rs -p no:cacheprovider \
+  test_gpu.py) || failed=1
 echo "=== results"
 cat "$results"
 exit "$failed"
