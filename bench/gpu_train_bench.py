@@ -11,6 +11,9 @@ network in PyTorch) on CIFAR-shaped synthetic images, batch 128 per worker, SGD 
               weights back, every step)
   ddp 2       2 PyTorch processes, DistributedDataParallel over gloo with CUDA tensors
   dtrain 2x2  dtrain-train --gpus 0, 2 workers and 2 servers
+--jobs picks some of them, or adds ones that split dtrain's cost: dtrain_local (one process,
+--kvstore local: the staging and the host's optimizer, no network or server) and
+dtrain_1x1_no_overlap (gradients leave at step(), not during backward).
 samples/s: per process the median of its timing windows after the first, summed over processes.
 Prints one JSON line per job and one with the ratios (dtrain 1x1 / plain, dtrain 2x2 / ddp 2).
 """
@@ -65,6 +68,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--log-interval", type=int, default=20)
     p.add_argument("--timeout", type=float, default=120, help="seconds per job")
+    p.add_argument("--jobs", default="plain,dtrain_1x1,ddp_2,dtrain_2x2",
+                   help="comma-separated, run in this order")
     args = p.parse_args()
     launcher = os.path.join(args.build, "src/tools/dtrain")
     trainer = os.path.join(args.build, "src/train/dtrain-train")
@@ -79,31 +84,43 @@ def main():
         results[name] = line["samples_per_s"]
         print(json.dumps({"job": name, **line}), flush=True)
 
-    def dtrain(name, workers):
-        cmd = [launcher, "launch", "-n", str(workers), "-s", str(workers), "--launcher", "local",
-               "--", trainer, "--dataset", "synthetic", "--network", "resnet18", "--gpus", "0",
-               "--epochs", "1", "--batch-size", str(args.batch_size),
-               "--limit-train", str(workers * args.steps * args.batch_size),
-               "--log-interval", str(args.log_interval), "--optimizer", "sgd", "--lr", "0.05",
-               "--momentum", "0.9", "--kvstore", "dist_sync"]
+    def dtrain(name, workers, *extra):
+        job = [launcher, "launch", "-n", str(workers), "-s", str(workers), "--launcher", "local",
+               "--"] if workers else []
+        cmd = job + [trainer, "--dataset", "synthetic", "--network", "resnet18", "--gpus", "0",
+                     "--epochs", "1", "--batch-size", str(args.batch_size),
+                     "--limit-train", str(max(1, workers) * args.steps * args.batch_size),
+                     "--log-interval", str(args.log_interval), "--optimizer", "sgd", "--lr",
+                     "0.05", "--momentum", "0.9",
+                     "--kvstore", "dist_sync" if workers else "local", *extra]
         out = run(cmd, args.timeout)
         total, per_worker = dtrain_speed(out)
         acc = re.findall(r"Test_acc ([0-9.]+)", out)
         results[name] = total
-        print(json.dumps({"job": name, "workers": workers, "servers": workers,
+        print(json.dumps({"job": name, "workers": max(1, workers), "servers": workers,
                           "samples_per_s": round(total, 1),
                           "per_process": [round(s, 1) for s in per_worker],
                           "test_acc": float(acc[-1]) if acc else None}), flush=True)
 
-    reference("plain", "plain")
-    dtrain("dtrain_1x1", 1)
-    reference("ddp_2", "ddp", "--workers", "2")
-    dtrain("dtrain_2x2", 2)
-    print(json.dumps({
-        "job": "ratios",
-        "dtrain_1x1_vs_plain": round(results["dtrain_1x1"] / results["plain"], 3),
-        "dtrain_2x2_vs_ddp_2": round(results["dtrain_2x2"] / results["ddp_2"], 3),
-        "targets": {"dtrain_1x1_vs_plain": 0.9, "dtrain_2x2_vs_ddp_2": 1.2}}), flush=True)
+    jobs = {
+        "plain": lambda: reference("plain", "plain"),
+        "dtrain_1x1": lambda: dtrain("dtrain_1x1", 1),
+        "ddp_2": lambda: reference("ddp_2", "ddp", "--workers", "2"),
+        "dtrain_2x2": lambda: dtrain("dtrain_2x2", 2),
+        "dtrain_local": lambda: dtrain("dtrain_local", 0),
+        "dtrain_1x1_no_overlap": lambda: dtrain("dtrain_1x1_no_overlap", 1, "--no-overlap"),
+    }
+    for name in args.jobs.split(","):
+        if name not in jobs:
+            raise SystemExit(f"gpu_train_bench: no job {name!r}; known: {', '.join(jobs)}")
+        jobs[name]()
+    ratios = {}
+    for ours, theirs, target in (("dtrain_1x1", "plain", 0.9), ("dtrain_2x2", "ddp_2", 1.2),
+                                 ("dtrain_local", "plain", None)):
+        if ours in results and theirs in results:
+            ratios[f"{ours}_vs_{theirs}"] = {"ratio": round(results[ours] / results[theirs], 3),
+                                             "target": target}
+    print(json.dumps({"job": "ratios", **ratios}), flush=True)
 
 
 if __name__ == "__main__":
