@@ -163,7 +163,17 @@ void ElementwiseOptimizer::Update(uint64_t index, std::span<float> weight,
   IndexState& state = StateOf(index, weight.size());
   // As MXNet's _update_count: the count goes up before the schedule (and Adam) read it.
   const uint64_t t = state.update_count + 1;
-  Apply(Step{t, LearningRateAt(t)}, weight, grad, state.buffers);
+  const Step step{t, LearningRateAt(t)};
+  const size_t n = weight.size();
+  float* const buffers = state.buffers.data();
+  if (!parallel_for_) {
+    Apply(step, weight, grad, {buffers, n});
+  } else {
+    parallel_for_(static_cast<int64_t>(n), [&](int64_t begin, int64_t end) {
+      const auto b = static_cast<size_t>(begin), count = static_cast<size_t>(end - begin);
+      Apply(step, weight.subspan(b, count), grad.subspan(b, count), {buffers + b, n});
+    });
+  }
   state.update_count = t;
 }
 

@@ -40,7 +40,16 @@ inline float ClipTo(float x, float bound) { return x > bound ? bound : (x < -bou
 
 class ElementwiseOptimizer : public Optimizer {
  public:
+  // The index's state buffers for the elements being updated: buffer k starts at state[k] and is
+  // as long as the weight span Apply is given (zeros before the index's first update).
+  struct StateBuffers {
+    float* base;    // buffer 0 at the first element being updated
+    size_t stride;  // elements between buffer k and k + 1: the index's whole length
+    float* operator[](size_t k) const { return base + k * stride; }
+  };
+
   void Update(uint64_t index, std::span<float> weight, std::span<const float> grad) final;
+  void SetParallelFor(ParallelFor parallel_for) final { parallel_for_ = std::move(parallel_for); }
 
   const OptimizerSpec& spec() const final { return spec_; }
   void set_learning_rate(double learning_rate) final;
@@ -71,10 +80,10 @@ class ElementwiseOptimizer : public Optimizer {
   // constructor.
   void set_state_buffers(size_t count) { state_buffers_ = count; }
 
-  // weight -= f(grad, state). `state` holds the index's buffers one after another, each as long
-  // as `weight` (zeros before its first update). Must not throw.
+  // weight -= f(grad, state), for a contiguous piece of an index's elements (Update may split an
+  // index over threads). Must not throw.
   virtual void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-                     std::span<float> state) = 0;
+                     StateBuffers state) = 0;
 
  private:
   struct IndexState {
@@ -95,6 +104,7 @@ class ElementwiseOptimizer : public Optimizer {
   LearningRateSchedule schedule_;
   size_t state_buffers_ = 0;
 
+  ParallelFor parallel_for_;        // unset: updates run on the caller's thread
   mutable std::mutex state_mutex_;  // guards the table only, not the buffers in it
   StateTable state_;
 };

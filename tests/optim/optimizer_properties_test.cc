@@ -3,7 +3,9 @@
 // different indexes may run on threads at once, and a refused update changes nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <span>
 #include <thread>
@@ -63,6 +65,35 @@ TEST_P(EveryOptimizerTest, UpdatingPartsSeparatelyEqualsUpdatingTheWholeBitForBi
     }
     ASSERT_TRUE(SameBits(whole, parts)) << "step " << step;
   }
+}
+
+// A server splits a big slot's update over its reduction threads (SetParallelFor): pieces of odd
+// sizes and offsets, run on threads, must give the single-threaded update bit for bit.
+TEST_P(EveryOptimizerTest, AnUpdateSplitOverThreadsEqualsOneThreadsBitForBit) {
+  const OptimizerSpec& spec = GetParam().spec;
+  auto one_thread = CreateOptimizer(spec);
+  auto split = CreateOptimizer(spec);
+  int64_t pieces_run = 0;
+  split->SetParallelFor([&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    const int64_t cuts[] = {0, std::min<int64_t>(n, 5), n / 2 + 1, std::max<int64_t>(n - 3, 0), n};
+    std::vector<std::thread> threads;
+    for (size_t k = 0; k + 1 < std::size(cuts); ++k) {
+      if (cuts[k] < cuts[k + 1]) threads.emplace_back(fn, cuts[k], cuts[k + 1]);
+    }
+    for (auto& t : threads) t.join();
+    pieces_run += static_cast<int64_t>(threads.size());
+  });
+  std::mt19937 rng(5);
+  std::vector<float> a = RandomVector(rng, 1003), b = a;
+  for (int step = 0; step < 10; ++step) {
+    const std::vector<float> g = RandomVector(rng, a.size(), 2.f);
+    one_thread->Update(7, a, g);
+    split->Update(7, b, g);
+  }
+  EXPECT_TRUE(SameBits(a, b));
+  EXPECT_EQ(split->UpdateCount(7), 10u);  // one update per call, however it was split
+  EXPECT_EQ(pieces_run, 10 * 4);
+  EXPECT_EQ(one_thread->SaveState(), split->SaveState());
 }
 
 TEST_P(EveryOptimizerTest, ConcurrentUpdatesOfDifferentIndexesAreCorrect) {

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -89,6 +90,13 @@ class Optimizer {
   // bytes, inconsistent lengths) is an InvalidArgument and leaves this optimizer as it was.
   virtual std::string SaveState() const = 0;
   virtual void LoadState(const std::string& bytes) = 0;
+
+  // How a big Update may be split over threads: parallel_for(n, fn) runs fn(begin, end) over
+  // pieces covering [0, n) (on several threads, or as fn(0, n)) and returns once all are done.
+  // Updates are element-wise, so splitting changes no result. Set before the updates start (a
+  // server hands its reduction threads here); unset, an Update runs on its caller's thread.
+  using ParallelFor = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>&)>;
+  virtual void SetParallelFor(ParallelFor parallel_for) = 0;
 };
 
 // Builds an optimizer by name (case-insensitive: "sgd", "nag", "adam", "adagrad", "rmsprop").

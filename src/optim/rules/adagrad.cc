@@ -38,12 +38,11 @@ AdaGrad::AdaGrad(OptimizerSpec spec)
 }
 
 void AdaGrad::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-                    std::span<float> state) {
+                    StateBuffers state) {
   const AdaGradRates r{static_cast<float>(step.learning_rate), eps_, wd_, rescale_grad_,
                        clip_gradient_};
-  clip_gradient_ > 0
-      ? AdaGradUpdate<true>(r, weight.data(), state.data(), grad.data(), weight.size())
-      : AdaGradUpdate<false>(r, weight.data(), state.data(), grad.data(), weight.size());
+  clip_gradient_ > 0 ? AdaGradUpdate<true>(r, weight.data(), state[0], grad.data(), weight.size())
+                     : AdaGradUpdate<false>(r, weight.data(), state[0], grad.data(), weight.size());
 }
 
 }  // namespace dtrain

@@ -33,7 +33,7 @@ class AdaGrad final : public ElementwiseOptimizer {
 
  private:
   void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-             std::span<float> state) override;
+             StateBuffers state) override;
 
   float eps_ = 1e-7f;
   float wd_ = 0;

@@ -43,7 +43,7 @@ Adam::Adam(OptimizerSpec spec)
 }
 
 void Adam::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-                 std::span<float> state) {
+                 StateBuffers state) {
   // MXNet's Adam.update, in Python floats (double).
   const double t = static_cast<double>(step.t);
   const double coef1 = 1. - std::pow(beta1_exact_, t);
@@ -53,8 +53,8 @@ void Adam::Apply(const Step& step, std::span<float> weight, std::span<const floa
                     1.f - beta2_,           epsilon_, wd_,    rescale_grad_,
                     clip_gradient_};
   const size_t n = weight.size();
-  float* m = state.data();
-  float* v = state.data() + n;
+  float* m = state[0];
+  float* v = state[1];
   clip_gradient_ > 0 ? AdamUpdate<true>(r, weight.data(), m, v, grad.data(), n)
                      : AdamUpdate<false>(r, weight.data(), m, v, grad.data(), n);
 }

@@ -35,7 +35,7 @@ class Adam final : public ElementwiseOptimizer {
 
  private:
   void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-             std::span<float> state) override;
+             StateBuffers state) override;
 
   // In float32 for the kernel, and as given (double) for the bias correction, as MXNet's Python
   // computes it from its own float.

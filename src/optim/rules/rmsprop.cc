@@ -50,13 +50,13 @@ void CenteredUpdate(const RMSPropRates& r, float* __restrict w, float* __restric
 
 template <bool kClip, bool kClipWeights>
 void Run(bool centered, const RMSPropRates& r, std::span<float> weight, std::span<const float> grad,
-         std::span<float> state) {
+         ElementwiseOptimizer::StateBuffers state) {
   const size_t n = weight.size();
   if (centered) {
-    CenteredUpdate<kClip, kClipWeights>(r, weight.data(), state.data(), state.data() + n,
-                                        state.data() + 2 * n, grad.data(), n);
+    CenteredUpdate<kClip, kClipWeights>(r, weight.data(), state[0], state[1], state[2], grad.data(),
+                                        n);
   } else {
-    PlainUpdate<kClip, kClipWeights>(r, weight.data(), state.data(), grad.data(), n);
+    PlainUpdate<kClip, kClipWeights>(r, weight.data(), state[0], grad.data(), n);
   }
 }
 
@@ -79,7 +79,7 @@ RMSProp::RMSProp(OptimizerSpec spec)
 }
 
 void RMSProp::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-                    std::span<float> state) {
+                    StateBuffers state) {
   const RMSPropRates r{static_cast<float>(step.learning_rate),
                        gamma1_,
                        gamma2_,

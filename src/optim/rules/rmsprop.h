@@ -38,7 +38,7 @@ class RMSProp final : public ElementwiseOptimizer {
 
  private:
   void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-             std::span<float> state) override;
+             StateBuffers state) override;
 
   float gamma1_ = 0.9f;
   float gamma2_ = 0.9f;

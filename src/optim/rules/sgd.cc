@@ -87,7 +87,7 @@ SGD::SGD(OptimizerSpec spec, bool nag)
 }
 
 void SGD::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-                std::span<float> state) {
+                StateBuffers state) {
   const Rates r{static_cast<float>(step.learning_rate), momentum_, wd_, rescale_grad_,
                 clip_gradient_};
   const bool clip = clip_gradient_ > 0;
@@ -97,7 +97,7 @@ void SGD::Apply(const Step& step, std::span<float> weight, std::span<const float
          : PlainUpdate<false>(r, weight.data(), grad.data(), n);
     return;
   }
-  float* mom = state.data();
+  float* mom = state[0];
   if (nesterov_) {
     clip ? NesterovUpdate<true>(r, weight.data(), mom, grad.data(), n)
          : NesterovUpdate<false>(r, weight.data(), mom, grad.data(), n);

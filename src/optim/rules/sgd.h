@@ -42,7 +42,7 @@ class SGD final : public ElementwiseOptimizer {
 
  private:
   void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-             std::span<float> state) override;
+             StateBuffers state) override;
 
   float momentum_ = 0;
   float wd_ = 0;
