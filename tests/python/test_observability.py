@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -87,16 +88,22 @@ def chromium():
 
 def render(url, tmp_path):
     """The page's DOM after its script ran, and a screenshot, from headless Chromium."""
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--user-data-dir=" + str(tmp_path / "profile"), "--virtual-time-budget=3000",
-             "--window-size=1200,700"]
-    dom = subprocess.run([chromium(), *flags, "--dump-dom", url], capture_output=True, text=True,
-                         timeout=60).stdout
+    def flags():
+        # A profile of its own for every run: a Chromium still shutting down holds its profile's
+        # lock, and the next one started on that profile hands its URL over and prints nothing.
+        profile = tempfile.mkdtemp(prefix="profile-", dir=tmp_path)
+        return ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--user-data-dir=" + profile, "--virtual-time-budget=3000",
+                "--window-size=1200,700"]
+    done = subprocess.run([chromium(), *flags(), "--dump-dom", url], capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout, "chromium printed no DOM (exit %d): %s" % (done.returncode,
+                                                                   done.stderr[-2000:])
     shot = str(tmp_path / "status.png")
-    subprocess.run([chromium(), *flags, "--screenshot=" + shot, url], capture_output=True,
+    subprocess.run([chromium(), *flags(), "--screenshot=" + shot, url], capture_output=True,
                    timeout=60)
-    return dom, shot
+    return done.stdout, shot
 
 
 def screenshot_text(png):
