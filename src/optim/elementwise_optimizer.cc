@@ -171,7 +171,9 @@ void ElementwiseOptimizer::Update(uint64_t index, std::span<float> weight,
   } else {
     parallel_for_(static_cast<int64_t>(n), [&](int64_t begin, int64_t end) {
       const auto b = static_cast<size_t>(begin), count = static_cast<size_t>(end - begin);
-      Apply(step, weight.subspan(b, count), grad.subspan(b, count), {buffers + b, n});
+      // A rule without state (SGD without momentum) has no buffers to offset into.
+      Apply(step, weight.subspan(b, count), grad.subspan(b, count),
+            {buffers ? buffers + b : nullptr, n});
     });
   }
   state.update_count = t;

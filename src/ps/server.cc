@@ -192,8 +192,7 @@ void Server::HandleSetOptimizer(const Message& msg) {
   // A big slot's update is split over the reduction threads, as its sums are: on one GPU worker
   // with one server, the update of ResNet-18's 11 M weights on one core was most of a step.
   optimizer->SetParallelFor([this](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-    if (n < kParallelSumElements || reduction_pool_.size() < 2) return fn(0, n);
-    reduction_pool_.ParallelFor(n, fn);
+    ForSlotElements(n, fn);
   });
   {
     std::lock_guard<std::mutex> lock(optimizer_mutex_);
@@ -497,14 +496,15 @@ void Server::Decompress(const Header& h, const Body& packed, char* dst, int64_t 
 }
 
 void Server::Add(char* dst, const char* src, int64_t n, DType dtype) {
-  if (n < kParallelSumElements || reduction_pool_.size() < 2) {
-    AddInto(dst, src, n, dtype);
-    return;
-  }
   const size_t elem = DTypeSize(dtype);
-  reduction_pool_.ParallelFor(n, [&](int64_t begin, int64_t end) {
+  ForSlotElements(n, [&](int64_t begin, int64_t end) {
     AddInto(dst + begin * elem, src + begin * elem, end - begin, dtype);
   });
+}
+
+void Server::ForSlotElements(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n < kParallelSumElements || reduction_pool_.size() < 2) return fn(0, n);
+  reduction_pool_.ParallelFor(n, fn);
 }
 
 }  // namespace dtrain::ps

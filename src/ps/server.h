@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,9 @@ class Server {
   void ReplyError(const transport::Header& request, const std::string& error);
   void ReplyValue(SlotState& slot, const transport::Header& request);
   void Add(char* dst, const char* src, int64_t n, DType dtype);
+  // fn(begin, end) over [0, n): split over the reduction threads for a big slot (2^18 elements and
+  // more), else fn(0, n) on this thread. Sums and optimizer updates of slots go through it.
+  void ForSlotElements(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
   // A compressed push's values into dst (or added to it), on several threads for big slots.
   void Decompress(const transport::Header& h, const transport::Body& packed, char* dst, int64_t n,
                   bool accumulate);
