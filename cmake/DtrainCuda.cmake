@@ -38,3 +38,26 @@ if(NOT DTRAIN_CUDA STREQUAL "OFF")
     message(STATUS "dtrain: no CUDA compiler found; building without CUDA")
   endif()
 endif()
+
+# NCCL, for allreduce mode on CUDA tensors (src/collectives/nccl): the CUDA toolkit's, a system
+# one, NCCL_HOME's, or the one PyTorch's wheel brings (site-packages/nvidia/nccl, whose library
+# has only its versioned name). Without it CUDA tensors are reduced through host memory.
+set(DTRAIN_WITH_NCCL OFF)
+if(DTRAIN_WITH_CUDA)
+  # The wheel's first where torch is a CUDA build: it is the NCCL that torch loads in the process.
+  set(_dtrain_nccl_hints)
+  if(DTRAIN_TORCH_DIR)
+    file(GLOB _dtrain_nccl_hints "${DTRAIN_TORCH_DIR}/../nvidia/nccl" "${DTRAIN_TORCH_DIR}/../nvidia/cu*")
+  endif()
+  list(APPEND _dtrain_nccl_hints $ENV{NCCL_HOME} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT})
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_dtrain_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_dtrain_nccl_hints}
+               ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(DTRAIN_WITH_NCCL ON)
+    message(STATUS "dtrain: NCCL ${NCCL_LIBRARY}")
+  else()
+    message(STATUS "dtrain: NCCL not found; CUDA tensors are reduced through host memory")
+  endif()
+endif()

@@ -19,9 +19,15 @@ class ConfigError(Error, ValueError):
     """A DMLC_*, PS_*, MXNET_* or DTRAIN_* environment variable is missing or malformed."""
 
 
-class PeerError(Error):
+class HorovodInternalError(RuntimeError):
+    """Horovod's name for a collective that failed because the job broke under it (a rank left,
+    stopped answering, or the collectives were shut down): what Horovod scripts and its elastic
+    mode catch. dtrain's PeerError and TimeoutError are both kinds of it."""
+
+
+class PeerError(Error, HorovodInternalError):
     """Another node of the job died, was cut off, or sent something it must not."""
 
 
-class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 (Horovod and MXNet users catch it by this name)
+class TimeoutError(Error, builtins.TimeoutError, HorovodInternalError):  # noqa: A001 (Horovod and MXNet users catch it by this name)
     """A blocking wait ran past its deadline; the message says what it waited for."""

@@ -36,6 +36,9 @@ void RegisterCollectives(py::module_& m) {
   m.def("collectives_size", &coll::Size);
   m.def("collectives_local_rank", &coll::LocalRank);
   m.def("collectives_local_size", &coll::LocalSize);
+  m.def("nccl_built", &coll::NcclBuilt, "Whether dtrain was compiled with NCCL");
+  m.def("collectives_nccl_enabled", &coll::NcclEnabled,
+        "Whether CUDA tensors go over NCCL (else they are staged through host memory)");
   m.def(
       "allreduce_async",
       [](const std::string& name, const at::Tensor& in, const at::Tensor& out, bool average) {

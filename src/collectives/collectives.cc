@@ -7,6 +7,7 @@
 #include "collectives/backend.h"
 #include "collectives/config.h"
 #include "collectives/engine/engine.h"
+#include "collectives/nccl/device_communicator.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
 
@@ -16,6 +17,7 @@ namespace {
 std::mutex g_mutex;
 std::shared_ptr<Communicator> g_backend;  // guarded by g_mutex, as is g_engine
 std::shared_ptr<Engine> g_engine;
+bool g_nccl = false;  // the engine's CollectivesConfig::nccl
 
 std::shared_ptr<Engine> TheEngine() {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -33,6 +35,7 @@ void Init() {
   DTRAIN_LOG(kConnections) << "collectives: " << config.Describe();
   auto backend = std::shared_ptr<Communicator>(CreateBackend(config));
   g_engine = std::make_shared<Engine>(backend, config);
+  g_nccl = config.nccl;
   g_backend = std::move(backend);
   static bool at_exit = false;
   if (!at_exit) {
@@ -62,19 +65,20 @@ int Rank() { return TheEngine()->backend().rank(); }
 int Size() { return TheEngine()->backend().size(); }
 int LocalRank() { return TheEngine()->backend().local_rank(); }
 int LocalSize() { return TheEngine()->backend().local_size(); }
+bool NcclEnabled() {
+  TheEngine();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_nccl;
+}
 
 Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op,
                       int priority) {
-  in.RequireHost("allreduce (the engine reduces host arrays; stage device arrays first)");
-  out.RequireHost("allreduce (the engine reduces host arrays; stage device arrays first)");
   return TheEngine()->Allreduce(name, in, out, op, priority);
 }
 Handle AllgatherAsync(const std::string& name, const Array& in) {
-  in.RequireHost("allgather (the engine gathers host arrays; stage device arrays first)");
   return TheEngine()->Allgather(name, in);
 }
 Handle BroadcastAsync(const std::string& name, const Array& inout, int root) {
-  inout.RequireHost("broadcast (the engine broadcasts host arrays; stage device arrays first)");
   return TheEngine()->Broadcast(name, inout, root);
 }
 

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "collectives/nccl/device_communicator.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
@@ -56,6 +57,13 @@ CollectivesConfig CollectivesConfig::FromConfig(const Config& config) {
   c.gloo_algorithm = a.gloo_algorithm;
   c.shared_memory = a.gloo_shared_memory;
   if (c.backend == BackendKind::kGloo) CheckGlooLayout(config, &c);
+  if (a.gpu_operations == "nccl" && !NcclBuilt()) {
+    throw ConfigError(
+        "HOROVOD_GPU_OPERATIONS=NCCL, but this dtrain was built without NCCL (no nccl.h and "
+        "libnccl were found with the CUDA toolkit or PyTorch's nvidia packages); unset it to "
+        "reduce CUDA tensors through host memory");
+  }
+  c.nccl = a.gpu_operations.empty() ? NcclBuilt() : a.gpu_operations == "nccl";
   c.job_secret = config.job_secret;
   static_cast<CollectiveTuning&>(c) = a.tuning;
   c.connect_timeout = config.connect_timeout;
@@ -82,7 +90,8 @@ std::string CollectivesConfig::Describe() const {
       << " DTRAIN_STALL_WARNING_S=" << stall_warning.count() / 1000
       << " DTRAIN_COLLECTIVE_TIMEOUT_MS=" << collective_timeout.count()
       << " DTRAIN_CONNECT_TIMEOUT_MS=" << connect_timeout.count()
-      << " DTRAIN_FP16_ALLREDUCE=" << fp16_allreduce;
+      << " DTRAIN_FP16_ALLREDUCE=" << fp16_allreduce
+      << " HOROVOD_GPU_OPERATIONS=" << (nccl ? "NCCL" : "host staging");
   return out.str();
 }
 

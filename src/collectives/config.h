@@ -40,6 +40,10 @@ struct CollectivesConfig : CollectiveTuning {
   // Never printed.
   std::string job_secret;
 
+  // HOROVOD_GPU_OPERATIONS: CUDA arrays go over NCCL (NCCL, the default where NCCL was built);
+  // with GLOO or MPI the front ends copy them to host memory and the backend reduces them there.
+  bool nccl = false;
+
   // --- engine: the tuning above (CollectiveTuning), and ---
   Duration connect_timeout{30000};  // DTRAIN_CONNECT_TIMEOUT_MS: rendezvous
   int verbose = 0;                  // PS_VERBOSE

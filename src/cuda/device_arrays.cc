@@ -10,6 +10,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/pinned_pool.h"
+#include "cuda/stream_order.h"
 #include "dtrain/common/deadline.h"
 
 namespace dtrain::cuda {
@@ -28,18 +29,6 @@ cudaStream_t CopyStream(int device) {
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   streams->emplace(device, stream);
   return stream;
-}
-
-// Queues on `stream` a wait for the work already queued on `array`'s producer stream. The event
-// belongs to the array's device (as its stream does); `stream` may be another device's.
-void OrderAfterProducer(const Array& array, cudaStream_t stream) {
-  DeviceGuard guard(array.device());
-  cudaEvent_t event = nullptr;
-  Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-  cudaError_t status = cudaEventRecord(event, static_cast<cudaStream_t>(array.stream()));
-  if (status == cudaSuccess) status = cudaStreamWaitEvent(stream, event, 0);
-  cudaEventDestroy(event);  // released once the wait has happened
-  Check(status, "ordering after the tensor's stream");
 }
 
 void RequireDevice(const Array& a, const char* what) {
@@ -100,6 +89,16 @@ void Wait(const std::map<int, cudaStream_t>& streams, const char* what) {
 }
 
 }  // namespace
+
+void OrderAfterProducer(const Array& array, cudaStream_t stream) {
+  DeviceGuard guard(array.device());
+  cudaEvent_t event = nullptr;
+  Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  cudaError_t status = cudaEventRecord(event, static_cast<cudaStream_t>(array.stream()));
+  if (status == cudaSuccess) status = cudaStreamWaitEvent(stream, event, 0);
+  cudaEventDestroy(event);  // released once the wait has happened
+  Check(status, "ordering after the tensor's stream");
+}
 
 bool Built() { return true; }
 

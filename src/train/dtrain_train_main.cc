@@ -117,7 +117,8 @@ std::vector<torch::Device> ReplicaDevices(const Flags& f) {
   }
   const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
   std::vector<torch::Device> devices;
-  std::stringstream list(f.gpus);
+  // getline drops one empty field at the end: "0," must fail as ",0" does.
+  std::stringstream list(f.gpus.back() == ',' ? f.gpus + "," : f.gpus);
   for (std::string id; std::getline(list, id, ',');) {
     size_t used = 0;
     int64_t n = -1;

@@ -234,6 +234,30 @@ TEST(Engine, BadSubmissionsAreRejectedAtOnce) {
   });
 }
 
+TEST(Engine, CudaArraysAreRefusedAtOnceWhenTheJobDoesNotUseNccl) {
+  RunRanks(
+      1,
+      [](Engine& engine, int) {
+        // Never dereferenced: the engine refuses it before anything reads the memory.
+        float fake[4] = {};
+        const Array gpu = Array::WrapDevice(fake, {4}, DType::kFloat32, 0, nullptr, nullptr);
+        try {
+          engine.Allreduce("gpu", gpu, gpu, ReduceOp::kSum);
+          ADD_FAILURE() << "a CUDA array was accepted without NCCL";
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("through host memory"), std::string::npos)
+              << e.what();
+        }
+        Array host({4});
+        EXPECT_THROW(engine.Allreduce("mixed", host, gpu, ReduceOp::kSum), InvalidArgument);
+        // The engine goes on.
+        host.Fill(2.0f);
+        engine.Allreduce("host", host, host, ReduceOp::kSum).Wait();
+        EXPECT_EQ(host.floats()[0], 2.0f);
+      },
+      [](CollectivesConfig& c) { c.nccl = false; });
+}
+
 TEST(Engine, ANameMayBeInFlightOnlyOnce) {
   RunRanks(2, [](Engine& engine, int rank) {
     Array a = Filled(4, 1.0f);
@@ -272,6 +296,34 @@ TEST(Engine, WaitTimesOutNamingTheCollectiveAndTheMissingRank) {
       [](CollectivesConfig& c) { c.collective_timeout = Duration(800); });
 }
 
+TEST(Engine, ARankThatShutsDownFailsTheCollectivesAndJoinItNeverSubmitted) {
+  // The deadline is far: the failure must come from rank 1's shutdown, not from a timeout.
+  RunRanks(
+      2,
+      [](Engine& engine, int rank) {
+        if (rank == 1) {
+          engine.Barrier().Wait();  // rank 0 has submitted "orphan"
+          engine.Shutdown();
+          return;
+        }
+        Array a({4});
+        Handle orphan = engine.Allreduce("orphan", a, a, ReduceOp::kSum);
+        engine.Barrier().Wait();
+        Handle join = engine.Join();  // before or after rank 1's shutdown: either way it fails
+        for (const Handle& h : {orphan, join}) {
+          try {
+            h.Wait();
+            ADD_FAILURE() << "completed without rank 1";
+          } catch (const PeerError& e) {
+            EXPECT_NE(std::string(e.what()).find("rank 1 shut down the collectives"),
+                      std::string::npos)
+                << e.what();
+          }
+        }
+      },
+      [](CollectivesConfig& c) { c.collective_timeout = Duration(60000); });
+}
+
 TEST(Engine, ShutdownFailsWhatNotEveryRankSubmitted) {
   RunRanks(2, [](Engine& engine, int rank) {
     Array a({4});
@@ -283,8 +335,11 @@ TEST(Engine, ShutdownFailsWhatNotEveryRankSubmitted) {
         h.Wait();
         ADD_FAILURE() << "an orphan completed";
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("before rank 1 submitted it"), std::string::npos)
-            << e.what();
+        // Both shut down in the same round, or rank 1 first: either way rank 1 is named.
+        const std::string what = e.what();
+        EXPECT_TRUE(what.find("before rank 1 submitted it") != std::string::npos ||
+                    what.find("rank 1 shut down the collectives") != std::string::npos)
+            << what;
       }
     }
     // After shutdown, submissions fail through their handle.

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,9 @@ TEST(FusionPlan, HighestPriorityFirstEqualOnesInTheirOrder) {
 }
 
 TEST(FusionPlan, OnlyOneGroupPerBatch) {
-  std::vector<ReadyCollective> ready = {
-      Ready("sum", 4), Ready("avg", 4, 0, DType::kFloat32, ReduceOp::kAverage),
-      Ready("double", 4, 0, DType::kFloat64), Ready("sum2", 4)};
+  std::vector<ReadyCollective> ready = {Ready("sum", 4),
+                                        Ready("avg", 4, 0, DType::kFloat32, ReduceOp::kAverage),
+                                        Ready("double", 4, 0, DType::kFloat64), Ready("sum2", 4)};
   const FusionBatch plan = PlanFirstBatch(ready, 0, 1 << 20, false);
   EXPECT_EQ(Names(ready, plan.members), (Names_{"sum", "sum2"}));
   EXPECT_EQ(Names(ready, plan.later), (Names_{"avg", "double"}));
@@ -86,6 +87,21 @@ TEST(FusionPlan, NothingReadyIsAnEmptyBatch) {
   const FusionBatch plan = PlanFirstBatch(ready, 0, 100, false);
   EXPECT_TRUE(plan.members.empty());
   EXPECT_TRUE(plan.later.empty());
+}
+
+TEST(FusionPlan, CudaArraysFuseOnlyWithCudaArraysAndAreNeverCompressed) {
+  std::vector<ReadyCollective> ready = {Ready("gpu", 10), Ready("host", 10), Ready("gpu2", 10)};
+  for (const char* name : {"gpu", "gpu2"}) {
+    auto& c = *std::find_if(ready.begin(), ready.end(),
+                            [&](const ReadyCollective& r) { return r.name == name; });
+    for (auto& d : c.descriptors) d.on_device = true;
+  }
+  const FusionBatch plan = PlanFirstBatch(ready, 0, 1 << 20, /*fp16_allreduce=*/true);
+  EXPECT_EQ(Names(ready, plan.members), (Names_{"gpu", "gpu2"}));
+  EXPECT_EQ(Names(ready, plan.later), (Names_{"host"}));
+  EXPECT_TRUE(plan.group.on_device);
+  EXPECT_FALSE(plan.group.compress);
+  EXPECT_EQ(plan.group.wire, DType::kFloat32);
 }
 
 }  // namespace

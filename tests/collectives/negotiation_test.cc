@@ -187,6 +187,26 @@ TEST(Negotiation, WaitingCollectivesNameTheMissingRanks) {
   EXPECT_TRUE(ranks.table(2).MissingRanks("unknown").empty());
 }
 
+TEST(Negotiation, WhereTheArraysLiveRoundTripsAndRanksMustAgreeOnIt) {
+  RoundMessage m;
+  Descriptor gpu = Reduce({2, 3});
+  gpu.on_device = true;
+  m.named.emplace_back("grad", gpu);
+  const auto back = DecodeRound(EncodeRound(m), 0);
+  ASSERT_EQ(back.named.size(), 1u);
+  EXPECT_TRUE(back.named[0].second.on_device);
+
+  Ranks ranks(2);
+  ranks.Submit(0, "mixed", gpu);
+  ranks.Submit(1, "mixed", Reduce({2, 3}));
+  const auto ready = ranks.Round();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_NE(ready[0].mismatch.find("rank 0 allreduce(sum) float32 (2,3) on the GPU, rank 1 "
+                                   "allreduce(sum) float32 (2,3)"),
+            std::string::npos)
+      << ready[0].mismatch;
+}
+
 TEST(Negotiation, ShutdownFlagAndEmptyMessagesRoundTrip) {
   RoundMessage m;
   m.shutting_down = true;

@@ -64,6 +64,14 @@ TEST(JobPlan, EveryProcessGetsTheJobLayout) {
   }
 }
 
+TEST(JobPlan, ParameterServerJobsGetNoHorovodVariables) {
+  for (const ProcessSpec& p : SamplePlan().processes) {
+    EXPECT_EQ(EnvOf(p).count("HOROVOD_RANK"), 0u) << p.Name();
+  }
+  EXPECT_TRUE(IsPerRankVariable("HOROVOD_LOCAL_RANK"));
+  EXPECT_FALSE(IsPerRankVariable("HOROVOD_FUSION_THRESHOLD"));
+}
+
 TEST(JobPlan, RoleSpecificVariables) {
   JobPlan plan = SamplePlan();
   auto scheduler = EnvOf(plan.processes[0]);
@@ -150,6 +158,18 @@ TEST(JobPlan, AllreduceJobHasOnlyWorkers) {
               ElementsAre("alice@a", "b", "alice@a"));
   EXPECT_EQ(EnvOf(plan.processes[1])["DMLC_NODE_HOST"], "b");
   EXPECT_EQ(EnvOf(plan.processes[2])["DMLC_NODE_HOST"], "10.0.0.1");
+  // horovodrun's variables: ranks 0 and 2 share host a (local ranks 0 and 1), rank 1 is alone on
+  // b; local rank 0 exists on both hosts (cross size 2), local rank 1 only on a.
+  const char* names[] = {"HOROVOD_RANK",       "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK",
+                         "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
+  const std::vector<std::vector<std::string>> want = {{"0", "3", "0", "2", "0", "2"},
+                                                      {"1", "3", "0", "1", "1", "2"},
+                                                      {"2", "3", "1", "2", "0", "1"}};
+  for (int i = 0; i < 3; ++i) {
+    auto env = EnvOf(plan.processes[i]);
+    for (int v = 0; v < 6; ++v)
+      EXPECT_EQ(env[names[v]], want[i][v]) << "rank " << i << " " << names[v];
+  }
 }
 
 TEST(JobPlan, AllreduceJobLocally) {

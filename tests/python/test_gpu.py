@@ -1,7 +1,8 @@
 """CUDA tensors through dtrain's APIs on a real GPU: every kvstore type gives exactly the values
 the CPU path gives (programs/kv_worker.py --cuda: D replicas on the one GPU stand in for D devices
 per worker, worker processes sharing it for hosts), and Horovod's collectives on CUDA tensors
-(host staging over Gloo) equal the CPU results (programs/hvd_worker.py --cuda); the Trainer on
+(host staging over Gloo with 2 ranks, NCCL with 1) equal the CPU results (programs/hvd_worker.py
+--cuda), and two ranks on one GPU over NCCL fail saying why; the Trainer on
 CUDA parameters reaches what one process reaches on the whole batch (programs/train_check.py
 --cuda), and dtrain-train --gpus trains as its CPU replicas do.
 
@@ -57,9 +58,33 @@ def test_store_types_on_cuda_through_dtrain_launch(spawn, kind, workers, servers
     check(out, workers, kind)
 
 
-def test_horovod_api_on_cuda_tensors(spawn):
-    out = run_ok(spawn, launch_argv(2, 0, program("hvd_worker.py", "--cuda")))
+def test_horovod_api_on_cuda_tensors_through_host_memory(spawn):
+    # Two ranks share the one GPU: NCCL refuses that, host staging does not.
+    out = run_ok(spawn, launch_argv(2, 0, program("hvd_worker.py", "--cuda")),
+                 env=job_env({"HOROVOD_GPU_OPERATIONS": "GLOO"}))
     check(out, 2, "gloo", worker="hvd_worker")
+
+
+needs_nccl = pytest.mark.skipif(not dtrain._dtrain.nccl_built(),
+                                reason="dtrain was built without NCCL")
+
+
+@needs_nccl
+def test_horovod_api_on_cuda_tensors_over_nccl(spawn):
+    # NCCL's default where it is built; one rank, as NCCL takes one GPU per rank.
+    out = run_ok(spawn, launch_argv(1, 0, program("hvd_worker.py", "--cuda")))
+    check(out, 1, "gloo, nccl", worker="hvd_worker")
+
+
+@needs_nccl
+def test_two_ranks_on_one_gpu_over_nccl_fail_saying_why(spawn):
+    argv = launch_argv(2, 0, program("hvd_worker.py", "--cuda"))
+    p = spawn(argv, job_env({"HOROVOD_GPU_OPERATIONS": "NCCL"}))
+    code = p.wait(120)
+    out = p.output()
+    assert code != 0, out
+    assert "NCCL needs one GPU per rank, but ranks 0 and 1 both use the GPU" in out, out
+    assert "HOROVOD_GPU_OPERATIONS=GLOO" in out, out
 
 
 def test_device_store_sums_replicas_on_the_gpu_exactly():
@@ -114,3 +139,10 @@ def test_dtrain_train_on_gpus_learns_as_on_cpu_replicas(spawn):
         accuracy[where[0]] = float(re.findall(r"Test_acc ([0-9.]+)", out)[-1])
     assert accuracy["--gpus"] > 0.5, accuracy  # ten classes: learnt well beyond chance
     assert abs(accuracy["--gpus"] - accuracy["--devices"]) < 0.03, accuracy
+
+
+@pytest.mark.parametrize("gpus", ["0,", ",0", "0,,0", "x", "99"])
+def test_dtrain_train_refuses_a_malformed_gpu_list(spawn, gpus):
+    p = spawn([TRAIN, "--dataset", "synthetic", "--gpus", gpus, "--epochs", "1"])
+    assert p.wait(60) != 0
+    assert "is not a CUDA device id" in p.output(), p.output()

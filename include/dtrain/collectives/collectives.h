@@ -32,7 +32,9 @@
 //                            a negotiation round; default 1 ms (see engine.h).
 //   DTRAIN_STALL_WARNING_S (or HOROVOD_STALL_CHECK_TIME_SECONDS): default 60.
 //   DTRAIN_COLLECTIVE_TIMEOUT_MS: deadline of one collective and of Wait (default 600000).
-//   DTRAIN_FP16_ALLREDUCE=1: float32 allreduces are sent as float16 (compression).
+//   DTRAIN_FP16_ALLREDUCE=1: float32 allreduces of host arrays are sent as float16 (compression).
+//   HOROVOD_GPU_OPERATIONS   NCCL (default where built): CUDA arrays are reduced over NCCL; GLOO
+//                            or MPI: front ends stage CUDA tensors through host memory.
 #pragma once
 
 #include <cstdint>
@@ -85,8 +87,17 @@ int Rank();
 int Size();
 int LocalRank();  // rank among the processes on this host
 int LocalSize();
+// Built with NCCL (found beside the CUDA toolkit or in PyTorch's nvidia packages).
+bool NcclBuilt();
+// Whether collectives on CUDA arrays run over NCCL on the GPU (HOROVOD_GPU_OPERATIONS=NCCL, the
+// default where NCCL is built; one GPU per rank). When not, the collectives below take host
+// arrays only and front ends copy CUDA tensors to host memory first (Horovod's host staging).
+bool NcclEnabled();
 
-// Asynchronous, by name. A name must be unique among the collectives in flight. `in` and `out`
+// Asynchronous, by name. A name must be unique among the collectives in flight. Arrays are host
+// memory, or CUDA memory when NcclEnabled(): the NCCL stream then waits for the work queued on
+// the array's stream (Array::WrapDevice) before reading it, and an allgather's result is a new
+// array on the same GPU. Every rank must pass the same kind of memory under a name. `in` and `out`
 // may be the same array (in place); they must stay untouched until the handle is done. Among the
 // allreduces ready on every rank, those of higher `priority` (rank 0's) run first; equal ones in
 // the order they became ready (the KVStore passes MXNet's priority: layers nearest the input,

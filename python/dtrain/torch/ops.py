@@ -7,8 +7,10 @@ may submit them in different orders; unnamed ones are numbered in submission ord
 then be the same on every rank.
 
 Float tensors (float32, float64, float16, bfloat16) are reduced as they are; integer and bool
-tensors are summed exactly in float64 (up to 2^53) and averaged with floor division, as Horovod
-does; allgather and broadcast move any dtype's bytes unchanged.
+tensors are summed exactly in float64 (up to 2^53); their prescale factor applies on each rank and
+their average and postscale factor after the sum, each cast back toward zero, as Horovod does;
+allgather and broadcast move any dtype's bytes unchanged. CUDA tensors go over NCCL where dtrain
+was built with it (HOROVOD_GPU_OPERATIONS=NCCL, one GPU per rank), else through host memory.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import _dtrain
-from ..errors import InvalidArgument
+from ..errors import HorovodInternalError, InvalidArgument
 from .compression import Compression
 
 if TYPE_CHECKING:
@@ -32,7 +34,8 @@ if TYPE_CHECKING:
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_enabled", "gloo_enabled", "mpi_built", "gloo_built",
-    "nccl_built", "cuda_built", "rocm_built", "mpi_threads_supported",
+    "nccl_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built", "mpi_threads_supported",
+    "HorovodInternalError",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
@@ -119,7 +122,7 @@ def gloo_built() -> bool:
 
 
 def nccl_built() -> bool:
-    return False
+    return _dtrain.nccl_built()
 
 
 def cuda_built() -> bool:
@@ -127,6 +130,16 @@ def cuda_built() -> bool:
 
 
 def rocm_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    """oneCCL (Intel's collectives): not in dtrain; CPU tensors go over Gloo or MPI."""
+    return False
+
+
+def ddl_built() -> bool:
+    """IBM's DDL: not in dtrain."""
     return False
 
 
@@ -190,6 +203,15 @@ def _on_host(t: torch.Tensor) -> torch.Tensor:
     return t.cpu() if t.is_cuda else t
 
 
+def _for_engine(t: torch.Tensor) -> torch.Tensor:
+    """`t` as the engine takes it: a CUDA tensor stays on its GPU when the job reduces CUDA
+    tensors over NCCL (HOROVOD_GPU_OPERATIONS=NCCL, the default where NCCL is built; the engine's
+    NCCL stream waits for torch's current stream); otherwise it is copied to host memory."""
+    if t.is_cuda and _dtrain.collectives_nccl_enabled():
+        return t
+    return _on_host(t)
+
+
 # --- byte views for dtypes the engine does not reduce -------------------------------------------
 
 def _as_rows(tensor: torch.Tensor) -> tuple[torch.Tensor,
@@ -239,14 +261,17 @@ def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | Non
     exact = tensor.dtype in _FLOATS
     src = tensor.detach()
     if prescale_factor != 1.0:
-        src = src * prescale_factor
+        # Integers as Horovod scales them: each rank's values, cast back (toward zero) before
+        # the sum.
+        src = src * prescale_factor if exact else \
+            (src.to(torch.float64) * prescale_factor).trunc()
     if exact:
-        work = _on_host(src if src.is_contiguous() else src.contiguous())
+        work = _for_engine(src if src.is_contiguous() else src.contiguous())
         into = output if (output.is_contiguous() and output.dtype == work.dtype
                           and output.device == work.device) else torch.empty_like(work)
         op_average = op == Average
-    else:  # integers and bools: an exact sum in float64, averaged by floor division
-        work = _on_host(src.to(torch.float64).contiguous())
+    else:  # integers and bools: an exact sum in float64, scaled and cast after it
+        work = _for_engine(src.to(torch.float64).contiguous())
         into = work
         op_average = False
     pending = _dtrain.allreduce_async(name, work, into, op_average)
@@ -254,10 +279,13 @@ def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | Non
     def finish() -> torch.Tensor:
         result = into
         if not exact:
-            if op == Average:
-                result = torch.div(result, size(), rounding_mode="floor")
+            # Horovod's integer average and postscale: one factor (postscale / size) on the sum,
+            # then a cast toward zero (-75 and 0 average to -37).
+            factor = postscale_factor / size() if op == Average else postscale_factor
+            if factor != 1.0:
+                result = (result * factor).trunc()
             result = result.to(output.dtype)
-        if postscale_factor != 1.0:
+        elif postscale_factor != 1.0:
             result = result * postscale_factor
         if result is not output:
             with torch.no_grad():
@@ -369,7 +397,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
     name = _name("allgather", name)
     back: Callable[[torch.Tensor], torch.Tensor] | None
     if tensor.dtype in _FLOATS:
-        work, back = _on_host(tensor.detach().contiguous()), None
+        work, back = _for_engine(tensor.detach().contiguous()), None
     else:
         work, back = _as_rows(tensor)
     pending = _dtrain.allgather_async(name, work)
@@ -396,7 +424,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
         raise TypeError("broadcast takes a tensor, not %s" % type(tensor).__name__)
     name = _name("broadcast", name)
     back: Callable[[torch.Tensor], torch.Tensor] | None
-    if tensor.dtype in _FLOATS and tensor.is_contiguous() and not tensor.is_cuda:
+    if tensor.dtype in _FLOATS and tensor.is_contiguous() and _for_engine(tensor) is tensor:
         work, back = tensor.detach(), None
     elif tensor.dtype in _FLOATS:
         work, back = _on_host(tensor.detach().contiguous()), (lambda w: w)

@@ -14,8 +14,10 @@
 #include "collectives/engine/fusion_plan.h"
 #include "collectives/engine/negotiation.h"
 #include "collectives/error_text.h"
+#include "collectives/nccl/device_communicator.h"
 #include "common/elementwise.h"
 #include "common/logging.h"
+#include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 #include "report/timeline.h"
 
@@ -74,7 +76,14 @@ struct Engine::Impl {
   // Completes this rank's pending Join, if any: with the last rank to join, or with `error`.
   void CompleteJoin(std::exception_ptr error, int last_rank = -1);
   void RunAllgather(Request& r, const ReadyCollective& c);
+  void RunBroadcast(Request& r);
+  // This rank's NCCL communicator, made by the first collective on CUDA arrays (every rank gets
+  // there at the same point of the agreed order).
+  DeviceCommunicator& Nccl();
   void Monitor(Clock::time_point now);
+  // A rank that shuts its collectives down submits nothing more: what it has not submitted (and
+  // a join it has not made) fails now, naming it, rather than at the collective deadline.
+  void FailWhatShutDownRanksMiss(const std::vector<RoundMessage>& round);
   void Finish(Request& r, std::exception_ptr error = nullptr, Array result = {});
   void FailAll(const Failure& failure);
   // Any thread: the backend learnt that a rank left while the engine thread may be stuck in a
@@ -98,13 +107,17 @@ struct Engine::Impl {
   std::condition_variable finished_cv;
   uint64_t barriers = 0;
   std::shared_ptr<Handle::State> join;  // this rank's Join, until every rank has joined
-  bool announce_join = false;           // Join called; goes into the next round's message
+  // The GPU of this rank's CUDA collectives: the first one's (NCCL takes one GPU per rank).
+  int nccl_device = -1;
+  bool announce_join = false;  // Join called; goes into the next round's message
 
   NegotiationTable table;
   std::unordered_map<std::string, Request> pending;  // announced, not yet run
   // Allreduces every rank has submitted (or joined), not yet run: the same list on every rank.
   std::vector<ReadyCollective> runnable;
   std::vector<char> fusion;
+  std::unique_ptr<DeviceCommunicator> nccl;
+  std::atomic<bool> nccl_abort{false};  // set by Abandon: NCCL's waits end at once
   std::vector<char> send_slot, recv_slots, overflow;
   Clock::time_point last_describe{};
   Clock::time_point last_stall_check = Clock::now();
@@ -122,6 +135,21 @@ Handle Engine::Impl::Submit(Request request) {
     collectives.fetch_add(1, std::memory_order_relaxed);
     state->Complete(f.For(state->what));
     return Handle(state);
+  }
+  if (request.desc.on_device) {
+    if (!config.nccl) {
+      throw InvalidArgument(state->what +
+                            ": its tensor is in GPU memory, and this job reduces CUDA tensors "
+                            "through host memory (HOROVOD_GPU_OPERATIONS is not NCCL, or NCCL was "
+                            "not built): copy it to the host first");
+    }
+    const int device = request.in.device();
+    if (nccl_device < 0) nccl_device = device;
+    if (device != nccl_device) {
+      throw InvalidArgument(state->what + ": its tensor is on GPU " + std::to_string(device) +
+                            ", but this rank's collectives use GPU " + std::to_string(nccl_device) +
+                            " (NCCL: one GPU per rank; torch.cuda.set_device(local_rank))");
+    }
   }
   if (!in_flight.emplace(request.name, state).second) {
     throw InvalidArgument(state->what +
@@ -179,6 +207,7 @@ void Engine::Impl::Run() {
       auto ready = table.Apply(round, now);
       if (!ready.empty() || !runnable.empty()) Execute(ready);
       if (const auto last = table.TakeJoinCompleted()) CompleteJoin(nullptr, *last);
+      FailWhatShutDownRanksMiss(round);
       // When to start the next round (a submission starts one sooner, see Submit):
       //  - right away while allreduces are left to run (every rank has the same left, so all
       //    come back at once);
@@ -227,6 +256,7 @@ void Engine::Impl::Run() {
                           " submitted it"}
                   .For(r.state->what));
   }
+  nccl.reset();  // on this thread, which made it
   {
     std::lock_guard<std::mutex> lock(mutex);
     finished = true;
@@ -316,17 +346,9 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
       case OpKind::kAllgather:
         RunAllgather(*r, *c);
         break;
-      case OpKind::kBroadcast: {
-        timeline::Span span(
-            "broadcast", "collectives",
-            timeline::Enabled()
-                ? timeline::Args().Str("name", r->name).Int("bytes", r->out.nbytes())
-                : timeline::Args());
-        backend->Broadcast(r->out.data(), r->out.nbytes(), r->desc.root);
-        data_calls.fetch_add(1, std::memory_order_relaxed);
-        Finish(*r);
+      case OpKind::kBroadcast:
+        RunBroadcast(*r);
         break;
-      }
       default:  // a barrier: that every rank submitted it is all it needs
         Finish(*r);
     }
@@ -346,7 +368,8 @@ void Engine::Impl::RunFirstBatch() {
       Request& zero = stand_ins.emplace_back();
       zero.name = c.name;
       zero.desc = c.descriptors[rank];  // what this rank stands in for
-      zero.in = zero.out = Array(zero.desc.shape, zero.desc.dtype);
+      zero.in = zero.out = zero.desc.on_device ? Nccl().Zeros(zero.desc.shape, zero.desc.dtype)
+                                               : Array(zero.desc.shape, zero.desc.dtype);
       zero.state = std::make_shared<Handle::State>("allreduce '" + c.name + "' (joined)",
                                                    config.collective_timeout);
       r = &zero;
@@ -374,6 +397,25 @@ void Engine::Impl::CompleteJoin(std::exception_ptr error, int last_rank) {
 
 void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group) {
   data_calls.fetch_add(1, std::memory_order_relaxed);
+  if (group.on_device) {
+    std::vector<Array> ins, outs;
+    size_t bytes = 0;
+    for (const Request* r : batch) {
+      ins.push_back(r->in);
+      outs.push_back(r->out);
+      bytes += r->in.nbytes();
+    }
+    {
+      timeline::Span span("nccl_allreduce", "collectives",
+                          timeline::Enabled()
+                              ? timeline::Args().Int("tensors", batch.size()).Int("bytes", bytes)
+                              : timeline::Args());
+      Nccl().Allreduce(ins, outs, group.op);
+    }
+    if (batch.size() > 1) fused_tensors.fetch_add(batch.size(), std::memory_order_relaxed);
+    for (Request* r : batch) Finish(*r);
+    return;
+  }
   if (batch.size() == 1 && !group.compress) {
     // Alone: reduce in the caller's memory, no copy (in place when in and out are one array).
     Request& r = *batch[0];
@@ -449,6 +491,19 @@ void Engine::Impl::RunAllgather(Request& r, const ReadyCollective& c) {
   // Memory of our own rather than the BufferPool's: an allgather may finish inside the exit
   // handler, after the pool's static is gone.
   const size_t total = static_cast<size_t>(NumElements(shape)) * DTypeSize(r.desc.dtype);
+  if (r.desc.on_device) {
+    Array result;
+    {
+      timeline::Span span("nccl_allgather", "collectives",
+                          timeline::Enabled()
+                              ? timeline::Args().Str("name", r.name).Int("bytes", total)
+                              : timeline::Args());
+      result = Nccl().Allgatherv(r.in, shape, bytes);
+    }
+    data_calls.fetch_add(1, std::memory_order_relaxed);
+    Finish(r, nullptr, std::move(result));
+    return;
+  }
   std::shared_ptr<char[]> memory(new char[std::max<size_t>(total, 1)]);
   Array result = Array::Wrap(memory.get(), shape, r.desc.dtype, memory);
   {
@@ -460,6 +515,84 @@ void Engine::Impl::RunAllgather(Request& r, const ReadyCollective& c) {
   }
   data_calls.fetch_add(1, std::memory_order_relaxed);
   Finish(r, nullptr, std::move(result));
+}
+
+void Engine::Impl::RunBroadcast(Request& r) {
+  {
+    timeline::Span span(r.desc.on_device ? "nccl_broadcast" : "broadcast", "collectives",
+                        timeline::Enabled()
+                            ? timeline::Args().Str("name", r.name).Int("bytes", r.out.nbytes())
+                            : timeline::Args());
+    if (r.desc.on_device) {
+      Nccl().Broadcast(r.out, r.desc.root);
+    } else {
+      backend->Broadcast(r.out.data(), r.out.nbytes(), r.desc.root);
+    }
+  }
+  data_calls.fetch_add(1, std::memory_order_relaxed);
+  Finish(r);
+}
+
+DeviceCommunicator& Engine::Impl::Nccl() {
+  if (!nccl) {
+    int device = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      device = nccl_device;
+    }
+    if (device < 0) {
+      // A rank that has joined before submitting any CUDA collective: the GPU its local rank
+      // would use, as a launcher assigns them.
+      const int count = cuda::DeviceCount();
+      if (count == 0)
+        throw InvalidArgument("NCCL: this rank has no CUDA device (" + cuda::Unavailable() + ")");
+      device = backend->local_rank() % count;
+    }
+    nccl = CreateNcclCommunicator(*backend, device, config.collective_timeout, nccl_abort);
+  }
+  return *nccl;
+}
+
+void Engine::Impl::FailWhatShutDownRanksMiss(const std::vector<RoundMessage>& round) {
+  std::vector<int> gone;
+  for (int r = 0; r < size; ++r) {
+    if (round[r].shutting_down) gone.push_back(r);
+  }
+  if (gone.empty()) return;
+  const auto left_out = [&](const std::vector<int>& missing) {
+    std::vector<int> left;
+    for (int r : missing) {
+      if (round[r].shutting_down) left.push_back(r);
+    }
+    return left;
+  };
+  std::vector<std::pair<std::string, std::vector<int>>> doomed;
+  for (const auto& [name, r] : pending) {
+    auto left = left_out(table.MissingRanks(name));
+    if (!left.empty()) doomed.emplace_back(name, std::move(left));
+  }
+  for (const auto& [name, left] : doomed) {
+    Request& r = pending.at(name);
+    Finish(r, Failure{ErrorKind::kPeer, RankList(left) +
+                                            " shut down the collectives (hvd.shutdown() or the "
+                                            "end of the process) without submitting it"}
+                  .For(r.state->what));
+  }
+  bool joining = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    joining = join != nullptr;
+  }
+  if (!joining) return;
+  std::vector<int> never_joining;
+  for (int r : gone) {
+    if (!table.HasJoined(r)) never_joining.push_back(r);
+  }
+  if (!never_joining.empty()) {
+    CompleteJoin(Failure{ErrorKind::kPeer,
+                         RankList(never_joining) + " shut down the collectives without joining"}
+                     .For("join"));
+  }
 }
 
 void Engine::Impl::Monitor(Clock::time_point now) {
@@ -513,6 +646,7 @@ void Engine::Impl::Abandon(const Failure& f) {
     std::lock_guard<std::mutex> lock(mutex);
     if (failure) return;
     failure = f;
+    nccl_abort.store(true);
     for (auto& [name, state] : in_flight) states.push_back(state);
     if (join) states.push_back(join);
   }
@@ -541,6 +675,10 @@ void Engine::Impl::FailAll(const Failure& f) {
 
 namespace {
 
+std::string PlaceText(const Array& a) {
+  return a.on_device() ? " on GPU " + std::to_string(a.device()) : " in host memory";
+}
+
 Request MakeRequest(const std::string& name, OpKind kind, const Array& in, const Array& out,
                     ReduceOp op, int root, Duration timeout) {
   Request r;
@@ -550,6 +688,7 @@ Request MakeRequest(const std::string& name, OpKind kind, const Array& in, const
   r.desc.op = op;
   r.desc.root = root;
   r.desc.shape = in.shape();
+  r.desc.on_device = in.on_device();
   r.in = in;
   r.out = out;
   std::string what = std::string(OpKindName(kind)) + " '" + name + "'";
@@ -585,10 +724,12 @@ Handle Engine::Allreduce(const std::string& name, const Array& in, const Array& 
   Request r =
       MakeRequest(name, OpKind::kAllreduce, in, out, op, 0, impl_->config.collective_timeout);
   r.desc.priority = priority;
-  if (out.size() != in.size() || out.dtype() != in.dtype() || (out.size() > 0 && !out.defined())) {
+  if (out.size() != in.size() || out.dtype() != in.dtype() || (out.size() > 0 && !out.defined()) ||
+      out.device() != in.device()) {
     throw InvalidArgument(r.state->what + ": output " + ShapeToString(out.shape()) + " " +
-                          std::string(DTypeName(out.dtype())) + " does not match input " +
-                          ShapeToString(in.shape()) + " " + std::string(DTypeName(in.dtype())));
+                          std::string(DTypeName(out.dtype())) + PlaceText(out) +
+                          " does not match input " + ShapeToString(in.shape()) + " " +
+                          std::string(DTypeName(in.dtype())) + PlaceText(in));
   }
   return impl_->Submit(std::move(r));
 }

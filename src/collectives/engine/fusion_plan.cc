@@ -6,7 +6,10 @@ namespace dtrain::collectives {
 
 FusionGroup GroupOf(const Descriptor& d, bool fp16_allreduce) {
   FusionGroup key;
-  key.compress = fp16_allreduce && d.dtype == DType::kFloat32;
+  // NCCL reduces at the GPUs' links' rate: float16 on the wire would cost two conversions for
+  // little, so device arrays go in their own dtype.
+  key.on_device = d.on_device;
+  key.compress = fp16_allreduce && d.dtype == DType::kFloat32 && !d.on_device;
   key.wire = key.compress ? DType::kFloat16 : d.dtype;
   key.op = d.op;
   return key;
@@ -24,8 +27,8 @@ FusionBatch PlanFirstBatch(std::vector<ReadyCollective>& ready, int rank, size_t
     const Descriptor& mine = ready[i].descriptors[rank];
     const FusionGroup key = GroupOf(mine, fp16_allreduce);
     const size_t bytes = static_cast<size_t>(NumElements(mine.shape)) * DTypeSize(key.wire);
-    const bool fits = plan.members.empty() ||
-                      (key == plan.group && batch_bytes + bytes <= threshold_bytes);
+    const bool fits =
+        plan.members.empty() || (key == plan.group && batch_bytes + bytes <= threshold_bytes);
     if (!fits) {
       plan.later.push_back(i);
       continue;

@@ -10,23 +10,24 @@
 namespace dtrain::collectives {
 namespace {
 
-constexpr uint8_t kVersion = 2;  // 2: a priority after each descriptor's shape
+constexpr uint8_t kVersion = 3;  // 2: a priority after each descriptor's shape; 3: on_device
 constexpr uint8_t kShuttingDown = 1;
 constexpr uint8_t kJoined = 2;
 // The smallest encodings, to bound counts read off the wire before allocating for them.
-constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1 + 4;
+constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1 + 4 + 1;
 constexpr size_t kNumberBytes = 4;
 
 bool SameExceptFirstDimension(const Descriptor& a, const Descriptor& b) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.shape.size() == b.shape.size() &&
-         !a.shape.empty() && std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
+  return a.kind == b.kind && a.dtype == b.dtype && a.on_device == b.on_device &&
+         a.shape.size() == b.shape.size() && !a.shape.empty() &&
+         std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
 }
 
 }  // namespace
 
 bool Descriptor::SameWork(const Descriptor& other) const {
   return kind == other.kind && dtype == other.dtype && op == other.op && root == other.root &&
-         shape == other.shape;
+         shape == other.shape && on_device == other.on_device;
 }
 
 const char* OpKindName(OpKind kind) {
@@ -49,6 +50,7 @@ std::string Descriptor::ToString() const {
   if (kind == OpKind::kAllreduce) out << (op == ReduceOp::kSum ? "(sum)" : "(average)");
   if (kind == OpKind::kBroadcast) out << "(root " << root << ")";
   if (kind != OpKind::kBarrier) out << " " << DTypeName(dtype) << " " << ShapeToString(shape);
+  if (on_device) out << " on the GPU";
   return out.str();
 }
 
@@ -67,6 +69,7 @@ std::vector<char> EncodeRound(const RoundMessage& message) {
     out.U8(static_cast<uint8_t>(d.shape.size()));
     for (int64_t dim : d.shape) out.I64(dim);
     out.I32(d.priority);
+    out.U8(d.on_device ? 1 : 0);
   }
   out.U32(static_cast<uint32_t>(message.numbered.size()));
   for (uint32_t number : message.numbered) out.U32(number);
@@ -111,6 +114,9 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
       if (dim < 0) in.Fail("dimension", std::to_string(dim));
     }
     d.priority = in.I32("priority");
+    const uint8_t place = in.U8("place");
+    if (place > 1) in.Fail("place", std::to_string(place));
+    d.on_device = place == 1;
     m.named.emplace_back(std::move(name), std::move(d));
   }
   const uint32_t numbered = in.U32("numbered count");

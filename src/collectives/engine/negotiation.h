@@ -42,6 +42,9 @@ struct Descriptor {
   int32_t root = 0;              // broadcast only
   Shape shape;
   int32_t priority = 0;  // allreduce only: among those ready, the highest runs first
+  // The arrays are CUDA device memory, moved over NCCL (nccl/device_communicator.h). Ranks must
+  // agree: one NCCL collective cannot meet a host one.
+  bool on_device = false;
 
   bool operator==(const Descriptor&) const = default;
   // Everything but the priority.
@@ -105,6 +108,8 @@ class NegotiationTable {
   // The ranks that have not yet submitted `name`; empty when it is not pending.
   std::vector<int> MissingRanks(const std::string& name) const;
   size_t pending() const { return pending_.size(); }
+  // Whether `rank` has joined in the current round of joins (not yet completed by every rank).
+  bool HasJoined(int rank) const { return has_joined_[rank] != 0; }
 
  private:
   struct Name {

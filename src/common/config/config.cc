@@ -72,6 +72,9 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
                               {"auto", "ring", "ring_chunked", "halving_doubling", "bcube"})
                          .value_or("");
   if (auto v = r.Boolean("DTRAIN_GLOO_SHM")) a.gloo_shared_memory = *v;
+  if (auto v = r.Choice("HOROVOD_GPU_OPERATIONS", {"NCCL", "GLOO", "MPI", "nccl", "gloo", "mpi"})) {
+    a.gpu_operations = (*v == "NCCL" || *v == "nccl") ? "nccl" : "host";
+  }
   if (auto v = r.Integer("DTRAIN_FUSION_THRESHOLD_MB", 0, 1 << 16)) {
     a.tuning.fusion_threshold_bytes = static_cast<size_t>(*v) << 20;
   } else if (auto v = r.Integer("HOROVOD_FUSION_THRESHOLD", 0, int64_t{1} << 36)) {

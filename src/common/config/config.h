@@ -56,6 +56,9 @@ struct AllreduceSettings {
   std::string gloo_file_store;     // DTRAIN_GLOO_FILE_STORE
   std::string gloo_algorithm;      // DTRAIN_GLOO_ALGORITHM ("" = auto)
   bool gloo_shared_memory = true;  // DTRAIN_GLOO_SHM
+  // HOROVOD_GPU_OPERATIONS: "nccl", "host" (Horovod's GLOO or MPI: CUDA tensors staged through
+  // host memory) or "" (unset: NCCL where it was built).
+  std::string gpu_operations;
   CollectiveTuning tuning;
 };
 

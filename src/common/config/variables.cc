@@ -58,6 +58,7 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_GLOO_FILE_STORE"},
     Variable{"DTRAIN_GLOO_ALGORITHM"},
     Variable{"DTRAIN_GLOO_SHM"},
+    Variable{"HOROVOD_GPU_OPERATIONS"},
     // what a process tells its launcher
     Variable{"DTRAIN_TIMELINE"},
     Variable{"HOROVOD_TIMELINE"},

@@ -1,5 +1,8 @@
 #include "launcher/plan/job_plan.h"
 
+#include <algorithm>
+#include <array>
+
 namespace dtrain::launcher {
 namespace {
 
@@ -29,7 +32,51 @@ void Append(std::vector<EnvVar>* env, const std::vector<EnvVar>& more) {
   env->insert(env->end(), more.begin(), more.end());
 }
 
+// horovodrun's variables for worker `rank` of an allreduce job, which Horovod scripts read before
+// (or instead of) hvd.init(): local = the workers on its host, cross = the hosts that have a
+// worker of its local rank, hosts in the order their first worker appears.
+std::vector<EnvVar> HorovodEnv(const std::vector<std::string>& worker_hosts, int rank) {
+  const std::string& host = worker_hosts[rank];
+  int local_rank = 0;
+  int local_size = 0;
+  for (int i = 0; i < static_cast<int>(worker_hosts.size()); ++i) {
+    if (worker_hosts[i] != host) continue;
+    if (i < rank) ++local_rank;
+    ++local_size;
+  }
+  // Per host in order of appearance: how many workers it has.
+  std::vector<std::pair<std::string, int>> hosts;
+  for (const std::string& h : worker_hosts) {
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& e) { return e.first == h; });
+    if (it == hosts.end()) {
+      hosts.emplace_back(h, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  int cross_rank = 0;
+  int cross_size = 0;
+  for (const auto& [h, workers] : hosts) {
+    if (workers <= local_rank) continue;
+    if (h == host) cross_rank = cross_size;
+    ++cross_size;
+  }
+  return {{"HOROVOD_RANK", std::to_string(rank)},
+          {"HOROVOD_SIZE", std::to_string(worker_hosts.size())},
+          {"HOROVOD_LOCAL_RANK", std::to_string(local_rank)},
+          {"HOROVOD_LOCAL_SIZE", std::to_string(local_size)},
+          {"HOROVOD_CROSS_RANK", std::to_string(cross_rank)},
+          {"HOROVOD_CROSS_SIZE", std::to_string(cross_size)}};
+}
+
 }  // namespace
+
+bool IsPerRankVariable(const std::string& name) {
+  static const std::array<const char*, 7> kNames = {
+      "DTRAIN_NODE_RANK",   "HOROVOD_RANK",       "HOROVOD_SIZE",      "HOROVOD_LOCAL_RANK",
+      "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
+  return std::any_of(kNames.begin(), kNames.end(), [&](const char* n) { return name == n; });
+}
 
 std::string ProcessSpec::Name() const {
   if (role == Role::kScheduler) return "scheduler";
@@ -118,6 +165,7 @@ JobPlan BuildJobPlan(const LaunchOptions& options, const Placement& placement,
     worker.argv = options.worker_command;
     worker.env = JobEnv(plan, options, Role::kWorker, placement.AddressOf(worker.host));
     worker.env.emplace_back("DTRAIN_NODE_RANK", std::to_string(i));
+    if (allreduce) Append(&worker.env, HorovodEnv(placement.worker_hosts, i));
     Append(&worker.env, options.env_all);
     Append(&worker.env, options.env_worker);
     plan.processes.push_back(std::move(worker));

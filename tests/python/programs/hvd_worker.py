@@ -1,13 +1,16 @@
 """A rank that checks Horovod's PyTorch API on dtrain exactly. Start it N times with
 `dtrain launch -n N -s 0` (Gloo) or `mpirun -np N` (OpenMPI). Prints "hvd_worker OK rank R of N
 (BACKEND)" at the end; any difference raises and fails the job. With --cuda every tensor is made
-on the GPU, and results must come back there with the same values.
+on the GPU, and results must come back there with the same values (over NCCL where the job
+uses it: "(gloo, nccl)").
 """
 
+import os
 import sys
 
 import torch
 
+import dtrain
 import dtrain.torch as hvd
 
 
@@ -28,6 +31,15 @@ def main():
     n, r = hvd.size(), hvd.rank()
     assert 0 <= hvd.local_rank() < hvd.local_size() <= n
     total = float(sum(range(n)))  # every rank contributes its rank
+    if not hvd.mpi_enabled():  # dtrain launch sets horovodrun's variables, as hvd sees the job
+        for var, want in (("RANK", r), ("SIZE", n), ("LOCAL_RANK", hvd.local_rank()),
+                          ("LOCAL_SIZE", hvd.local_size()), ("CROSS_RANK", hvd.cross_rank()),
+                          ("CROSS_SIZE", hvd.cross_size())):
+            got = os.environ.get("HOROVOD_" + var)
+            assert got == str(want), "HOROVOD_%s=%s, want %d" % (var, got, want)
+    assert not hvd.ccl_built() and not hvd.ddl_built() and not hvd.rocm_built()
+    assert issubclass(dtrain.PeerError, hvd.HorovodInternalError)
+    assert issubclass(dtrain.TimeoutError, hvd.HorovodInternalError)
 
     # allreduce: average (the default) and sum, float types, new tensor and in place.
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
@@ -42,8 +54,17 @@ def main():
     expect("average=False", hvd.allreduce(torch.ones(2), average=False), torch.full((2,), float(n)))
     expect("integer sum", hvd.allreduce(torch.tensor([r, 2 * r]), op=hvd.Sum),
            torch.tensor([int(total), int(2 * total)]))
-    expect("integer average floors", hvd.allreduce(torch.tensor([r + 1]), op=hvd.Average),
-           torch.tensor([sum(range(1, n + 1)) // n]))
+    # Integers as Horovod reduces them: the average and the scale factors cast toward zero, the
+    # prescale on each rank before the sum.
+    expect("integer average truncates",
+           hvd.allreduce(torch.tensor([r + 1, -75 if r == 0 else 0]), op=hvd.Average),
+           torch.tensor([int(sum(range(1, n + 1)) / n), int(-75 / n)]))
+    expect("integer prescale on each rank",
+           hvd.allreduce(torch.tensor([3]), op=hvd.Sum, prescale_factor=1.5),
+           torch.tensor([n * int(3 * 1.5)]))
+    expect("integer postscale after the sum",
+           hvd.allreduce(torch.tensor([3]), op=hvd.Sum, postscale_factor=1.5),
+           torch.tensor([int(3 * n * 1.5)]))
     nc = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()  # not contiguous
     expect("non-contiguous", hvd.allreduce(nc, op=hvd.Sum), nc * n)
     expect("prescale/postscale", hvd.allreduce(torch.ones(3), op=hvd.Sum, prescale_factor=2.0,
@@ -137,6 +158,8 @@ def main():
             raise AssertionError("a shape mismatch between ranks was not reported")
 
     backend = "mpi" if hvd.mpi_enabled() else "gloo"
+    if "--cuda" in sys.argv[1:] and dtrain._dtrain.collectives_nccl_enabled():
+        backend += ", nccl"  # CUDA tensors went over NCCL: the engine refuses them otherwise
     hvd.shutdown()
     print("hvd_worker OK rank %d of %d (%s)" % (r, n, backend), flush=True)
 

@@ -25,7 +25,7 @@ std::vector<EnvVar> SharedEnv(const ProcessSpec& spec, const LaunchOptions& opti
   std::vector<EnvVar> env;
   bool node_host_dropped = options.interface.has_value();
   for (const EnvVar& v : spec.env) {
-    if (v.first == "DTRAIN_NODE_RANK") continue;
+    if (IsPerRankVariable(v.first)) continue;  // the task script sets DTRAIN_NODE_RANK
     if (v.first == "DMLC_NODE_HOST" && !node_host_dropped) {
       node_host_dropped = true;
       continue;
