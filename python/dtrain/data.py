@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import _dtrain
+from .errors import InvalidArgument
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -64,14 +65,21 @@ class SplitSampler(torch.utils.data.Sampler):
 
 def _devices(ctx_list: _Devices) -> list[torch.device]:
     if isinstance(ctx_list, int):
+        if ctx_list < 1:
+            raise InvalidArgument("split over %d devices: give at least one" % ctx_list)
         return [torch.device("cpu")] * ctx_list
-    return [torch.device(c) if not isinstance(c, torch.device) else c for c in ctx_list]
+    devices = [torch.device(c) if not isinstance(c, torch.device) else c for c in ctx_list]
+    if not devices:
+        raise InvalidArgument("split over an empty list of devices: give at least one")
+    return devices
 
 
 def split_data(data: torch.Tensor, num_slice: int, batch_axis: int = 0, even_split: bool = True,
                work_load_list: Sequence[float] | None = None) -> list[torch.Tensor]:
     """`data` cut into `num_slice` parts along `batch_axis` (MXNet's gluon.utils.split_data).
     With even_split the size must divide evenly; with `work_load_list` parts follow the weights."""
+    if num_slice < 1:
+        raise InvalidArgument("split into %d slices: give at least one" % num_slice)
     size = data.shape[batch_axis]
     if even_split and work_load_list is None and size % num_slice != 0:
         raise ValueError("data with shape %s cannot be split evenly into %d slices along axis %d; "

@@ -154,7 +154,8 @@ class KVStore:
     def push(self, key: _Key | _KeyList, value: _Value, priority: int = 0) -> Handle:
         """Adds the value (summed over the devices given) to this round of the key."""
         keys, listed = _keys(key)
-        return Handle(self._h.push(keys, _per_key(keys, listed, value, "value"), priority))
+        values = self._shaped("push", keys, _per_key(keys, listed, value, "value"), "value")
+        return Handle(self._h.push(keys, values, priority))
 
     @overload
     def pull(self, key: _Key, out: None = None, priority: int = 0,
@@ -177,15 +178,17 @@ class KVStore:
             fresh = [self._new_like(k) for k in keys]
             self._h.pull(keys, [[t] for t in fresh], priority).wait()
             return fresh if listed else fresh[0]
-        return Handle(self._h.pull(keys, _per_key(keys, listed, out, "out"), priority), out)
+        outs = self._shaped("pull", keys, _per_key(keys, listed, out, "out"), "out")
+        return Handle(self._h.pull(keys, outs, priority), out)
 
     def pushpull(self, key: _Key | _KeyList, value: _Value, out: _Value | None = None,
                  priority: int = 0) -> Handle:
         """Push, then pull the resulting value, in one exchange. Without `out` the result is
         written into `value`."""
         keys, listed = _keys(key)
-        values = _per_key(keys, listed, value, "value")
-        outs = values if out is None else _per_key(keys, listed, out, "out")
+        values = self._shaped("pushpull", keys, _per_key(keys, listed, value, "value"), "value")
+        outs = values if out is None else \
+            self._shaped("pushpull", keys, _per_key(keys, listed, out, "out"), "out")
         result = value if out is None else out
         return Handle(self._h.pushpull(keys, values, outs, priority), result)
 
@@ -259,6 +262,22 @@ class KVStore:
     def _waitall(self) -> None:
         if not self._closed:
             self._h.waitall()
+
+    def _shaped(self, call: str, keys: list[_Key], per_key: list[list[torch.Tensor]],
+                what: str) -> list[list[torch.Tensor]]:
+        """`per_key` after checking each tensor's shape against its key's init value, as MXNet
+        does (the C++ store checks the element count and dtype; a key initialised by another
+        process has no shape here and is checked there only)."""
+        for key, tensors in zip(keys, per_key):
+            known = self._shapes.get(key)
+            if known is None:
+                continue
+            for i, t in enumerate(tensors):
+                if t.shape != known[0]:
+                    raise InvalidArgument(
+                        "%s of key %r: %s %d has shape %s, but the key was initialised with "
+                        "shape %s" % (call, key, what, i, tuple(t.shape), tuple(known[0])))
+        return per_key
 
     def _new_like(self, key: _Key) -> torch.Tensor:
         if key not in self._shapes:

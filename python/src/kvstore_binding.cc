@@ -21,9 +21,10 @@ Key KeyFrom(const py::handle& key) {
     throw py::type_error("a kvstore key is an int or a str, not " +
                          std::string(py::str(key.get_type().attr("__name__"))));
   }
-  const auto value = key.cast<long long>();  // OverflowError past 64 bits
-  if (value < 0 || value >= kFirstNamedKey) {
-    throw InvalidArgument("key " + std::to_string(value) +
+  int overflow = 0;  // set for a value past 64 bits, which is out of range too
+  const long long value = PyLong_AsLongLongAndOverflow(key.ptr(), &overflow);
+  if (overflow != 0 || value < 0 || value >= kFirstNamedKey) {
+    throw InvalidArgument("key " + std::string(py::str(key)) +
                           " is out of range: int keys must be in [0, 2^43)");
   }
   return static_cast<Key>(value);

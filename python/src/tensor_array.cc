@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cuda/cuda.h"
+#include "dtrain/common/error.h"
 #include "train/tensor_dtype.h"
 
 namespace dtrain::python {
@@ -31,18 +32,19 @@ void* CurrentStream(int device) {
 Array ArrayView(const at::Tensor& tensor, const std::string& what) {
   if (!tensor.defined()) throw pybind11::type_error(what + " is an undefined tensor");
   const bool on_cuda = tensor.device().is_cuda();
+  // InvalidArgument: dtrain.InvalidArgument in Python, a ValueError as well.
   if (!tensor.device().is_cpu() && !on_cuda) {
-    throw pybind11::value_error(what + " is on " + tensor.device().str() +
-                                "; dtrain moves CPU and CUDA tensors");
+    throw InvalidArgument(what + " is on " + tensor.device().str() +
+                          "; dtrain moves CPU and CUDA tensors");
   }
   if (on_cuda && !cuda::Built()) {
-    throw pybind11::value_error(what + " is on " + tensor.device().str() +
-                                ", but this dtrain was built without CUDA (no nvcc at build "
-                                "time): rebuild it where the CUDA toolkit is, or pass .cpu()");
+    throw InvalidArgument(what + " is on " + tensor.device().str() +
+                          ", but this dtrain was built without CUDA (no nvcc at build time): "
+                          "rebuild it where the CUDA toolkit is, or pass .cpu()");
   }
-  if (tensor.is_sparse()) throw pybind11::value_error(what + " is sparse; pass a dense tensor");
+  if (tensor.is_sparse()) throw InvalidArgument(what + " is sparse; pass a dense tensor");
   if (!tensor.is_contiguous()) {
-    throw pybind11::value_error(what + " is not contiguous; pass tensor.contiguous()");
+    throw InvalidArgument(what + " is not contiguous; pass tensor.contiguous()");
   }
   const auto dtype = train::DTypeOf(tensor.scalar_type());
   if (!dtype) {

@@ -9,6 +9,16 @@ std::string DescribeArray(const Array& a) {
   return ShapeToString(a.shape()) + " " + std::string(DTypeName(a.dtype()));
 }
 
+void CheckInitValue(const char* call, Key key, const Array& value) {
+  if (value.defined() && value.size() > 0) return;
+  const std::string where = std::string(call) + " of key " + KeyLabel(key) + ": ";
+  if (value.size() == 0 && !value.shape().empty()) {  // e.g. (0,) or (3, 0)
+    throw InvalidArgument(where + "the value " + DescribeArray(value) +
+                          " has no elements; a key holds at least one");
+  }
+  throw InvalidArgument(where + "the value is undefined");
+}
+
 void CheckArrays(const char* call, Key key, const Array& expected, const std::vector<Array>& arrays,
                  const char* what) {
   const std::string where = std::string(call) + " of key " + KeyLabel(key) + ": ";

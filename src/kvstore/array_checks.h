@@ -13,6 +13,10 @@ namespace dtrain {
 // "[3, 4] float32".
 std::string DescribeArray(const Array& a);
 
+// Throws InvalidArgument "<call> of key K: ..." unless `value` can be a key's value: defined,
+// with at least one element (an empty tensor is told apart from an undefined one).
+void CheckInitValue(const char* call, Key key, const Array& value);
+
 // Every array of `arrays` must match the key's value in element count and dtype (shapes may
 // differ: a flattened view of the same value is fine), and there must be at least one. `what` is
 // "value" or "out". Throws InvalidArgument naming the call, the key and the array.

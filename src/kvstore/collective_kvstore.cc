@@ -42,9 +42,7 @@ int CollectiveKVStore::num_workers() const { return collectives::Size(); }
 
 void CollectiveKVStore::Init(Key key, const Array& value) {
   CheckKey(key);
-  if (!value.defined()) {
-    throw InvalidArgument("Init of key " + KeyLabel(key) + ": the value is undefined");
-  }
+  CheckInitValue("Init", key, value);
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     if (slots_.count(key)) {

@@ -7,6 +7,7 @@
 #include "common/buffer_pool.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
+#include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
 #include "report/timeline.h"
 
@@ -124,8 +125,7 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < keys.size(); ++i) {
       CheckKey(keys[i]);
-      if (!values[i].defined())
-        throw InvalidArgument("init of key " + KeyLabel(keys[i]) + " with an undefined array");
+      CheckInitValue("Init", keys[i], values[i]);
       if (keys_.count(keys[i]) != 0) {
         throw InvalidArgument("init of key " + KeyLabel(keys[i]) +
                               ": the key is already initialised");

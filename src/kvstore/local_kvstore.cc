@@ -55,9 +55,7 @@ LocalKVStore::~LocalKVStore() = default;
 
 void LocalKVStore::Init(Key key, const Array& value) {
   CheckKey(key);
-  if (!value.defined()) {
-    throw InvalidArgument("Init of key " + KeyLabel(key) + ": the value is undefined");
-  }
+  CheckInitValue("Init", key, value);
   // Copy outside the lock: a big value would hold up every other key meanwhile.
   auto slot = std::make_unique<Slot>(value.Clone());
   std::unique_lock<std::shared_mutex> lock(mutex_);

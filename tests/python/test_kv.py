@@ -94,6 +94,21 @@ def test_tensor_requirements_are_clear_errors(kv):
         kv.push(1, [1.0, 2.0])
     with pytest.raises(ValueError, match="2 keys need 2 values"):
         kv.push([1, 2], torch.zeros(2, 3))
+    # dtrain's own error (a ValueError too), as for every other misuse.
+    with pytest.raises(dtrain.InvalidArgument, match="not contiguous"):
+        kv.pushpull(1, torch.zeros(3, 2).t())
+    # The shape, not only the element count, as MXNet checks it.
+    with pytest.raises(dtrain.InvalidArgument, match=r"push of key 1: value 0 has shape \(3, 2\), "
+                       r"but the key was initialised with shape \(2, 3\)"):
+        kv.push(1, torch.zeros(3, 2))
+    with pytest.raises(dtrain.InvalidArgument, match=r"shape \(6,\)"):
+        kv.pull(1, out=torch.zeros(6))
+    with pytest.raises(dtrain.InvalidArgument, match="out of range"):
+        kv.init(2 ** 64, torch.zeros(3))
+    with pytest.raises(dtrain.InvalidArgument, match="has no elements"):
+        kv.init(3, torch.zeros(0))
+    with pytest.raises(dtrain.InvalidArgument, match="at least one"):
+        dtrain.data.split_and_load(torch.zeros(4), 0)
 
 
 def test_a_refused_push_changes_nothing(kv):

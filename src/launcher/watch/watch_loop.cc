@@ -308,14 +308,25 @@ void JobWatch::Finish() {
     io_.stop();
     return;
   }
-  // Only the status page is left: serve it a while; a signal ends that at once.
+  // Only the status page is left: serve it a while; Ctrl-C (or TERM, HUP) ends that at once.
   linger_timer_.expires_after(linger);
   linger_timer_.async_wait([this](const asio::error_code&) {
     reports_->Close();
     io_.stop();
   });
-  signals_.async_wait([this](const asio::error_code& ec, int) {
+  WaitForInterruptWhileLingering();
+}
+
+void JobWatch::WaitForInterruptWhileLingering() {
+  signals_.async_wait([this](const asio::error_code& ec, int sig) {
     if (ec) return;
+    if (sig == SIGCHLD) {
+      // A late descendant (we are their subreaper) must not close the page early.
+      while (group_.ReapOne()) {
+      }
+      WaitForInterruptWhileLingering();
+      return;
+    }
     linger_timer_.cancel();
   });
 }

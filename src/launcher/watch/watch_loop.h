@@ -150,6 +150,8 @@ class JobWatch {
  private:
   void StartAll();
   void WaitForSignal();
+  // After the job, while the status page lingers: reaps late descendants, stops at Ctrl-C.
+  void WaitForInterruptWhileLingering();
   void ReapAll();
   void OnReaped(const ExitStatus& st);
   void OnStreamEnd(WatchedProcess* p);
