@@ -17,7 +17,6 @@ namespace {
 std::mutex g_mutex;
 std::shared_ptr<Communicator> g_backend;  // guarded by g_mutex, as is g_engine
 std::shared_ptr<Engine> g_engine;
-bool g_nccl = false;  // the engine's CollectivesConfig::nccl
 
 std::shared_ptr<Engine> TheEngine() {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -35,7 +34,6 @@ void Init() {
   DTRAIN_LOG(kConnections) << "collectives: " << config.Describe();
   auto backend = std::shared_ptr<Communicator>(CreateBackend(config));
   g_engine = std::make_shared<Engine>(backend, config);
-  g_nccl = config.nccl;
   g_backend = std::move(backend);
   static bool at_exit = false;
   if (!at_exit) {
@@ -65,11 +63,7 @@ int Rank() { return TheEngine()->backend().rank(); }
 int Size() { return TheEngine()->backend().size(); }
 int LocalRank() { return TheEngine()->backend().local_rank(); }
 int LocalSize() { return TheEngine()->backend().local_size(); }
-bool NcclEnabled() {
-  TheEngine();
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return g_nccl;
-}
+bool NcclEnabled() { return TheEngine()->nccl_enabled(); }
 
 Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op,
                       int priority) {

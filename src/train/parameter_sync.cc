@@ -222,10 +222,7 @@ void ParameterSync::PlanBuckets() {
         b->grads.push_back(Flat(b->numel, replicas[r].device()));
       }
       b->weights = Flat(b->numel, first.device());
-      for (size_t i : b->params) {
-        const Param& p = *params_[i];
-        b->weights.narrow(0, p.offset, p.numel).copy_(p.weights[0].detach().reshape(-1));
-      }
+      Gather(*b);
     }
     if (!options_.update_on_kvstore) {
       b->summed = b->fused ? Array(Shape{b->numel})
@@ -252,6 +249,14 @@ void ParameterSync::SetUpOptimizer(int64_t batch_size) {
   if (!pending_state_.empty()) LoadOptimizerState(std::exchange(pending_state_, std::string()));
 }
 
+void ParameterSync::Gather(const Bucket& b) {
+  torch::NoGradGuard no_grad;
+  for (size_t i : b.params) {
+    const Param& p = *params_[i];
+    b.weights.narrow(0, p.offset, p.numel).copy_(p.weights[0].detach().reshape(-1));
+  }
+}
+
 void ParameterSync::Scatter(const Bucket& b) {
   torch::NoGradGuard no_grad;
   for (size_t i : b.params) {
@@ -268,12 +273,7 @@ void ParameterSync::ReplicateFromFirst() {
   }
   // A fused bucket's flat weights and the optimizer's host copies follow replica 0 too.
   for (auto& b : buckets_) {
-    if (b->fused) {
-      for (size_t i : b->params) {
-        const Param& p = *params_[i];
-        b->weights.narrow(0, p.offset, p.numel).copy_(p.weights[0].detach().reshape(-1));
-      }
-    }
+    if (b->fused) Gather(*b);
     if (b->master.defined()) {
       const torch::Tensor& source = b->fused ? b->weights : params_[b->params[0]]->weights[0];
       if (!b->master.is_same(source)) b->master.copy_(source.detach());

@@ -73,8 +73,9 @@ class ParameterSync {
   // `replicas[r][i]` is parameter i on local replica r: every replica lists the same shapes in the
   // same order, which must be the same on every worker; float32, contiguous, on the CPU or a CUDA
   // device (replicas may sit on different GPUs: the store sums their gradients, on the GPU for the
-  // *_device types). Replica 0's values are copied into the others. Throws InvalidArgument for bad options (dist_async without
-  // update_on_kvstore, a negative batch size, an unknown optimizer) or replicas that differ.
+  // *_device types). Replica 0's values are copied into the others. Throws InvalidArgument for bad
+  // options (dist_async without update_on_kvstore, a negative batch size, an unknown optimizer) or
+  // replicas that differ.
   ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, KVStore& kv,
                 TrainerOptions options);
   // Waits for the exchanges in flight (their errors are logged, not thrown).
@@ -133,6 +134,7 @@ class ParameterSync {
   // `timed`: the wait counts as waiting for communication (not in WaitAll).
   void Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool timed = true);
   void Scatter(const Bucket& b);  // a fused bucket's flat weights into every replica
+  void Gather(const Bucket& b);   // replica 0's weights into a fused bucket's flat weights
 
   // Reports for the launcher (report/reporter.h): at most one a second, and one at the end.
   // mutex_ held (WaitFor adds to wait_s_ under it).

@@ -203,13 +203,16 @@ def _on_host(t: torch.Tensor) -> torch.Tensor:
     return t.cpu() if t.is_cuda else t
 
 
+def _engine_takes(t: torch.Tensor) -> bool:
+    """Whether the engine takes `t` where it is: host tensors always, CUDA tensors when the job
+    reduces them over NCCL (HOROVOD_GPU_OPERATIONS=NCCL, the default where NCCL is built; the
+    engine's NCCL stream waits for torch's current stream)."""
+    return not t.is_cuda or _dtrain.collectives_nccl_enabled()
+
+
 def _for_engine(t: torch.Tensor) -> torch.Tensor:
-    """`t` as the engine takes it: a CUDA tensor stays on its GPU when the job reduces CUDA
-    tensors over NCCL (HOROVOD_GPU_OPERATIONS=NCCL, the default where NCCL is built; the engine's
-    NCCL stream waits for torch's current stream); otherwise it is copied to host memory."""
-    if t.is_cuda and _dtrain.collectives_nccl_enabled():
-        return t
-    return _on_host(t)
+    """`t` as the engine takes it: itself, or its copy in host memory."""
+    return t if _engine_takes(t) else _on_host(t)
 
 
 # --- byte views for dtypes the engine does not reduce -------------------------------------------
@@ -424,7 +427,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
         raise TypeError("broadcast takes a tensor, not %s" % type(tensor).__name__)
     name = _name("broadcast", name)
     back: Callable[[torch.Tensor], torch.Tensor] | None
-    if tensor.dtype in _FLOATS and tensor.is_contiguous() and _for_engine(tensor) is tensor:
+    if tensor.dtype in _FLOATS and tensor.is_contiguous() and _engine_takes(tensor):
         work, back = tensor.detach(), None
     elif tensor.dtype in _FLOATS:
         work, back = _on_host(tensor.detach().contiguous()), (lambda w: w)

@@ -807,6 +807,8 @@ void Engine::Shutdown() {
   }
 }
 
+bool Engine::nccl_enabled() const { return impl_->config.nccl; }
+
 EngineStats Engine::stats() const {
   EngineStats s;
   s.rounds = impl_->rounds.load();

@@ -29,8 +29,8 @@
 #include <thread>
 
 #include "collectives/backend.h"
-#include "dtrain/collectives/collectives.h"
 #include "collectives/config.h"
+#include "dtrain/collectives/collectives.h"
 
 namespace dtrain::collectives {
 
@@ -84,6 +84,8 @@ class Engine {
   void Shutdown();
 
   EngineStats stats() const;
+  // Whether CUDA arrays go over NCCL (CollectivesConfig::nccl).
+  bool nccl_enabled() const;
   Communicator& backend() { return *backend_; }
 
   struct Impl;

@@ -33,9 +33,6 @@ class DeviceCommunicator {
  public:
   virtual ~DeviceCommunicator() = default;
 
-  // The CUDA device this rank's NCCL communicator uses: every array passed must be on it.
-  virtual int device() const = 0;
-
   // outs[i] = the sum (or average) over ranks of ins[i]. Several pairs are reduced as one
   // (through the fusion buffer); a single pair in its own memory (in place when in == out).
   virtual void Allreduce(const std::vector<Array>& ins, const std::vector<Array>& outs,

@@ -74,8 +74,6 @@ class NcclCommunicator final : public DeviceCommunicator {
     Enqueued(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "setup");
   }
 
-  int device() const override { return device_; }
-
   void Allreduce(const std::vector<Array>& ins, const std::vector<Array>& outs,
                  ReduceOp op) override {
     Usable();

@@ -322,8 +322,7 @@ void JobWatch::WaitForInterruptWhileLingering() {
     if (ec) return;
     if (sig == SIGCHLD) {
       // A late descendant (we are their subreaper) must not close the page early.
-      while (group_.ReapOne()) {
-      }
+      ReapAll();
       WaitForInterruptWhileLingering();
       return;
     }
