@@ -4,6 +4,7 @@
 
 #include "bindings.h"
 #include "dtrain/collectives/collectives.h"
+#include "dtrain/common/error.h"
 #include "tensor_array.h"
 
 namespace py = pybind11;
@@ -15,6 +16,15 @@ namespace coll = dtrain::collectives;
 
 std::string Quoted(const std::string& name) { return "'" + name + "'"; }
 
+coll::ReduceOp ReduceOpNamed(const std::string& op) {
+  if (op == "sum") return coll::ReduceOp::kSum;
+  if (op == "average") return coll::ReduceOp::kAverage;
+  if (op == "min") return coll::ReduceOp::kMin;
+  if (op == "max") return coll::ReduceOp::kMax;
+  if (op == "product") return coll::ReduceOp::kProduct;
+  throw InvalidArgument("unknown reduction '" + op + "' (sum, average, min, max or product)");
+}
+
 }  // namespace
 
 void RegisterCollectives(py::module_& m) {
@@ -25,7 +35,9 @@ void RegisterCollectives(py::module_& m) {
       .def_property_readonly("done", &coll::Handle::done)
       .def(
           "result", [](const coll::Handle& h) { return TensorView(h.result()); },
-          "An allgather's gathered tensor (after wait).");
+          "The tensor an allgather, alltoall or reducescatter received (after wait).")
+      .def("received_rows", &coll::Handle::received_rows,
+           "An alltoall's rows from each rank, in rank order (after wait).");
 
   m.def("collectives_init", &coll::Init, py::call_guard<py::gil_scoped_release>());
   m.def("collectives_shutdown", &coll::Shutdown, py::call_guard<py::gil_scoped_release>());
@@ -41,14 +53,32 @@ void RegisterCollectives(py::module_& m) {
         "Whether CUDA tensors go over NCCL (else they are staged through host memory)");
   m.def(
       "allreduce_async",
-      [](const std::string& name, const at::Tensor& in, const at::Tensor& out, bool average) {
+      [](const std::string& name, const at::Tensor& in, const at::Tensor& out,
+         const std::string& op) {
+        const coll::ReduceOp reduce = ReduceOpNamed(op);
         const Array input = ArrayView(in, "the input of allreduce " + Quoted(name));
         const Array output = ArrayView(out, "the output of allreduce " + Quoted(name));
         py::gil_scoped_release no_gil;
-        return coll::AllreduceAsync(name, input, output,
-                                    average ? coll::ReduceOp::kAverage : coll::ReduceOp::kSum);
+        return coll::AllreduceAsync(name, input, output, reduce);
       },
-      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("average"));
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("op"));
+  m.def(
+      "alltoall_async",
+      [](const std::string& name, const at::Tensor& in, const std::vector<int64_t>& splits) {
+        const Array input = ArrayView(in, "the input of alltoall " + Quoted(name));
+        py::gil_scoped_release no_gil;
+        return coll::AlltoallAsync(name, input, splits);
+      },
+      py::arg("name"), py::arg("input"), py::arg("splits"));
+  m.def(
+      "reducescatter_async",
+      [](const std::string& name, const at::Tensor& in, const std::string& op) {
+        const coll::ReduceOp reduce = ReduceOpNamed(op);
+        const Array input = ArrayView(in, "the input of reducescatter " + Quoted(name));
+        py::gil_scoped_release no_gil;
+        return coll::ReducescatterAsync(name, input, reduce);
+      },
+      py::arg("name"), py::arg("input"), py::arg("op"));
   m.def(
       "allgather_async",
       [](const std::string& name, const at::Tensor& in) {

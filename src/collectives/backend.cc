@@ -14,7 +14,7 @@ void Communicator::Allreduce(const void* in, void* out, size_t count, DType dtyp
     if (in != out && count > 0) std::memcpy(out, in, count * DTypeSize(dtype));
     return;
   }
-  AllreduceSum(in, out, count, dtype);
+  DoAllreduce(in, out, count, dtype, ReductionOf(op));
   if (op == ReduceOp::kAverage && size_ > 1) Scale(out, count, dtype, 1.0 / size_);
 }
 
@@ -42,6 +42,27 @@ void Communicator::Broadcast(void* data, size_t bytes, int root) {
   DoBroadcast(data, bytes, root);
 }
 
+void Communicator::Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                             const std::vector<size_t>& recv_bytes) {
+  if (send_bytes.size() != static_cast<size_t>(size_) ||
+      recv_bytes.size() != static_cast<size_t>(size_)) {
+    throw InvalidArgument("alltoallv needs one send and one receive size per rank: got " +
+                          std::to_string(send_bytes.size()) + " and " +
+                          std::to_string(recv_bytes.size()) + " for " + std::to_string(size_) +
+                          " ranks");
+  }
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  if (size_ == 1) {
+    if (send_bytes[0] != recv_bytes[0]) {
+      throw InvalidArgument("alltoallv on one rank sends " + std::to_string(send_bytes[0]) +
+                            " bytes to itself but receives " + std::to_string(recv_bytes[0]));
+    }
+    if (in != out && send_bytes[0] > 0) std::memcpy(out, in, send_bytes[0]);
+    return;
+  }
+  DoAlltoallv(in, send_bytes, out, recv_bytes);
+}
+
 void Communicator::Barrier() {
   calls_.fetch_add(1, std::memory_order_relaxed);
   if (size_ > 1) DoBarrier();
@@ -59,6 +80,21 @@ void Communicator::NotifyPeerLost(const std::string& what) {
     listener = peer_lost_;
   }
   if (listener) listener(what);
+}
+
+Reduction ReductionOf(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return Reduction::kSum;
+    case ReduceOp::kMin:
+      return Reduction::kMin;
+    case ReduceOp::kMax:
+      return Reduction::kMax;
+    case ReduceOp::kProduct:
+      return Reduction::kProduct;
+  }
+  throw InvalidArgument("unknown reduction op " + std::to_string(static_cast<int>(op)));
 }
 
 std::unique_ptr<Communicator> CreateBackend(const CollectivesConfig& config) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collectives/config.h"
+#include "common/elementwise.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/dtype.h"
 
@@ -36,17 +37,22 @@ class Communicator {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
 
-  // out = the sum (or average) over ranks of `in`, `count` elements of `dtype`. `in == out` is in
-  // place. float32, float64, float16 and bfloat16.
+  // out = `in` reduced over ranks by `op` (sum, average, min, max, product), `count` elements of
+  // `dtype`. `in == out` is in place. float32, float64, float16 and bfloat16.
   void Allreduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op);
   // out = every rank's `in` concatenated in rank order; rank r contributes bytes[r] bytes.
   // `out` holds the sum of `bytes`.
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
   // Root's `data` into everyone's `data`.
   void Broadcast(void* data, size_t bytes, int root);
+  // Personalised exchange: this rank sends send_bytes[r] bytes of `in` (blocks in rank order) to
+  // rank r and receives recv_bytes[r] bytes from it into `out` (blocks in rank order). Each pair
+  // of ranks must agree on the sizes between them.
+  void Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes);
   void Barrier();
 
-  // Calls made so far (each of the four above counts one): lets tests see fusion work.
+  // Calls made so far (each of the above counts one): lets tests see fusion work.
   uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 
   // Called, from another thread, when the backend learns that a rank left the job while a call
@@ -55,9 +61,12 @@ class Communicator {
   void SetPeerLostListener(std::function<void(const std::string&)> listener);
 
  protected:
-  virtual void AllreduceSum(const void* in, void* out, size_t count, DType dtype) = 0;
+  // The reductions of `in` by `how` (sum, min, max, product); averages are sums scaled after.
+  virtual void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) = 0;
   virtual void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) = 0;
   virtual void DoBroadcast(void* data, size_t bytes, int root) = 0;
+  virtual void DoAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                           const std::vector<size_t>& recv_bytes) = 0;
   virtual void DoBarrier() = 0;
 
   void NotifyPeerLost(const std::string& what);
@@ -72,6 +81,9 @@ class Communicator {
   std::mutex listener_mutex_;
   std::function<void(const std::string&)> peer_lost_;
 };
+
+// How `op` combines two ranks' values (an average is a sum, scaled after).
+Reduction ReductionOf(ReduceOp op);
 
 // Both throw ConfigError for a bad layout and PeerError/TimeoutError when the rendezvous fails.
 std::unique_ptr<Communicator> CreateMpiBackend(const CollectivesConfig& config);

@@ -75,6 +75,12 @@ Handle AllgatherAsync(const std::string& name, const Array& in) {
 Handle BroadcastAsync(const std::string& name, const Array& inout, int root) {
   return TheEngine()->Broadcast(name, inout, root);
 }
+Handle AlltoallAsync(const std::string& name, const Array& in, const std::vector<int64_t>& splits) {
+  return TheEngine()->Alltoall(name, in, splits);
+}
+Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op) {
+  return TheEngine()->Reducescatter(name, in, op);
+}
 
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op) {
   AllreduceAsync(name, in, out, op).Wait();

@@ -1,7 +1,9 @@
 #include "common/elementwise.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #if defined(__x86_64__)
@@ -132,6 +134,42 @@ void ScaleViaFloat(void* data, size_t n, float factor) {
   for (size_t i = 0; i < n; ++i) d[i] = FromFloat(ToFloat(d[i]) * factor);
 }
 
+template <typename T, typename Combine>
+void CombineTyped(void* out, const void* a, const void* b, size_t n, Combine combine) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = combine(x[i], y[i]);
+}
+
+template <typename Combine>
+void CombineHalf(void* out, const void* a, const void* b, size_t n, DType dtype, Combine combine) {
+  auto* o = static_cast<uint16_t*>(out);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  const bool bf16 = dtype == DType::kBFloat16;
+  for (size_t i = 0; i < n; ++i) {
+    const float fx = bf16 ? BFloat16ToFloat(x[i]) : SoftHalfToFloat(x[i]);
+    const float fy = bf16 ? BFloat16ToFloat(y[i]) : SoftHalfToFloat(y[i]);
+    const float r = combine(fx, fy);
+    o[i] = bf16 ? FloatToBFloat16(r) : SoftFloatToHalf(r);
+  }
+}
+
+template <typename Combine>
+void CombineAny(void* out, const void* a, const void* b, size_t n, DType dtype, Combine combine) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return CombineTyped<float>(out, a, b, n, combine);
+    case DType::kFloat64:
+      return CombineTyped<double>(out, a, b, n, combine);
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return CombineHalf(out, a, b, n, dtype, combine);
+  }
+  throw InvalidArgument("cannot reduce values of dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
 }  // namespace
 
 uint16_t FloatToHalf(float f) { return SoftFloatToHalf(f); }
@@ -163,6 +201,46 @@ void Sum(void* out, const void* a, const void* b, size_t n, DType dtype) {
       return SumViaFloat<BFloat16ToFloat, FloatToBFloat16>(out, a, b, n);
   }
   throw InvalidArgument("cannot sum values of dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+void Reduce(void* out, const void* a, const void* b, size_t n, DType dtype, Reduction how) {
+  switch (how) {
+    case Reduction::kSum:
+      return Sum(out, a, b, n, dtype);
+    case Reduction::kMin:
+      return CombineAny(out, a, b, n, dtype,
+                        [](auto x, auto y) { return x < y || x != x ? x : y; });
+    case Reduction::kMax:
+      return CombineAny(out, a, b, n, dtype,
+                        [](auto x, auto y) { return x > y || x != x ? x : y; });
+    case Reduction::kProduct:
+      return CombineAny(out, a, b, n, dtype, [](auto x, auto y) { return x * y; });
+  }
+  throw InvalidArgument("unknown reduction " + std::to_string(static_cast<int>(how)));
+}
+
+void FillIdentity(void* data, size_t n, DType dtype, Reduction how) {
+  if (how == Reduction::kSum) {
+    std::memset(data, 0, n * DTypeSize(dtype));
+    return;
+  }
+  const double value = how == Reduction::kProduct ? 1.0
+                       : how == Reduction::kMin   ? std::numeric_limits<double>::infinity()
+                                                  : -std::numeric_limits<double>::infinity();
+  switch (dtype) {
+    case DType::kFloat32:
+      std::fill_n(static_cast<float*>(data), n, static_cast<float>(value));
+      return;
+    case DType::kFloat64:
+      std::fill_n(static_cast<double*>(data), n, value);
+      return;
+    case DType::kFloat16:
+      std::fill_n(static_cast<uint16_t*>(data), n, SoftFloatToHalf(static_cast<float>(value)));
+      return;
+    case DType::kBFloat16:
+      std::fill_n(static_cast<uint16_t*>(data), n, FloatToBFloat16(static_cast<float>(value)));
+      return;
+  }
 }
 
 void Scale(void* data, size_t n, DType dtype, double factor) {

@@ -1,7 +1,8 @@
 // Element-wise arithmetic on raw buffers of every dtype dtrain moves: sums (MPI and Gloo know
-// float32/float64 but not float16/bfloat16; servers sum pushes of every dtype), the scaling that
-// turns a sum into an average, and the float32 <-> float16 conversions (DTRAIN_FP16_ALLREDUCE,
-// fp16 gradient compression).
+// float32/float64 but not float16/bfloat16; servers sum pushes of every dtype), the other
+// reductions of allreduce mode (Horovod's Min, Max and Product), the scaling that turns a sum into
+// an average, and the float32 <-> float16 conversions (DTRAIN_FP16_ALLREDUCE, fp16 gradient
+// compression).
 //
 // Plain functions on (pointer, count); the caller owns the memory. Thread-safe. float16 uses the
 // CPU's F16C instructions where it has them and a bit-exact software path otherwise.
@@ -16,6 +17,18 @@ namespace dtrain {
 
 // out[i] = a[i] + b[i]; `out` may alias `a` or `b`. Rounds once per element, to nearest even.
 void Sum(void* out, const void* a, const void* b, size_t n, DType dtype);
+
+// How two values combine into one in a reduction.
+enum class Reduction : uint8_t { kSum, kMin, kMax, kProduct };
+
+// out[i] = a[i] (how) b[i]; `out` may alias `a` or `b`. Min and Max propagate NaN from either
+// side, as torch's do; half types combine in float and round once.
+void Reduce(void* out, const void* a, const void* b, size_t n, DType dtype, Reduction how);
+
+// Fills `data` with the value that leaves every other unchanged under `how`: 0 for sums, +inf for
+// Min, -inf for Max, 1 for Product. A rank with nothing to contribute (Horovod's join) stands in
+// with it.
+void FillIdentity(void* data, size_t n, DType dtype, Reduction how);
 
 // data[i] *= factor.
 void Scale(void* data, size_t n, DType dtype, double factor);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "../integration/subprocess.h"
+#include "collectives/engine/negotiation.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
@@ -202,6 +203,71 @@ TEST(Engine, AllgatherAndBroadcast) {
   });
 }
 
+TEST(Engine, AlltoallSendsEachRankItsRowsAndSaysHowManyCameFromEach) {
+  RunRanks(3, [](Engine& engine, int rank) {
+    // Rank s sends s + k rows to rank k, each row (s, k).
+    std::vector<int64_t> splits;
+    std::vector<float> values;
+    for (int k = 0; k < 3; ++k) {
+      splits.push_back(rank + k);
+      for (int j = 0; j < rank + k; ++j) values.insert(values.end(), {float(rank), float(k)});
+    }
+    Array in({static_cast<int64_t>(values.size() / 2), 2});
+    std::copy(values.begin(), values.end(), in.floats().begin());
+    Handle h = engine.Alltoall("a2a", in, splits);
+    h.Wait();
+    EXPECT_EQ(h.received_rows(), (std::vector<int64_t>{rank, rank + 1, rank + 2}));
+    std::vector<float> want;
+    for (int s = 0; s < 3; ++s) {
+      for (int j = 0; j < s + rank; ++j) want.insert(want.end(), {float(s), float(rank)});
+    }
+    EXPECT_EQ(h.result().shape(), (Shape{3 * rank + 3, 2}));
+    EXPECT_EQ(h.result().ToVector(), want);
+  });
+}
+
+TEST(Engine, ReducescatterGivesTheLowerRanksTheRowsLeftOver) {
+  RunRanks(3, [](Engine& engine, int rank) {
+    Array in({5, 2});
+    for (int64_t i = 0; i < 10; ++i) in.floats()[i] = static_cast<float>(i * (rank + 1));
+    Handle sum = engine.Reducescatter("rs", in, ReduceOp::kSum);
+    Handle max = engine.Reducescatter("rs.max", in, ReduceOp::kMax);
+    sum.Wait();
+    max.Wait();
+    // 5 rows over 3 ranks: 2, 2, 1, from rows 0, 2 and 4.
+    const int64_t first = rank == 0 ? 0 : rank == 1 ? 2 : 4;
+    const int64_t rows = rank == 2 ? 1 : 2;
+    ASSERT_EQ(sum.result().shape(), (Shape{rows, 2}));
+    for (int64_t i = 0; i < rows * 2; ++i) {
+      EXPECT_EQ(sum.result().floats()[i], 6.0f * (first * 2 + i));
+      EXPECT_EQ(max.result().floats()[i], 3.0f * (first * 2 + i));
+    }
+  });
+}
+
+TEST(Engine, AJoinedRankStandsInWithTheIdentityOfEachOp) {
+  RunRanks(3, [](Engine& engine, int rank) {
+    // The rank that joined last: rank 0 or 1, whichever joins later.
+    auto join = [&engine] {
+      Handle h = engine.Join();
+      h.Wait();
+      const int last = static_cast<int>(h.result().floats()[0]);
+      EXPECT_TRUE(last == 0 || last == 1) << last;
+    };
+    if (rank == 2) return join();
+    for (auto [op, want] : {std::pair{ReduceOp::kSum, 3.0f}, std::pair{ReduceOp::kMin, 1.0f},
+                            std::pair{ReduceOp::kMax, 2.0f}, std::pair{ReduceOp::kProduct, 2.0f},
+                            std::pair{ReduceOp::kAverage, 1.0f}}) {
+      // Rank 0 holds 1, rank 1 holds 2, and joined rank 2 must not change the result (an average
+      // counts every rank, as Horovod's does: 3 / 3).
+      Array a = Filled(3, rank + 1.0f);
+      engine.Allreduce(Numbered("joined.", static_cast<int>(op)), a, a, op).Wait();
+      EXPECT_EQ(a.ToVector(), std::vector<float>(3, want)) << ReduceOpName(op);
+    }
+    join();
+  });
+}
+
 TEST(Engine, MismatchedSubmissionsFailOnEveryRankAndTheEngineGoesOn) {
   RunRanks(2, [](Engine& engine, int rank) {
     Array a({3 + rank});
@@ -226,6 +292,11 @@ TEST(Engine, BadSubmissionsAreRejectedAtOnce) {
     EXPECT_THROW(engine.Allreduce("", a, a, ReduceOp::kSum), InvalidArgument);
     EXPECT_THROW(engine.Broadcast("y", a, 1), InvalidArgument);
     EXPECT_THROW(engine.Allgather("z", Array(Shape{})), InvalidArgument);
+    EXPECT_THROW(engine.Alltoall("t", a, {3}), InvalidArgument);     // 3 of 4 rows
+    EXPECT_THROW(engine.Alltoall("t", a, {2, 2}), InvalidArgument);  // two ranks' worth
+    EXPECT_THROW(engine.Alltoall("t", a, {-1}), InvalidArgument);
+    EXPECT_THROW(engine.Alltoall("t", Array(Shape{}), {1}), InvalidArgument);
+    EXPECT_THROW(engine.Reducescatter("r", Array(Shape{}), ReduceOp::kSum), InvalidArgument);
     EXPECT_THROW(Handle().Wait(), InvalidArgument);
     // A job of one: every collective is its own result.
     a.Fill(3.0f);

@@ -34,8 +34,8 @@ TEST(HostLayout, HostsInTheOrderOfTheirLowestRankWhichLeads) {
 class ShmLeaders : public LeaderChannel {
  public:
   explicit ShmLeaders(ShmGroup& group) : group_(group) {}
-  void LeadersAllreduce(void* data, size_t count, DType dtype) override {
-    group_.AllreduceSum(data, data, count, dtype);
+  void LeadersAllreduce(void* data, size_t count, DType dtype, Reduction how) override {
+    group_.Allreduce(data, data, count, dtype, how);
   }
   void LeadersAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
     group_.Allgatherv(in, out, bytes);
@@ -108,8 +108,30 @@ TEST(HostGroups, AllreduceSumsOverEveryHost) {
   job.Run([](int rank, HostGroups& g) {
     std::vector<float> x(5000);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((rank + 1) * (i % 13));
-    g.Allreduce(x.data(), x.data(), x.size(), DType::kFloat32);
+    g.Allreduce(x.data(), x.data(), x.size(), DType::kFloat32, Reduction::kSum);
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], 15.0f * (i % 13)) << "rank " << rank;
+  });
+}
+
+TEST(HostGroups, MinMaxAndProductReduceOverEveryHost) {
+  Job job(kHosts);
+  job.Run([](int rank, HostGroups& g) {
+    // Rank r holds r + 1 - 2 * (i % 3): every rank's value wins somewhere.
+    std::vector<double> values(999);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = rank + 1.0 - 2.0 * (i % 3);
+    std::vector<double> x = values;
+    g.Allreduce(x.data(), x.data(), x.size(), DType::kFloat64, Reduction::kMax);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], 5.0 - 2.0 * (i % 3)) << "rank " << rank;
+    x = values;
+    g.Allreduce(x.data(), x.data(), x.size(), DType::kFloat64, Reduction::kMin);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], 1.0 - 2.0 * (i % 3)) << "rank " << rank;
+    x = values;
+    g.Allreduce(x.data(), x.data(), x.size(), DType::kFloat64, Reduction::kProduct);
+    for (size_t i = 0; i < x.size(); ++i) {
+      double product = 1;
+      for (int r = 0; r < 5; ++r) product *= r + 1.0 - 2.0 * (i % 3);
+      ASSERT_EQ(x[i], product) << "rank " << rank;
+    }
   });
 }
 

@@ -207,6 +207,55 @@ TEST(Negotiation, WhereTheArraysLiveRoundTripsAndRanksMustAgreeOnIt) {
       << ready[0].mismatch;
 }
 
+TEST(Negotiation, AlltoallSplitsAndEveryOpRoundTripAndFirstDimensionsMayDiffer) {
+  Descriptor a2a;
+  a2a.kind = OpKind::kAlltoall;
+  a2a.shape = {5, 2};
+  a2a.splits = {3, 2};
+  RoundMessage m;
+  m.named.emplace_back("a2a", a2a);
+  m.named.emplace_back("max", Reduce({4}, DType::kFloat64, ReduceOp::kMax));
+  m.named.emplace_back("product", Reduce({4}, DType::kFloat16, ReduceOp::kProduct));
+  const auto back = DecodeRound(EncodeRound(m), 0);
+  ASSERT_EQ(back.named.size(), 3u);
+  EXPECT_EQ(back.named[0].second, a2a);
+  EXPECT_EQ(back.named[1].second.op, ReduceOp::kMax);
+  EXPECT_EQ(back.named[2].second.ToString(), "allreduce(product) float16 (4,)");
+
+  Ranks ranks(2);
+  Descriptor other = a2a;
+  other.shape = {1, 2};
+  other.splits = {0, 1};
+  ranks.Submit(0, "a2a", a2a);
+  ranks.Submit(1, "a2a", other);
+  other.shape = {1, 3};
+  ranks.Submit(0, "a2a.wide", a2a);
+  ranks.Submit(1, "a2a.wide", other);
+  const auto ready = ranks.Round();
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].mismatch, "");
+  EXPECT_EQ(ready[0].descriptors[1].splits, (std::vector<int64_t>{0, 1}));
+  EXPECT_NE(ready[1].mismatch.find("alltoall inputs may differ only in dimension 0"),
+            std::string::npos)
+      << ready[1].mismatch;
+
+  // A rank whose splits do not fit its rows breaks the protocol (its engine checks them first).
+  Ranks broken(2);
+  Descriptor bad = a2a;
+  bad.splits = {1, 1};
+  broken.Submit(1, "bad", bad);
+  EXPECT_THROW(broken.Round(), ProtocolError);
+}
+
+TEST(Negotiation, ReducescatterRowsAreAsEvenAsCanBeWithTheLowerRanksTakingTheRest) {
+  EXPECT_EQ(ReducescatterRows(12, 3, 0), (std::pair<int64_t, int64_t>{0, 4}));
+  EXPECT_EQ(ReducescatterRows(12, 3, 2), (std::pair<int64_t, int64_t>{8, 4}));
+  EXPECT_EQ(ReducescatterRows(7, 3, 0), (std::pair<int64_t, int64_t>{0, 3}));
+  EXPECT_EQ(ReducescatterRows(7, 3, 1), (std::pair<int64_t, int64_t>{3, 2}));
+  EXPECT_EQ(ReducescatterRows(7, 3, 2), (std::pair<int64_t, int64_t>{5, 2}));
+  EXPECT_EQ(ReducescatterRows(1, 3, 2), (std::pair<int64_t, int64_t>{1, 0}));
+}
+
 TEST(Negotiation, ShutdownFlagAndEmptyMessagesRoundTrip) {
   RoundMessage m;
   m.shutting_down = true;

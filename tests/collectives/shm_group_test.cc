@@ -64,7 +64,7 @@ TEST(ShmGroup, AllreduceIsExactOverManyRoundsForEveryRankCount) {
     group.Run([&](int rank, ShmGroup& g) {
       std::vector<float> in(count);
       for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * (i % 97));
-      g.AllreduceSum(in.data(), out[rank].data(), count, DType::kFloat32);
+      g.Allreduce(in.data(), out[rank].data(), count, DType::kFloat32);
     });
     const float ranks_sum = size * (size + 1) / 2.0f;
     for (int r = 0; r < size; ++r) {
@@ -80,14 +80,14 @@ TEST(ShmGroup, AllreduceInPlaceOfEveryDtype) {
   Group group(3);
   group.Run([&](int rank, ShmGroup& g) {
     std::vector<double> d(3000, rank + 0.5);
-    g.AllreduceSum(d.data(), d.data(), d.size(), DType::kFloat64);
+    g.Allreduce(d.data(), d.data(), d.size(), DType::kFloat64);
     for (double x : d) ASSERT_EQ(x, 4.5);
     // float16 1.0 is 0x3c00; 1 + 1 + 1 = 3 is 0x4200. bfloat16 1.0 is 0x3f80, 3 is 0x4040.
     std::vector<uint16_t> half(5000, 0x3c00);
-    g.AllreduceSum(half.data(), half.data(), half.size(), DType::kFloat16);
+    g.Allreduce(half.data(), half.data(), half.size(), DType::kFloat16);
     for (uint16_t x : half) ASSERT_EQ(x, 0x4200);
     std::vector<uint16_t> brain(5000, 0x3f80);
-    g.AllreduceSum(brain.data(), brain.data(), brain.size(), DType::kBFloat16);
+    g.Allreduce(brain.data(), brain.data(), brain.size(), DType::kBFloat16);
     for (uint16_t x : brain) ASSERT_EQ(x, 0x4040);
   });
 }
@@ -99,7 +99,7 @@ TEST(ShmGroup, EveryRankGetsTheSameBitsThoughFloatAdditionIsNotAssociative) {
   group.Run([&](int rank, ShmGroup& g) {
     std::vector<float> in(count);
     for (size_t i = 0; i < count; ++i) in[i] = 1.0f / static_cast<float>(1 + i + 7 * rank);
-    g.AllreduceSum(in.data(), out[rank].data(), count, DType::kFloat32);
+    g.Allreduce(in.data(), out[rank].data(), count, DType::kFloat32);
   });
   for (int r = 1; r < 4; ++r) EXPECT_EQ(out[r], out[0]) << "rank " << r;
 }
@@ -139,7 +139,7 @@ TEST(ShmGroup, ManySmallCallsKeepTheRanksInStep) {
   group.Run([&](int rank, ShmGroup& g) {
     for (int i = 0; i < 2000; ++i) {
       float x = static_cast<float>(rank + i);
-      g.AllreduceSum(&x, &x, 1, DType::kFloat32);
+      g.Allreduce(&x, &x, 1, DType::kFloat32);
       ASSERT_EQ(x, static_cast<float>(1 + 2 * i));
     }
   });
@@ -162,7 +162,7 @@ TEST(ShmGroup, AbandoningFailsTheWaitingRanksAtOnceWithTheReason) {
   Group group(3);
   auto waiting = std::async(std::launch::async, [&] {
     std::vector<float> x(100, 1.0f);
-    group.ranks[1]->AllreduceSum(x.data(), x.data(), x.size(), DType::kFloat32);
+    group.ranks[1]->Allreduce(x.data(), x.data(), x.size(), DType::kFloat32);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   group.ranks[2]->Abandon("its disk caught fire");

@@ -81,6 +81,58 @@ TEST(Elementwise, SumsEveryDType) {
   EXPECT_EQ(r[1], bf(-1.5f));
 }
 
+TEST(Elementwise, MinMaxAndProductOfEveryDTypePropagateNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> a = {1, -2, nan, 4}, b = {3, -5, 0, nan}, out(4);
+  Reduce(out.data(), a.data(), b.data(), 4, DType::kFloat32, Reduction::kMin);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], -5);
+  EXPECT_TRUE(std::isnan(out[2]) && std::isnan(out[3]));
+  Reduce(out.data(), a.data(), b.data(), 4, DType::kFloat32, Reduction::kMax);
+  EXPECT_EQ(out[0], 3);
+  EXPECT_EQ(out[1], -2);
+  EXPECT_TRUE(std::isnan(out[2]) && std::isnan(out[3]));
+  Reduce(out.data(), a.data(), b.data(), 2, DType::kFloat32, Reduction::kProduct);
+  EXPECT_EQ(out[0], 3);
+  EXPECT_EQ(out[1], 10);
+
+  std::vector<double> x = {0.5, 7}, y = {0.25, -7};
+  Reduce(x.data(), x.data(), y.data(), 2, DType::kFloat64, Reduction::kMax);  // in place
+  EXPECT_EQ(x, (std::vector<double>{0.5, 7}));
+
+  for (DType half : {DType::kFloat16, DType::kBFloat16}) {
+    // 1.5 and -3 are exact in both half types; the identity leaves them alone.
+    std::vector<float> wide = {1.5f, -3.0f};
+    std::vector<uint16_t> h(2), identity(2), r(2);
+    if (half == DType::kFloat16) {
+      FloatToHalf(wide.data(), h.data(), 2);
+    } else {
+      for (int i = 0; i < 2; ++i)
+        h[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(wide[i]) >> 16);
+    }
+    for (Reduction how : {Reduction::kSum, Reduction::kMin, Reduction::kMax, Reduction::kProduct}) {
+      FillIdentity(identity.data(), 2, half, how);
+      Reduce(r.data(), identity.data(), h.data(), 2, half, how);
+      EXPECT_EQ(r, h) << "dtype " << DTypeName(half) << ", reduction " << static_cast<int>(how);
+    }
+  }
+}
+
+TEST(Elementwise, IdentitiesLeaveEveryValueUnchanged) {
+  std::vector<float> values = {-1e30f, -2.5f, 0.0f, 3.0f, 1e30f};
+  for (Reduction how : {Reduction::kSum, Reduction::kMin, Reduction::kMax, Reduction::kProduct}) {
+    std::vector<float> identity(values.size()), out(values.size());
+    FillIdentity(identity.data(), identity.size(), DType::kFloat32, how);
+    Reduce(out.data(), values.data(), identity.data(), values.size(), DType::kFloat32, how);
+    EXPECT_EQ(out, values) << "reduction " << static_cast<int>(how);
+    std::vector<double> wide(values.begin(), values.end()), wide_identity(values.size());
+    FillIdentity(wide_identity.data(), wide.size(), DType::kFloat64, how);
+    Reduce(wide_identity.data(), wide_identity.data(), wide.data(), wide.size(), DType::kFloat64,
+           how);
+    EXPECT_EQ(wide_identity, wide) << "reduction " << static_cast<int>(how);
+  }
+}
+
 TEST(Elementwise, ScaleTurnsASumIntoAnAverage) {
   std::vector<float> f = {3, 6, 9};
   Scale(f.data(), f.size(), DType::kFloat32, 1.0 / 3);

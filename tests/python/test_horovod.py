@@ -21,6 +21,23 @@ def test_api_on_mpi(spawn, n):
     check(run_ok(spawn, mpirun_argv(n, program("hvd_worker.py"))), n, "mpi")
 
 
+def check_collectives(out, n, backend):
+    for r in range(n):
+        assert "hvd_collectives OK rank %d of %d (%s)" % (r, n, backend) in out, out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_min_max_product_alltoall_reducescatter_and_gradients_on_gloo(spawn, n):
+    out = run_ok(spawn, launch_argv(n, 0, program("hvd_collectives_worker.py")))
+    check_collectives(out, n, "gloo")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_min_max_product_alltoall_reducescatter_and_gradients_on_mpi(spawn, n):
+    out = run_ok(spawn, mpirun_argv(n, program("hvd_collectives_worker.py")))
+    check_collectives(out, n, "mpi")
+
+
 def relative_difference(out):
     line = [l for l in out.splitlines() if "train_check max relative difference" in l]
     assert line, out

@@ -50,7 +50,8 @@
 namespace dtrain::collectives {
 
 enum class BackendKind { kMpi, kGloo };
-enum class ReduceOp { kSum, kAverage };
+// Horovod's reductions (less Adasum). Average is the sum divided by the number of ranks.
+enum class ReduceOp : uint8_t { kSum, kAverage, kMin, kMax, kProduct };
 
 // A submitted collective. Copies share state. Wait() rethrows the collective's error
 // (dtrain::PeerError naming the rank that died, TimeoutError at the deadline).
@@ -64,9 +65,11 @@ class Handle {
   // long nor throw from. One callback per handle. A collective that never finishes never calls
   // it: callers keep their own deadline.
   void OnDone(std::function<void(std::exception_ptr)> callback) const;
-  // For allgather: the gathered array (first dimension = the sum of every rank's); valid after
-  // Wait.
+  // For allgather, alltoall and reducescatter: the array this rank received (allgather: first
+  // dimension = the sum of every rank's); valid after Wait.
   Array result() const;
+  // For alltoall: how many rows came from each rank, in rank order; valid after Wait.
+  std::vector<int64_t> received_rows() const;
 
   struct State;
   explicit Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -109,6 +112,16 @@ Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out
 Handle AllgatherAsync(const std::string& name, const Array& in);
 // Root's `inout` into everyone's `inout`.
 Handle BroadcastAsync(const std::string& name, const Array& inout, int root);
+
+// Horovod's alltoall: sends splits[r] rows (entries of the first dimension) of `in`, in order, to
+// rank r; the handle's result() is every rank's rows for this one, in rank order, and
+// received_rows() how many came from each. `splits` has one count per rank adding up to the first
+// dimension (the other dimensions must agree across ranks). Host memory only.
+Handle AlltoallAsync(const std::string& name, const Array& in, const std::vector<int64_t>& splits);
+// Horovod's reducescatter: `in` (the same shape on every rank) reduced by `op`, of which this
+// rank's result() keeps its share of the rows: as even as can be, the lower ranks one more when
+// the ranks do not divide the first dimension. Host memory only.
+Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op);
 
 // Synchronous forms.
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op);

@@ -17,6 +17,8 @@ servers or the 'horovod' allreduce store).
 """
 
 # `X as X`: a re-export, for type checkers (they do not evaluate the __all__ below).
+from .autograd import *  # noqa: F401,F403
+from .autograd import __all__ as _autograd_all
 from .compression import Compression as Compression  # noqa: F401
 from .compression import Compressor as Compressor  # noqa: F401
 from .compression import FP16Compressor as FP16Compressor  # noqa: F401
@@ -26,9 +28,11 @@ from .functions import broadcast_parameters as broadcast_parameters  # noqa: F40
 from .ops import *  # noqa: F401,F403
 from .ops import __all__ as _ops_all
 from .optimizer import DistributedOptimizer as DistributedOptimizer  # noqa: F401
+from .scatter_ops import *  # noqa: F401,F403
+from .scatter_ops import __all__ as _scatter_all
 from .trainer import Trainer as Trainer  # noqa: F401
 
-__all__ = list(_ops_all) + [
+__all__ = list(_ops_all) + list(_autograd_all) + list(_scatter_all) + [
     "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
     "Trainer",
 ]

@@ -7,10 +7,14 @@ may submit them in different orders; unnamed ones are numbered in submission ord
 then be the same on every rank.
 
 Float tensors (float32, float64, float16, bfloat16) are reduced as they are; integer and bool
-tensors are summed exactly in float64 (up to 2^53); their prescale factor applies on each rank and
+tensors are reduced exactly in float64 (up to 2^53); their prescale factor applies on each rank and
 their average and postscale factor after the sum, each cast back toward zero, as Horovod does;
-allgather and broadcast move any dtype's bytes unchanged. CUDA tensors go over NCCL where dtrain
-was built with it (HOROVOD_GPU_OPERATIONS=NCCL, one GPU per rank), else through host memory.
+allgather, broadcast and alltoall move any dtype's bytes unchanged. CUDA tensors go over NCCL where
+dtrain was built with it (HOROVOD_GPU_OPERATIONS=NCCL, one GPU per rank), else through host memory
+(alltoall and reducescatter always stage through host memory).
+
+The synchronous, differentiable forms (allreduce, allgather, broadcast, alltoall, reducescatter
+and the grouped ones) are in autograd.py; alltoall and reducescatter in scatter_ops.py.
 """
 
 from __future__ import annotations
@@ -24,12 +28,9 @@ import torch
 
 from .. import _dtrain
 from ..errors import HorovodInternalError, InvalidArgument
-from .compression import Compression
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-
-    from .compression import Compressor
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -37,16 +38,16 @@ __all__ = [
     "nccl_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built", "mpi_threads_supported",
     "HorovodInternalError",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
-    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
-    "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async",
+    "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "allgather_async", "broadcast_", "broadcast_async",
     "broadcast_async_", "synchronize", "poll", "join", "barrier",
     "broadcast_object", "allgather_object",
 ]
 
-# Reduction ops, as Horovod numbers them. The engine reduces by Average and Sum.
+# Reduction ops, as Horovod numbers them, and the engine's name for each.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_OP_NAMES = {Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+_ENGINE_OPS = {Average: "average", Sum: "sum", Min: "min", Max: "max", Product: "product"}
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -247,11 +248,12 @@ def _reduce_op(average: bool | None, op: int | None) -> int:
             raise ValueError("give op or the deprecated average, not both")
         return Average if average else Sum
     op = Average if op is None else op
-    if op in _OP_NAMES:
-        raise NotImplementedError("op=%s: dtrain's engine reduces by Average and Sum"
-                                  % _OP_NAMES[op])
-    if op not in (Average, Sum):
-        raise ValueError("unknown reduction op %r (use dtrain.torch.Average or Sum)" % (op,))
+    if op == Adasum:
+        raise NotImplementedError("op=Adasum: dtrain reduces by Average, Sum, Min, Max and "
+                                  "Product, not Horovod's Adasum")
+    if op not in _ENGINE_OPS:
+        raise ValueError("unknown reduction op %r (use dtrain.torch.Average, Sum, Min, Max or "
+                         "Product)" % (op,))
     return op
 
 
@@ -272,12 +274,12 @@ def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | Non
         work = _for_engine(src if src.is_contiguous() else src.contiguous())
         into = output if (output.is_contiguous() and output.dtype == work.dtype
                           and output.device == work.device) else torch.empty_like(work)
-        op_average = op == Average
-    else:  # integers and bools: an exact sum in float64, scaled and cast after it
+        engine_op = _ENGINE_OPS[op]
+    else:  # integers and bools: exact in float64; an average is a sum scaled and cast after it
         work = _for_engine(src.to(torch.float64).contiguous())
         into = work
-        op_average = False
-    pending = _dtrain.allreduce_async(name, work, into, op_average)
+        engine_op = "sum" if op == Average else _ENGINE_OPS[op]
+    pending = _dtrain.allreduce_async(name, work, into, engine_op)
 
     def finish() -> torch.Tensor:
         result = into
@@ -317,17 +319,6 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
     return _allreduce_start(tensor, tensor, name, op, prescale_factor, postscale_factor)
 
 
-def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-              compression: type[Compressor] | Compressor = Compression.none,
-              op: int | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              process_set: object = None) -> torch.Tensor:
-    """`tensor` reduced over all ranks (average by default), as a new tensor."""
-    compressed, ctx = compression.compress(tensor)
-    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
-                                      postscale_factor))
-    return compression.decompress(out, ctx)
-
-
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                op: int | None = None, prescale_factor: float = 1.0,
                postscale_factor: float = 1.0, process_set: object = None) -> torch.Tensor:
@@ -340,35 +331,29 @@ def grouped_allreduce_async(tensors: Iterable[torch.Tensor], average: bool | Non
                             name: str | None = None, op: int | None = None,
                             **kwargs: Any) -> int:
     base = _name("grouped_allreduce", name)
-    handles = [allreduce_async(t, average, "%s.%d" % (base, i), op, **kwargs)
-               for i, t in enumerate(tensors)]
-    return _handle(_AllOf([_handles[h].op for h in handles]),
-                   lambda: [_handles.pop(h).finish() for h in handles])
+    return _grouped([allreduce_async(t, average, "%s.%d" % (base, i), op, **kwargs)
+                     for i, t in enumerate(tensors)])
 
 
 def grouped_allreduce_async_(tensors: Iterable[torch.Tensor], average: bool | None = None,
                              name: str | None = None, op: int | None = None,
                              **kwargs: Any) -> int:
     base = _name("grouped_allreduce", name)
-    handles = [allreduce_async_(t, average, "%s.%d" % (base, i), op, **kwargs)
-               for i, t in enumerate(tensors)]
-    return _handle(_AllOf([_handles[h].op for h in handles]),
-                   lambda: [_handles.pop(h).finish() for h in handles])
-
-
-def grouped_allreduce(tensors: Iterable[torch.Tensor], average: bool | None = None,
-                      name: str | None = None,
-                      compression: type[Compressor] | Compressor = Compression.none,
-                      op: int | None = None, **kwargs: Any) -> list[torch.Tensor]:
-    pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_allreduce_async([p[0] for p in pairs], average, name, op, **kwargs))
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    return _grouped([allreduce_async_(t, average, "%s.%d" % (base, i), op, **kwargs)
+                     for i, t in enumerate(tensors)])
 
 
 def grouped_allreduce_(tensors: Iterable[torch.Tensor], average: bool | None = None,
                        name: str | None = None, op: int | None = None,
                        **kwargs: Any) -> list[torch.Tensor]:
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, **kwargs))
+
+
+def _grouped(handles: list[int]) -> int:
+    """One handle for several collectives, submitted together so that they share negotiation
+    rounds (and fusion buffers, for allreduces); synchronize gives their outputs as a list."""
+    return _handle(_AllOf([_handles[h].op for h in handles]),
+                   lambda: [_handles.pop(h).finish() for h in handles])
 
 
 class _AllOf:
@@ -393,30 +378,31 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
     """Starts concatenating every rank's `tensor` along the first dimension (which may differ
     between ranks; the others must agree), in rank order."""
     _initialized()
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError("allgather takes a tensor, not %s" % type(tensor).__name__)
-    if tensor.dim() == 0:
-        raise ValueError("allgather needs a tensor with at least one dimension")
+    _check_rows("allgather", tensor)
     name = _name("allgather", name)
-    back: Callable[[torch.Tensor], torch.Tensor] | None
-    if tensor.dtype in _FLOATS:
-        work, back = _for_engine(tensor.detach().contiguous()), None
-    else:
-        work, back = _as_rows(tensor)
+    work, back = _rows_for_engine(tensor, host_only=False)
     pending = _dtrain.allgather_async(name, work)
-
-    def finish() -> torch.Tensor:
-        gathered = pending.result().clone()  # own memory, independent of the engine's buffer
-        gathered = back(gathered) if back else gathered
-        return gathered.to(tensor.device)
-
-    return _handle(pending, finish)
+    return _handle(pending, lambda: back(pending.result()))
 
 
-def allgather(tensor: torch.Tensor, name: str | None = None,
-              process_set: object = None) -> torch.Tensor:
-    """Every rank's `tensor` concatenated along the first dimension, in rank order."""
-    return synchronize(allgather_async(tensor, name))
+def _check_rows(kind: str, tensor: torch.Tensor) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s takes a tensor, not %s" % (kind, type(tensor).__name__))
+    if tensor.dim() == 0:
+        raise InvalidArgument("%s needs a tensor with at least one dimension" % kind)
+
+
+def _rows_for_engine(tensor: torch.Tensor, host_only: bool) -> tuple[
+        torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """`tensor` as the engine moves rows of it (entries of the first dimension: a float tensor as
+    it is, others as bytes), and the function that turns rows received into a tensor of
+    `tensor`'s dtype and device, in memory of its own (not the engine's buffer)."""
+    if tensor.dtype in _FLOATS:
+        t = tensor.detach().contiguous()
+        return (_on_host(t) if host_only else _for_engine(t),
+                lambda rows: rows.clone().to(tensor.device))
+    raw, back = _as_rows(tensor)
+    return raw, lambda rows: back(rows.clone()).to(tensor.device)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
@@ -456,11 +442,6 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
     return synchronize(broadcast_async_(tensor, root_rank, name))
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
-              process_set: object = None) -> torch.Tensor:
-    return synchronize(broadcast_async(tensor, root_rank, name))
-
-
 # --- objects, barrier, join ---------------------------------------------------------------------
 
 def broadcast_object(obj: object, root_rank: int = 0, name: str | None = None,
@@ -484,9 +465,9 @@ def allgather_object(obj: object, name: str | None = None,
     """Every rank's `obj`, in rank order."""
     name = _name("allgather_object", name)
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64, device="cpu"),
-                      name + ".sizes")
-    data = allgather(payload, name + ".data")
+    sizes = synchronize(allgather_async(
+        torch.tensor([payload.numel()], dtype=torch.int64, device="cpu"), name + ".sizes"))
+    data = synchronize(allgather_async(payload, name + ".data"))
     out: list[Any]
     out, at = [], 0
     for n in sizes.tolist():

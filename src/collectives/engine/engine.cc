@@ -10,12 +10,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "collectives/engine/failure.h"
-#include "collectives/engine/fusion_plan.h"
-#include "collectives/engine/negotiation.h"
+#include "collectives/engine/engine_impl.h"
 #include "collectives/error_text.h"
-#include "collectives/nccl/device_communicator.h"
-#include "common/elementwise.h"
 #include "common/logging.h"
 #include "cuda/cuda.h"
 #include "dtrain/common/error.h"
@@ -42,88 +38,9 @@ constexpr std::chrono::microseconds kIdleCycle(20000);
 // How long Shutdown waits for a failed engine's thread to come back from the backend.
 constexpr Duration kFailedShutdownGrace(3000);
 
-struct Request {
-  std::string name;
-  Descriptor desc;
-  Array in;
-  Array out;
-  std::shared_ptr<Handle::State> state;
-};
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-
-struct Engine::Impl {
-  Impl(std::shared_ptr<Communicator> b, const CollectivesConfig& c)
-      : backend(std::move(b)),
-        config(c),
-        rank(backend->rank()),
-        size(backend->size()),
-        table(size) {}
-
-  Handle Submit(Request request);
-  void Run();
-
-  // --- background thread only ---
-  std::vector<RoundMessage> Exchange(const RoundMessage& mine);
-  void Execute(std::vector<ReadyCollective>& ready);
-  // Runs one fusion batch of `runnable`: the allreduce of highest priority and those after it, in
-  // order of priority, that fit in the same buffer; the rest wait for the next round, where
-  // allreduces that have become ready since may overtake them.
-  void RunFirstBatch();
-  void ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group);
-  // Completes this rank's pending Join, if any: with the last rank to join, or with `error`.
-  void CompleteJoin(std::exception_ptr error, int last_rank = -1);
-  void RunAllgather(Request& r, const ReadyCollective& c);
-  void RunBroadcast(Request& r);
-  // This rank's NCCL communicator, made by the first collective on CUDA arrays (every rank gets
-  // there at the same point of the agreed order).
-  DeviceCommunicator& Nccl();
-  void Monitor(Clock::time_point now);
-  // A rank that shuts its collectives down submits nothing more: what it has not submitted (and
-  // a join it has not made) fails now, naming it, rather than at the collective deadline.
-  void FailWhatShutDownRanksMiss(const std::vector<RoundMessage>& round);
-  void Finish(Request& r, std::exception_ptr error = nullptr, Array result = {});
-  void FailAll(const Failure& failure);
-  // Any thread: the backend learnt that a rank left while the engine thread may be stuck in a
-  // call waiting for it. Fails every handle now; the thread finishes the job when it returns.
-  void Abandon(const Failure& failure);
-
-  const std::shared_ptr<Communicator> backend;
-  const CollectivesConfig config;
-  const int rank;
-  const int size;
-
-  std::mutex mutex;  // guards the members up to `finished`
-  std::condition_variable wake;
-  std::deque<Request> queue;  // submitted, not yet announced
-  // Submitted, not yet finished: the names, and the handles for failing them from any thread.
-  std::unordered_map<std::string, std::shared_ptr<Handle::State>> in_flight;
-  std::optional<Failure> failure;
-  bool shutdown_requested = false;
-  Clock::time_point shutdown_deadline;
-  bool finished = false;
-  std::condition_variable finished_cv;
-  uint64_t barriers = 0;
-  std::shared_ptr<Handle::State> join;  // this rank's Join, until every rank has joined
-  // The GPU of this rank's CUDA collectives: the first one's (NCCL takes one GPU per rank).
-  int nccl_device = -1;
-  bool announce_join = false;  // Join called; goes into the next round's message
-
-  NegotiationTable table;
-  std::unordered_map<std::string, Request> pending;  // announced, not yet run
-  // Allreduces every rank has submitted (or joined), not yet run: the same list on every rank.
-  std::vector<ReadyCollective> runnable;
-  std::vector<char> fusion;
-  std::unique_ptr<DeviceCommunicator> nccl;
-  std::atomic<bool> nccl_abort{false};  // set by Abandon: NCCL's waits end at once
-  std::vector<char> send_slot, recv_slots, overflow;
-  Clock::time_point last_describe{};
-  Clock::time_point last_stall_check = Clock::now();
-
-  std::atomic<uint64_t> rounds{0}, data_calls{0}, collectives{0}, fused_tensors{0};
-};
 
 Handle Engine::Impl::Submit(Request request) {
   auto state = request.state;
@@ -349,39 +266,16 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
       case OpKind::kBroadcast:
         RunBroadcast(*r);
         break;
+      case OpKind::kAlltoall:
+        RunAlltoall(*r, *c);
+        break;
+      case OpKind::kReducescatter:
+        RunReducescatter(*r);
+        break;
       default:  // a barrier: that every rank submitted it is all it needs
         Finish(*r);
     }
   }
-}
-
-void Engine::Impl::RunFirstBatch() {
-  if (runnable.empty()) return;
-  const FusionBatch plan =
-      PlanFirstBatch(runnable, rank, config.fusion_threshold_bytes, config.fp16_allreduce);
-  std::deque<Request> stand_ins;
-  std::vector<Request*> batch;
-  for (size_t i : plan.members) {
-    ReadyCollective& c = runnable[i];
-    Request* r = nullptr;
-    if (!c.joined.empty() && c.joined[rank]) {
-      Request& zero = stand_ins.emplace_back();
-      zero.name = c.name;
-      zero.desc = c.descriptors[rank];  // what this rank stands in for
-      zero.in = zero.out = zero.desc.on_device ? Nccl().Zeros(zero.desc.shape, zero.desc.dtype)
-                                               : Array(zero.desc.shape, zero.desc.dtype);
-      zero.state = std::make_shared<Handle::State>("allreduce '" + c.name + "' (joined)",
-                                                   config.collective_timeout);
-      r = &zero;
-    } else {
-      r = &pending.at(c.name);  // Execute checked that it is there
-    }
-    batch.push_back(r);
-  }
-  std::vector<ReadyCollective> later;
-  for (size_t i : plan.later) later.push_back(std::move(runnable[i]));
-  runnable = std::move(later);
-  ReduceBatch(batch, plan.group);
 }
 
 void Engine::Impl::CompleteJoin(std::exception_ptr error, int last_rank) {
@@ -393,144 +287,6 @@ void Engine::Impl::CompleteJoin(std::exception_ptr error, int last_rank) {
   if (!state) return;
   const float last = static_cast<float>(last_rank);
   state->Complete(std::move(error), error ? Array() : Array::FromFloats({&last, 1}));
-}
-
-void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group) {
-  data_calls.fetch_add(1, std::memory_order_relaxed);
-  if (group.on_device) {
-    std::vector<Array> ins, outs;
-    size_t bytes = 0;
-    for (const Request* r : batch) {
-      ins.push_back(r->in);
-      outs.push_back(r->out);
-      bytes += r->in.nbytes();
-    }
-    {
-      timeline::Span span("nccl_allreduce", "collectives",
-                          timeline::Enabled()
-                              ? timeline::Args().Int("tensors", batch.size()).Int("bytes", bytes)
-                              : timeline::Args());
-      Nccl().Allreduce(ins, outs, group.op);
-    }
-    if (batch.size() > 1) fused_tensors.fetch_add(batch.size(), std::memory_order_relaxed);
-    for (Request* r : batch) Finish(*r);
-    return;
-  }
-  if (batch.size() == 1 && !group.compress) {
-    // Alone: reduce in the caller's memory, no copy (in place when in and out are one array).
-    Request& r = *batch[0];
-    timeline::Span span("allreduce", "collectives",
-                        timeline::Enabled()
-                            ? timeline::Args().Str("name", r.name).Int("bytes", r.in.nbytes())
-                            : timeline::Args());
-    backend->Allreduce(r.in.data(), r.out.data(), static_cast<size_t>(r.in.size()), r.desc.dtype,
-                       r.desc.op);
-    Finish(r);
-    return;
-  }
-  const size_t wire_size = DTypeSize(group.wire);
-  size_t total = 0;
-  for (const Request* r : batch) total += static_cast<size_t>(r->in.size());
-  if (fusion.size() < total * wire_size) fusion.resize(total * wire_size);
-  size_t offset = 0;
-  std::optional<timeline::Span> copy_in;
-  copy_in.emplace("fusion_copy", "collectives",
-                  timeline::Enabled() ? timeline::Args().Int("tensors", batch.size()).Int("into", 1)
-                                      : timeline::Args());
-  for (const Request* r : batch) {
-    const size_t n = static_cast<size_t>(r->in.size());
-    char* slot = fusion.data() + offset * wire_size;
-    if (group.compress) {
-      FloatToHalf(static_cast<const float*>(r->in.data()), reinterpret_cast<uint16_t*>(slot), n);
-    } else if (n > 0) {
-      std::memcpy(slot, r->in.data(), n * wire_size);
-    }
-    offset += n;
-  }
-  copy_in.reset();
-  {
-    // Compressed sums are averaged after widening back to float32: float16 has no room to spare.
-    timeline::Span span(
-        "allreduce", "collectives",
-        timeline::Enabled()
-            ? timeline::Args().Int("tensors", batch.size()).Int("bytes", total * wire_size)
-            : timeline::Args());
-    backend->Allreduce(fusion.data(), fusion.data(), total, group.wire,
-                       group.compress ? ReduceOp::kSum : group.op);
-  }
-  timeline::Span copy_out("fusion_copy", "collectives",
-                          timeline::Enabled()
-                              ? timeline::Args().Int("tensors", batch.size()).Int("into", 0)
-                              : timeline::Args());
-  offset = 0;
-  for (Request* r : batch) {
-    const size_t n = static_cast<size_t>(r->in.size());
-    const char* slot = fusion.data() + offset * wire_size;
-    if (group.compress) {
-      HalfToFloat(reinterpret_cast<const uint16_t*>(slot), static_cast<float*>(r->out.data()), n);
-      if (group.op == ReduceOp::kAverage) Scale(r->out.data(), n, DType::kFloat32, 1.0 / size);
-    } else if (n > 0) {
-      std::memcpy(r->out.data(), slot, n * wire_size);
-    }
-    offset += n;
-  }
-  if (batch.size() > 1) fused_tensors.fetch_add(batch.size(), std::memory_order_relaxed);
-  for (Request* r : batch) Finish(*r);
-}
-
-void Engine::Impl::RunAllgather(Request& r, const ReadyCollective& c) {
-  const int64_t row = NumElements(Shape(r.desc.shape.begin() + 1, r.desc.shape.end()));
-  const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(r.desc.dtype);
-  std::vector<size_t> bytes(size);
-  Shape shape = r.desc.shape;
-  shape[0] = 0;
-  for (int i = 0; i < size; ++i) {
-    shape[0] += c.descriptors[i].shape[0];
-    bytes[i] = static_cast<size_t>(c.descriptors[i].shape[0]) * row_bytes;
-  }
-  // Memory of our own rather than the BufferPool's: an allgather may finish inside the exit
-  // handler, after the pool's static is gone.
-  const size_t total = static_cast<size_t>(NumElements(shape)) * DTypeSize(r.desc.dtype);
-  if (r.desc.on_device) {
-    Array result;
-    {
-      timeline::Span span("nccl_allgather", "collectives",
-                          timeline::Enabled()
-                              ? timeline::Args().Str("name", r.name).Int("bytes", total)
-                              : timeline::Args());
-      result = Nccl().Allgatherv(r.in, shape, bytes);
-    }
-    data_calls.fetch_add(1, std::memory_order_relaxed);
-    Finish(r, nullptr, std::move(result));
-    return;
-  }
-  std::shared_ptr<char[]> memory(new char[std::max<size_t>(total, 1)]);
-  Array result = Array::Wrap(memory.get(), shape, r.desc.dtype, memory);
-  {
-    timeline::Span span("allgather", "collectives",
-                        timeline::Enabled()
-                            ? timeline::Args().Str("name", r.name).Int("bytes", total)
-                            : timeline::Args());
-    backend->Allgatherv(r.in.data(), result.data(), bytes);
-  }
-  data_calls.fetch_add(1, std::memory_order_relaxed);
-  Finish(r, nullptr, std::move(result));
-}
-
-void Engine::Impl::RunBroadcast(Request& r) {
-  {
-    timeline::Span span(r.desc.on_device ? "nccl_broadcast" : "broadcast", "collectives",
-                        timeline::Enabled()
-                            ? timeline::Args().Str("name", r.name).Int("bytes", r.out.nbytes())
-                            : timeline::Args());
-    if (r.desc.on_device) {
-      Nccl().Broadcast(r.out, r.desc.root);
-    } else {
-      backend->Broadcast(r.out.data(), r.out.nbytes(), r.desc.root);
-    }
-  }
-  data_calls.fetch_add(1, std::memory_order_relaxed);
-  Finish(r);
 }
 
 DeviceCommunicator& Engine::Impl::Nccl() {
@@ -704,6 +460,15 @@ Request MakeRequest(const std::string& name, OpKind kind, const Array& in, const
   return r;
 }
 
+// Alltoall and reducescatter run on host memory only: front ends stage CUDA tensors.
+void RefuseDevice(const Request& r, const Array& in) {
+  if (in.on_device()) {
+    throw InvalidArgument(r.state->what +
+                          ": its tensor is in GPU memory; alltoall and reducescatter take host "
+                          "memory (copy it to the host first; dtrain.torch does)");
+  }
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<Communicator> backend, const CollectivesConfig& config)
@@ -750,6 +515,36 @@ Handle Engine::Broadcast(const std::string& name, const Array& inout, int root) 
   if (root < 0 || root >= impl_->size) {
     throw InvalidArgument(r.state->what + ": root " + std::to_string(root) +
                           " is not a rank of this job of " + std::to_string(impl_->size));
+  }
+  return impl_->Submit(std::move(r));
+}
+
+Handle Engine::Alltoall(const std::string& name, const Array& in,
+                        const std::vector<int64_t>& splits) {
+  Request r = MakeRequest(name, OpKind::kAlltoall, in, in, ReduceOp::kSum, 0,
+                          impl_->config.collective_timeout);
+  RefuseDevice(r, in);
+  if (in.shape().empty()) {
+    throw InvalidArgument(r.state->what + ": alltoall needs at least one dimension to split");
+  }
+  r.desc.splits = splits;
+  if (!SplitsFit(r.desc, impl_->size)) {
+    throw InvalidArgument(r.state->what + ": splits " + ShapeToString(splits) +
+                          " must give each of the " + std::to_string(impl_->size) +
+                          " ranks a count of rows, adding up to the first dimension of " +
+                          ShapeToString(in.shape()));
+  }
+  return impl_->Submit(std::move(r));
+}
+
+Handle Engine::Reducescatter(const std::string& name, const Array& in, ReduceOp op) {
+  Request r =
+      MakeRequest(name, OpKind::kReducescatter, in, in, op, 0, impl_->config.collective_timeout);
+  RefuseDevice(r, in);
+  if (in.shape().empty()) {
+    throw InvalidArgument(r.state->what +
+                          ": reducescatter needs at least one dimension to scatter (a scalar "
+                          "cannot be divided among the ranks)");
   }
   return impl_->Submit(std::move(r));
 }

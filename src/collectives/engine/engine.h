@@ -27,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "collectives/backend.h"
 #include "collectives/config.h"
@@ -51,7 +52,8 @@ struct Handle::State {
   bool done = false;
   std::exception_ptr error;
   Array result;
-  std::string waiting_for;  // "ranks 1, 3" while some ranks have not submitted it
+  std::string waiting_for;             // "ranks 1, 3" while some ranks have not submitted it
+  std::vector<int64_t> received_rows;  // alltoall: the rows that came from each rank
   std::function<void(std::exception_ptr)> on_done;  // Handle::OnDone, run once by Complete
 };
 
@@ -70,6 +72,11 @@ class Engine {
                    int priority = 0);
   Handle Allgather(const std::string& name, const Array& in);
   Handle Broadcast(const std::string& name, const Array& inout, int root);
+  // Sends splits[r] rows of `in` (in order) to rank r, and receives every rank's rows for this one
+  // (result(): concatenated in rank order; Handle::received_rows()).
+  Handle Alltoall(const std::string& name, const Array& in, const std::vector<int64_t>& splits);
+  // `in` reduced over ranks by `op`; result() is this rank's rows of it (ReducescatterRows).
+  Handle Reducescatter(const std::string& name, const Array& in, ReduceOp op);
   // Completes once every rank has called Barrier as often (barriers are numbered per process).
   Handle Barrier();
   // Horovod's join: this rank has no more data. Until every rank has joined, it takes part in

@@ -9,7 +9,9 @@ FusionGroup GroupOf(const Descriptor& d, bool fp16_allreduce) {
   // NCCL reduces at the GPUs' links' rate: float16 on the wire would cost two conversions for
   // little, so device arrays go in their own dtype.
   key.on_device = d.on_device;
-  key.compress = fp16_allreduce && d.dtype == DType::kFloat32 && !d.on_device;
+  // Only sums travel as float16: a product or an extreme in float16 is not what was asked for.
+  const bool summed = d.op == ReduceOp::kSum || d.op == ReduceOp::kAverage;
+  key.compress = fp16_allreduce && summed && d.dtype == DType::kFloat32 && !d.on_device;
   key.wire = key.compress ? DType::kFloat16 : d.dtype;
   key.op = d.op;
   return key;

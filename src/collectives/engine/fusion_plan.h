@@ -19,7 +19,7 @@ namespace dtrain::collectives {
 struct FusionGroup {
   DType wire = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  bool compress = false;   // float32 sent as float16 (DTRAIN_FP16_ALLREDUCE); host arrays only
+  bool compress = false;   // float32 sums sent as float16 (DTRAIN_FP16_ALLREDUCE); host arrays only
   bool on_device = false;  // CUDA arrays, reduced over NCCL in a fusion buffer on the GPU
 
   bool operator==(const FusionGroup&) const = default;

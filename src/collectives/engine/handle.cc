@@ -65,4 +65,10 @@ Array Handle::result() const {
   return s.result;
 }
 
+std::vector<int64_t> Handle::received_rows() const {
+  auto& s = Checked(state_);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.received_rows;
+}
+
 }  // namespace dtrain::collectives

@@ -10,11 +10,13 @@
 namespace dtrain::collectives {
 namespace {
 
-constexpr uint8_t kVersion = 3;  // 2: a priority after each descriptor's shape; 3: on_device
+// 2: a priority after each descriptor's shape; 3: on_device; 4: alltoall splits, and the kinds
+// and ops of Horovod's whole API.
+constexpr uint8_t kVersion = 4;
 constexpr uint8_t kShuttingDown = 1;
 constexpr uint8_t kJoined = 2;
 // The smallest encodings, to bound counts read off the wire before allocating for them.
-constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1 + 4 + 1;
+constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1 + 4 + 1 + 4;
 constexpr size_t kNumberBytes = 4;
 
 bool SameExceptFirstDimension(const Descriptor& a, const Descriptor& b) {
@@ -25,9 +27,25 @@ bool SameExceptFirstDimension(const Descriptor& a, const Descriptor& b) {
 
 }  // namespace
 
+std::pair<int64_t, int64_t> ReducescatterRows(int64_t rows, int size, int rank) {
+  const int64_t share = rows / size;
+  const int64_t extra = rows % size;
+  return {rank * share + std::min<int64_t>(rank, extra), share + (rank < extra ? 1 : 0)};
+}
+
+bool SplitsFit(const Descriptor& d, int size) {
+  if (d.shape.empty() || d.splits.size() != static_cast<size_t>(size)) return false;
+  int64_t rows = 0;
+  for (int64_t s : d.splits) {
+    if (s < 0 || s > d.shape[0] - rows) return false;
+    rows += s;
+  }
+  return rows == d.shape[0];
+}
+
 bool Descriptor::SameWork(const Descriptor& other) const {
   return kind == other.kind && dtype == other.dtype && op == other.op && root == other.root &&
-         shape == other.shape && on_device == other.on_device;
+         shape == other.shape && on_device == other.on_device && splits == other.splits;
 }
 
 const char* OpKindName(OpKind kind) {
@@ -40,6 +58,26 @@ const char* OpKindName(OpKind kind) {
       return "broadcast";
     case OpKind::kBarrier:
       return "barrier";
+    case OpKind::kAlltoall:
+      return "alltoall";
+    case OpKind::kReducescatter:
+      return "reducescatter";
+  }
+  return "unknown";
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "unknown";
 }
@@ -47,9 +85,12 @@ const char* OpKindName(OpKind kind) {
 std::string Descriptor::ToString() const {
   std::ostringstream out;
   out << OpKindName(kind);
-  if (kind == OpKind::kAllreduce) out << (op == ReduceOp::kSum ? "(sum)" : "(average)");
+  if (kind == OpKind::kAllreduce || kind == OpKind::kReducescatter) {
+    out << "(" << ReduceOpName(op) << ")";
+  }
   if (kind == OpKind::kBroadcast) out << "(root " << root << ")";
   if (kind != OpKind::kBarrier) out << " " << DTypeName(dtype) << " " << ShapeToString(shape);
+  if (kind == OpKind::kAlltoall) out << " splits " << ShapeToString(splits);
   if (on_device) out << " on the GPU";
   return out.str();
 }
@@ -70,6 +111,8 @@ std::vector<char> EncodeRound(const RoundMessage& message) {
     for (int64_t dim : d.shape) out.I64(dim);
     out.I32(d.priority);
     out.U8(d.on_device ? 1 : 0);
+    out.U32(static_cast<uint32_t>(d.splits.size()));
+    for (int64_t rows : d.splits) out.I64(rows);
   }
   out.U32(static_cast<uint32_t>(message.numbered.size()));
   for (uint32_t number : message.numbered) out.U32(number);
@@ -97,13 +140,13 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
     std::string name = in.Chars("name", length);
     Descriptor d;
     const uint8_t kind = in.U8("kind");
-    if (kind > static_cast<uint8_t>(OpKind::kBarrier)) in.Fail("kind", std::to_string(kind));
+    if (kind > static_cast<uint8_t>(OpKind::kReducescatter)) in.Fail("kind", std::to_string(kind));
     d.kind = static_cast<OpKind>(kind);
     const uint8_t dtype = in.U8("dtype");
     if (!IsValidDType(dtype)) in.Fail("dtype", std::to_string(dtype));
     d.dtype = static_cast<DType>(dtype);
     const uint8_t op = in.U8("op");
-    if (op > static_cast<uint8_t>(ReduceOp::kAverage)) in.Fail("op", std::to_string(op));
+    if (op > static_cast<uint8_t>(ReduceOp::kProduct)) in.Fail("op", std::to_string(op));
     d.op = static_cast<ReduceOp>(op);
     d.root = in.I32("root");
     const uint8_t dims = in.U8("dimensions");
@@ -117,6 +160,13 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
     const uint8_t place = in.U8("place");
     if (place > 1) in.Fail("place", std::to_string(place));
     d.on_device = place == 1;
+    const uint32_t splits = in.U32("split count");
+    if (splits > in.left() / 8) in.Fail("split count", std::to_string(splits));
+    d.splits.resize(splits);
+    for (auto& rows : d.splits) {
+      rows = in.I64("split");
+      if (rows < 0) in.Fail("split", std::to_string(rows));
+    }
     m.named.emplace_back(std::move(name), std::move(d));
   }
   const uint32_t numbered = in.U32("numbered count");
@@ -146,6 +196,11 @@ std::vector<ReadyCollective> NegotiationTable::Apply(const std::vector<RoundMess
       if (d.kind == OpKind::kBroadcast && (d.root < 0 || d.root >= size_)) {
         throw ProtocolError("rank " + std::to_string(r) + " announced broadcast '" + name +
                             "' from root " + std::to_string(d.root) + ", not a rank");
+      }
+      if (d.kind == OpKind::kAlltoall && !SplitsFit(d, size_)) {
+        throw ProtocolError("rank " + std::to_string(r) + " announced alltoall '" + name +
+                            "' with splits " + ShapeToString(d.splits) + " that do not divide " +
+                            ShapeToString(d.shape) + " among " + std::to_string(size_) + " ranks");
       }
       auto [it, added] = numbers_.emplace(name, static_cast<uint32_t>(names_.size()));
       if (added) names_.push_back({name, std::vector<std::optional<Descriptor>>(size_)});
@@ -239,16 +294,18 @@ std::optional<int> NegotiationTable::TakeJoinCompleted() {
 
 std::string NegotiationTable::Mismatch(const std::string& name,
                                        const std::vector<Descriptor>& d) const {
+  const bool first_may_differ = d[0].kind == OpKind::kAllgather || d[0].kind == OpKind::kAlltoall;
   bool agree = true;
   for (int r = 1; r < size_ && agree; ++r) {
-    agree = d[0].kind == OpKind::kAllgather ? SameExceptFirstDimension(d[0], d[r])
-                                            : d[0].SameWork(d[r]);
+    agree = first_may_differ ? SameExceptFirstDimension(d[0], d[r]) : d[0].SameWork(d[r]);
   }
   if (agree) return {};
   std::ostringstream out;
   out << "collective '" << name << "' was submitted differently by the ranks:";
   for (int r = 0; r < size_; ++r) out << (r ? "," : "") << " rank " << r << " " << d[r].ToString();
-  if (d[0].kind == OpKind::kAllgather) out << " (allgather inputs may differ only in dimension 0)";
+  if (first_may_differ) {
+    out << " (" << OpKindName(d[0].kind) << " inputs may differ only in dimension 0)";
+  }
   return out.str();
 }
 

@@ -28,29 +28,48 @@
 
 namespace dtrain::collectives {
 
-enum class OpKind : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kBarrier = 3 };
+enum class OpKind : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kAlltoall = 4,
+  kReducescatter = 5,
+};
 
 const char* OpKindName(OpKind kind);
+const char* ReduceOpName(ReduceOp op);  // "sum", "average", "min", "max", "product"
 
 // What one rank submitted under a name. Ranks must agree on all of it (SameWork), except that
-// allgather inputs may differ in their first dimension, and the priority, a scheduling hint:
-// rank 0's decides.
+// allgather and alltoall inputs may differ in their first dimension (and alltoall's splits), and
+// the priority, a scheduling hint: rank 0's decides.
 struct Descriptor {
   OpKind kind = OpKind::kAllreduce;
   DType dtype = DType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;  // allreduce only
+  ReduceOp op = ReduceOp::kSum;  // allreduce and reducescatter
   int32_t root = 0;              // broadcast only
   Shape shape;
   int32_t priority = 0;  // allreduce only: among those ready, the highest runs first
   // The arrays are CUDA device memory, moved over NCCL (nccl/device_communicator.h). Ranks must
   // agree: one NCCL collective cannot meet a host one.
   bool on_device = false;
+  // alltoall only: how many rows (entries of the first dimension) go to each rank, in rank order;
+  // one per rank, summing to shape[0]. Every rank learns every rank's, so each knows what it
+  // receives without a second exchange.
+  std::vector<int64_t> splits;
 
   bool operator==(const Descriptor&) const = default;
   // Everything but the priority.
   bool SameWork(const Descriptor& other) const;
   std::string ToString() const;  // "allreduce(average) float32 (4,3)"
 };
+
+// Horovod's reducescatter layout: of `rows` (the first dimension), rank r keeps a contiguous run,
+// as even as can be, the lower ranks one more when they do not divide: (first row, count).
+std::pair<int64_t, int64_t> ReducescatterRows(int64_t rows, int size, int rank);
+
+// Whether an alltoall's splits give every rank a count of rows and add up to its first dimension.
+bool SplitsFit(const Descriptor& d, int size);
 
 constexpr size_t kMaxNameLength = 1024;
 constexpr size_t kMaxDimensions = 32;

@@ -34,8 +34,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <thread>
-#include <tuple>
 
 #include "collectives/backend.h"
 #include "collectives/error_text.h"
@@ -59,9 +59,14 @@ bool IsTimeout(const std::exception& e) {
   return std::string_view(e.what()).find("Timed out") != std::string_view::npos;
 }
 
-// The reduction of the new-style gloo API: out = a + b for the dtype's elements.
-gloo::AllreduceOptions::Func SumFunction(DType dtype) {
-  return [dtype](void* out, const void* a, const void* b, size_t n) { Sum(out, a, b, n, dtype); };
+// The reduction of the new-style gloo API: out = a (how) b for the dtype's elements.
+gloo::AllreduceOptions::Func ReduceFunction(DType dtype, Reduction how) {
+  if (how == Reduction::kSum) {
+    return [dtype](void* out, const void* a, const void* b, size_t n) { Sum(out, a, b, n, dtype); };
+  }
+  return [dtype, how](void* out, const void* a, const void* b, size_t n) {
+    Reduce(out, a, b, n, dtype, how);
+  };
 }
 
 class GlooBackend final : public Communicator, private LeaderChannel {
@@ -106,18 +111,26 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   BackendKind kind() const override { return BackendKind::kGloo; }
 
  protected:
-  void AllreduceSum(const void* in, void* out, size_t count, DType dtype) override {
-    if (groups_) return GroupsCall("allreduce", [&] { groups_->Allreduce(in, out, count, dtype); });
+  void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) override {
+    if (groups_) {
+      return GroupsCall("allreduce", [&] { groups_->Allreduce(in, out, count, dtype, how); });
+    }
     Guard("allreduce", [&] {
-      const bool old_style = algorithm_ == "ring_chunked" || algorithm_ == "halving_doubling";
+      // The class-based algorithms only sum.
+      const bool old_style = how == Reduction::kSum &&
+                             (algorithm_ == "ring_chunked" || algorithm_ == "halving_doubling");
       if (old_style && count <= static_cast<size_t>(INT32_MAX) && dtype != DType::kBFloat16) {
-        // The class-based algorithms reduce in place; building one registers buffers with every
-        // pair, so it is kept for the next call on the same memory (the engine's fusion buffer).
-        if (in != out) std::memcpy(out, in, count * DTypeSize(dtype));
-        CachedAlgorithm(out, count, dtype).run();
+        // The class-based algorithms reduce their own buffer in place; building one registers
+        // it with every pair (in a slot every rank must number alike), so it is kept for the next
+        // call of the same size and dtype, which every rank makes at the same point.
+        Cached& cached = CachedAlgorithm(count, dtype);
+        const size_t bytes = count * DTypeSize(dtype);
+        std::memcpy(cached.buffer.data(), in, bytes);
+        cached.algorithm->run();
+        std::memcpy(out, cached.buffer.data(), bytes);
         return;
       }
-      GlooAllreduce(context_, in, out, count, dtype);
+      GlooAllreduce(context_, in, out, count, dtype, how);
     });
   }
 
@@ -129,6 +142,13 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   void DoBroadcast(void* data, size_t bytes, int root) override {
     if (groups_) return GroupsCall("broadcast", [&] { groups_->Broadcast(data, bytes, root); });
     Guard("broadcast", [&] { GlooBroadcast(context_, data, bytes, root); });
+  }
+
+  // Over the TCP pairs between every two ranks even where the host groups share memory: each
+  // block has one sender and one receiver, so a host's shared memory would only add a copy.
+  void DoAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override {
+    Guard("alltoall", [&] { GlooAlltoallv(context_, in, send_bytes, out, recv_bytes); });
   }
 
   void DoBarrier() override {
@@ -156,7 +176,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
 
   // gloo's option-based allreduce (bcube or ring, DTRAIN_GLOO_ALGORITHM) among `context`'s ranks.
   void GlooAllreduce(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
-                     size_t count, DType dtype) {
+                     size_t count, DType dtype, Reduction how) {
     const bool bcube = algorithm_ == "bcube" ||
                        (algorithm_ == "auto" && count * DTypeSize(dtype) < kAutoRingFromBytes);
     gloo::AllreduceOptions opts(context);
@@ -177,7 +197,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
       default:  // the two half types: only their size matters to gloo
         SetBuffers<uint16_t>(opts, std::move(input), std::move(output));
     }
-    opts.setReduceFunction(SumFunction(dtype));
+    opts.setReduceFunction(ReduceFunction(dtype, how));
     opts.setTimeout(timeout_);
     // After the options that own the buffers, so that it ends before they do.
     GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
@@ -234,6 +254,25 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     gloo::alltoallv(opts);
   }
 
+  void GlooAlltoallv(const std::shared_ptr<gloo::Context>& context, const void* in,
+                     const std::vector<size_t>& send_bytes, void* out,
+                     const std::vector<size_t>& recv_bytes) {
+    // Gloo wants a buffer even when nothing moves.
+    static char empty = 0;
+    const size_t sent = std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0});
+    const size_t received = std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t{0});
+    gloo::AlltoallvOptions opts(context);
+    std::vector<gloo::transport::UnboundBuffer*> watched;
+    opts.setInput<char>(Buffer(sent ? const_cast<void*>(in) : &empty, sent, &watched, context),
+                        std::vector<int64_t>(send_bytes.begin(), send_bytes.end()));
+    opts.setOutput<char>(Buffer(received ? out : &empty, received, &watched, context),
+                         std::vector<int64_t>(recv_bytes.begin(), recv_bytes.end()));
+    opts.setTimeout(timeout_);
+    // After the options that own the buffers, so that it ends before they do.
+    GlooWatchdog::Call watch(watchdog_.get(), std::move(watched));
+    gloo::alltoallv(opts);
+  }
+
   void GlooBroadcast(const std::shared_ptr<gloo::Context>& context, void* data, size_t bytes,
                      int root) {
     gloo::BroadcastOptions opts(context);
@@ -253,9 +292,9 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   }
 
   // LeaderChannel (host_groups.h): gloo among the hosts' leaders.
-  void LeadersAllreduce(void* data, size_t count, DType dtype) override {
+  void LeadersAllreduce(void* data, size_t count, DType dtype, Reduction how) override {
     Guard("allreduce among the hosts' leaders",
-          [&] { GlooAllreduce(leaders_, data, data, count, dtype); });
+          [&] { GlooAllreduce(leaders_, data, data, count, dtype, how); });
   }
   void LeadersAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
     Guard("allgather among the hosts' leaders", [&] { GlooAllgatherv(leaders_, in, out, bytes); });
@@ -369,26 +408,36 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     groups_ = std::make_unique<HostGroups>(std::move(layout), std::move(group), channel);
   }
 
-  gloo::Algorithm& CachedAlgorithm(void* data, size_t count, DType dtype) {
-    const auto key = std::make_tuple(data, count, dtype);
+  // Keyed by what every rank agrees on (not by the caller's memory, whose address differs between
+  // ranks: one rank reusing an instance while another built a new one would pair their slots
+  // wrongly and hang both).
+  struct Cached {
+    std::vector<char> buffer;
+    std::unique_ptr<gloo::Algorithm> algorithm;
+  };
+
+  Cached& CachedAlgorithm(size_t count, DType dtype) {
+    const auto key = std::make_pair(count, dtype);
     auto it = cached_.find(key);
-    if (it != cached_.end()) return *it->second;
+    if (it != cached_.end()) return it->second;
     // Each instance holds inboxes as large as its buffer: bound what the cache keeps.
     if (cached_bytes_ + count * DTypeSize(dtype) > kMaxCachedBytes) {
       cached_.clear();
       cached_bytes_ = 0;
     }
     cached_bytes_ += count * DTypeSize(dtype);
-    std::unique_ptr<gloo::Algorithm> algorithm;
+    Cached cached;
+    cached.buffer.resize(std::max<size_t>(count * DTypeSize(dtype), 1));
+    void* data = cached.buffer.data();
     const int n = static_cast<int>(count);
     if (dtype == DType::kFloat32) {
-      algorithm = Make<float>(data, n);
+      cached.algorithm = Make<float>(data, n);
     } else if (dtype == DType::kFloat64) {
-      algorithm = Make<double>(data, n);
+      cached.algorithm = Make<double>(data, n);
     } else {
-      algorithm = Make<gloo::float16>(data, n);
+      cached.algorithm = Make<gloo::float16>(data, n);
     }
-    return *cached_.emplace(key, std::move(algorithm)).first->second;
+    return cached_.emplace(key, std::move(cached)).first->second;
   }
 
   template <typename T>
@@ -489,7 +538,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   Duration timeout_;
   std::unique_ptr<GlooMembership> mesh_;    // the rendezvous, the pairs, who is who
   std::shared_ptr<gloo::Context> context_;  // mesh_'s: every rank
-  std::map<std::tuple<void*, size_t, DType>, std::unique_ptr<gloo::Algorithm>> cached_;
+  std::map<std::pair<size_t, DType>, Cached> cached_;
   size_t cached_bytes_ = 0;  // buffer bytes of the cached instances
   std::string failure_;
   bool timed_out_ = false;

@@ -30,15 +30,15 @@ HostLayout HostLayout::FromHostIds(const std::vector<std::string>& host_ids, int
 HostGroups::HostGroups(HostLayout layout, std::unique_ptr<ShmGroup> local, LeaderChannel* leaders)
     : layout_(std::move(layout)), local_(std::move(local)), leaders_(leaders) {}
 
-void HostGroups::Allreduce(const void* in, void* out, size_t count, DType dtype) {
-  if (one_host()) return local_->AllreduceSum(in, out, count, dtype);
+void HostGroups::Allreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) {
+  if (one_host()) return local_->Allreduce(in, out, count, dtype, how);
   const size_t bytes = count * DTypeSize(dtype);
   if (local_) {
-    local_->AllreduceSum(in, out, count, dtype);
+    local_->Allreduce(in, out, count, dtype, how);
   } else if (in != out && bytes > 0) {
     std::memcpy(out, in, bytes);
   }
-  if (leaders_) leaders_->LeadersAllreduce(out, count, dtype);
+  if (leaders_) leaders_->LeadersAllreduce(out, count, dtype, how);
   if (local_) local_->Broadcast(out, bytes, 0);
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "collectives/gloo/shm_group.h"
+#include "common/elementwise.h"
 #include "dtrain/common/dtype.h"
 
 namespace dtrain::collectives {
@@ -49,7 +50,7 @@ struct HostLayout {
 class LeaderChannel {
  public:
   virtual ~LeaderChannel() = default;
-  virtual void LeadersAllreduce(void* data, size_t count, DType dtype) = 0;
+  virtual void LeadersAllreduce(void* data, size_t count, DType dtype, Reduction how) = 0;
   virtual void LeadersAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) = 0;
   virtual void LeadersBroadcast(void* data, size_t bytes, int root_host) = 0;
   virtual void LeadersBarrier() = 0;
@@ -63,8 +64,8 @@ class HostGroups {
 
   const HostLayout& layout() const { return layout_; }
 
-  // As Communicator's (AllreduceSum: the sum).
-  void Allreduce(const void* in, void* out, size_t count, DType dtype);
+  // As Communicator's (Allreduce: reduced by `how`).
+  void Allreduce(const void* in, void* out, size_t count, DType dtype, Reduction how);
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
   void Broadcast(void* data, size_t bytes, int root);
   void Barrier();

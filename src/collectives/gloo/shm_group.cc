@@ -306,7 +306,7 @@ void ShmGroup::Abandon(const std::string& reason) {
   }
 }
 
-void ShmGroup::AllreduceSum(const void* in, void* out, size_t count, DType dtype) {
+void ShmGroup::Allreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) {
   const Deadline deadline(options_.timeout);
   const size_t element = DTypeSize(dtype);
   if (options_.size == 1) {
@@ -327,8 +327,9 @@ void ShmGroup::AllreduceSum(const void* in, void* out, size_t count, DType dtype
     if (end > begin) {
       const size_t at = begin * element;
       char* sum = result() + at;
-      Sum(sum, slot(0) + at, slot(1) + at, end - begin, dtype);
-      for (int r = 2; r < options_.size; ++r) Sum(sum, sum, slot(r) + at, end - begin, dtype);
+      Reduce(sum, slot(0) + at, slot(1) + at, end - begin, dtype, how);
+      for (int r = 2; r < options_.size; ++r)
+        Reduce(sum, sum, slot(r) + at, end - begin, dtype, how);
     }
     Arrive();
     WaitForAll(deadline, "allreduce");

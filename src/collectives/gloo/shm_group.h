@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "common/elementwise.h"
 #include "dtrain/common/deadline.h"
 #include "dtrain/common/dtype.h"
 
@@ -74,9 +75,10 @@ class ShmGroup {
   // setup) leaves nothing in /dev/shm once the others end. Idempotent.
   void Unlink();
 
-  // As Communicator's: out = sum over ranks of in (in == out allowed); every rank's contribution
-  // concatenated in rank order; root's data to everyone; a barrier.
-  void AllreduceSum(const void* in, void* out, size_t count, DType dtype);
+  // As Communicator's: out = in reduced over ranks by `how` (in == out allowed); every rank's
+  // contribution concatenated in rank order; root's data to everyone; a barrier.
+  void Allreduce(const void* in, void* out, size_t count, DType dtype,
+                 Reduction how = Reduction::kSum);
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
   void Broadcast(void* data, size_t bytes, int root);
   void Barrier();

@@ -9,22 +9,51 @@
 
 #include <algorithm>
 #include <climits>
+#include <iterator>
 #include <string>
 
 #include "collectives/backend.h"
 #include "common/elementwise.h"
-#include "dtrain/common/error.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 namespace {
 
-// MPI has no half-precision types: they travel as 2-byte integers and are summed by these.
-void SumFloat16(void* in, void* inout, int* len, MPI_Datatype*) {
-  Sum(inout, inout, in, static_cast<size_t>(*len), DType::kFloat16);
+// MPI has no half-precision types: they travel as 2-byte integers and are reduced by these.
+template <DType kType, Reduction kHow>
+void ReduceHalf(void* in, void* inout, int* len, MPI_Datatype*) {
+  Reduce(inout, inout, in, static_cast<size_t>(*len), kType, kHow);
 }
-void SumBFloat16(void* in, void* inout, int* len, MPI_Datatype*) {
-  Sum(inout, inout, in, static_cast<size_t>(*len), DType::kBFloat16);
+
+constexpr Reduction kReductions[] = {Reduction::kSum, Reduction::kMin, Reduction::kMax,
+                                     Reduction::kProduct};
+
+template <DType kType>
+MPI_User_function* HalfFunction(Reduction how) {
+  switch (how) {
+    case Reduction::kMin:
+      return &ReduceHalf<kType, Reduction::kMin>;
+    case Reduction::kMax:
+      return &ReduceHalf<kType, Reduction::kMax>;
+    case Reduction::kProduct:
+      return &ReduceHalf<kType, Reduction::kProduct>;
+    default:
+      return &ReduceHalf<kType, Reduction::kSum>;
+  }
+}
+
+MPI_Op BuiltInOp(Reduction how) {
+  switch (how) {
+    case Reduction::kMin:
+      return MPI_MIN;
+    case Reduction::kMax:
+      return MPI_MAX;
+    case Reduction::kProduct:
+      return MPI_PROD;
+    default:
+      return MPI_SUM;
+  }
 }
 
 // MPI counts are ints: a larger buffer goes in pieces of at most this many elements.
@@ -56,8 +85,11 @@ class MpiBackend final : public Communicator {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
-    MPI_Op_create(&SumFloat16, /*commute=*/1, &sum_float16_);
-    MPI_Op_create(&SumBFloat16, /*commute=*/1, &sum_bfloat16_);
+    for (Reduction how : kReductions) {
+      const auto i = static_cast<size_t>(how);
+      MPI_Op_create(HalfFunction<DType::kFloat16>(how), /*commute=*/1, &float16_ops_[i]);
+      MPI_Op_create(HalfFunction<DType::kBFloat16>(how), /*commute=*/1, &bfloat16_ops_[i]);
+    }
     DTRAIN_LOG(kConnections) << "collectives: MPI rank " << rank_ << " of " << size_ << " (local "
                              << local_rank_ << " of " << local_size_ << ")";
   }
@@ -69,8 +101,10 @@ class MpiBackend final : public Communicator {
     // After a failure the other ranks may be gone, and MPI_Finalize would wait for them forever;
     // the process exits without it (mpirun reports that, which is right for a failed job).
     if (broken_) return;
-    MPI_Op_free(&sum_float16_);
-    MPI_Op_free(&sum_bfloat16_);
+    for (size_t i = 0; i < std::size(kReductions); ++i) {
+      MPI_Op_free(&float16_ops_[i]);
+      MPI_Op_free(&bfloat16_ops_[i]);
+    }
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
   }
@@ -78,9 +112,9 @@ class MpiBackend final : public Communicator {
   BackendKind kind() const override { return BackendKind::kMpi; }
 
  protected:
-  void AllreduceSum(const void* in, void* out, size_t count, DType dtype) override {
+  void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) override {
     MPI_Datatype type = MPI_FLOAT;
-    MPI_Op op = MPI_SUM;
+    MPI_Op op = BuiltInOp(how);
     switch (dtype) {
       case DType::kFloat32:
         break;
@@ -89,11 +123,11 @@ class MpiBackend final : public Communicator {
         break;
       case DType::kFloat16:
         type = MPI_UINT16_T;
-        op = sum_float16_;
+        op = float16_ops_[static_cast<size_t>(how)];
         break;
       case DType::kBFloat16:
         type = MPI_UINT16_T;
-        op = sum_bfloat16_;
+        op = bfloat16_ops_[static_cast<size_t>(how)];
         break;
     }
     const size_t element = DTypeSize(dtype);
@@ -107,17 +141,8 @@ class MpiBackend final : public Communicator {
   }
 
   void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
-    std::vector<int> counts(bytes.size());
-    std::vector<int> offsets(bytes.size());
-    size_t offset = 0;
-    for (size_t r = 0; r < bytes.size(); ++r) {
-      if (bytes[r] > INT_MAX || offset > INT_MAX) {
-        throw InvalidArgument("an MPI allgather moves at most 2 GiB in all; this one moves more");
-      }
-      counts[r] = static_cast<int>(bytes[r]);
-      offsets[r] = static_cast<int>(offset);
-      offset += bytes[r];
-    }
+    std::vector<int> counts, offsets;
+    IntLayout(bytes, &counts, &offsets, "allgather");
     Check(MPI_Allgatherv(in, counts[rank_], MPI_BYTE, out, counts.data(), offsets.data(), MPI_BYTE,
                          comm_),
           "MPI_Allgatherv");
@@ -130,6 +155,16 @@ class MpiBackend final : public Communicator {
             "MPI_Bcast");
       done += n;
     }
+  }
+
+  void DoAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override {
+    std::vector<int> send_counts, send_offsets, recv_counts, recv_offsets;
+    IntLayout(send_bytes, &send_counts, &send_offsets, "alltoall");
+    IntLayout(recv_bytes, &recv_counts, &recv_offsets, "alltoall");
+    Check(MPI_Alltoallv(in, send_counts.data(), send_offsets.data(), MPI_BYTE, out,
+                        recv_counts.data(), recv_offsets.data(), MPI_BYTE, comm_),
+          "MPI_Alltoallv");
   }
 
   void DoBarrier() override { Check(MPI_Barrier(comm_), "MPI_Barrier"); }
@@ -146,11 +181,27 @@ class MpiBackend final : public Communicator {
                     " (another rank died or the connection broke)");
   }
 
+  // Blocks of `bytes` one after the other as MPI's int counts and offsets.
+  static void IntLayout(const std::vector<size_t>& bytes, std::vector<int>* counts,
+                        std::vector<int>* offsets, const char* what) {
+    size_t offset = 0;
+    for (size_t b : bytes) {
+      if (b > INT_MAX || offset > INT_MAX) {
+        throw InvalidArgument(std::string("an MPI ") + what +
+                              " moves at most 2 GiB each way; this one moves more");
+      }
+      counts->push_back(static_cast<int>(b));
+      offsets->push_back(static_cast<int>(offset));
+      offset += b;
+    }
+  }
+
   bool owns_mpi_ = false;
   bool broken_ = false;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Op sum_float16_ = MPI_OP_NULL;
-  MPI_Op sum_bfloat16_ = MPI_OP_NULL;
+  // Indexed by Reduction.
+  MPI_Op float16_ops_[std::size(kReductions)] = {};
+  MPI_Op bfloat16_ops_[std::size(kReductions)] = {};
 };
 
 }  // namespace

@@ -33,7 +33,7 @@ class DeviceCommunicator {
  public:
   virtual ~DeviceCommunicator() = default;
 
-  // outs[i] = the sum (or average) over ranks of ins[i]. Several pairs are reduced as one
+  // outs[i] = ins[i] reduced over ranks by `op`. Several pairs are reduced as one
   // (through the fusion buffer); a single pair in its own memory (in place when in == out).
   virtual void Allreduce(const std::vector<Array>& ins, const std::vector<Array>& outs,
                          ReduceOp op) = 0;
@@ -43,8 +43,9 @@ class DeviceCommunicator {
                            const std::vector<size_t>& bytes) = 0;
   // Root's `inout` into everyone's.
   virtual void Broadcast(const Array& inout, int root) = 0;
-  // A new device array of zeros: what a rank that has joined (run out of data) reduces.
-  virtual Array Zeros(const Shape& shape, DType dtype) = 0;
+  // A new device array filled with the identity of `how` (FillIdentity: zeros for sums): what a
+  // rank that has joined (run out of data) reduces.
+  virtual Array Identity(const Shape& shape, DType dtype, Reduction how) = 0;
 };
 
 // NcclBuilt() is in collectives.h; it is defined beside the communicator.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "collectives/nccl/device_communicator.h"
+#include "common/elementwise.h"
 #include "cuda/cuda_check.h"
 #include "cuda/stream_order.h"
 #include "dtrain/common/error.h"
@@ -34,6 +35,22 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclBfloat16;
   }
   throw InvalidArgument("NCCL: no NCCL type for " + std::string(DTypeName(dtype)));
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAverage:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
+  }
+  throw InvalidArgument("NCCL: no NCCL reduction for op " + std::to_string(static_cast<int>(op)));
 }
 
 // What names a GPU across the job: its host and its PCI bus id. Fixed size: one allgather.
@@ -86,7 +103,7 @@ class NcclCommunicator final : public DeviceCommunicator {
     }
     if (total == 0) return;
     const DType dtype = ins[0].dtype();
-    const ncclRedOp_t nccl_op = op == ReduceOp::kAverage ? ncclAvg : ncclSum;
+    const ncclRedOp_t nccl_op = NcclOp(op);
     const std::string what = "allreduce of " + std::to_string(ins.size()) + " tensor(s)";
     if (ins.size() == 1) {
       Enqueued(ncclAllReduce(ins[0].data(), outs[0].data(), total, NcclType(dtype), nccl_op, comm_,
@@ -143,11 +160,20 @@ class NcclCommunicator final : public DeviceCommunicator {
     return result;
   }
 
-  Array Zeros(const Shape& shape, DType dtype) override {
+  Array Identity(const Shape& shape, DType dtype, Reduction how) override {
     DeviceGuard guard(device_);
-    Array zeros = NewArray(shape, dtype);
-    Check(cudaMemsetAsync(zeros.data(), 0, zeros.nbytes(), stream_), "cudaMemset");
-    return zeros;  // NCCL's stream clears it before it runs anything queued later
+    Array identity = NewArray(shape, dtype);
+    if (how == Reduction::kSum) {
+      Check(cudaMemsetAsync(identity.data(), 0, identity.nbytes(), stream_), "cudaMemset");
+    } else {
+      // Synchronous, so that `values` may go: a joined rank's stand-in, rare and small. NCCL's
+      // stream has nothing queued between collectives (each one finishes before the next).
+      std::vector<char> values(identity.nbytes());
+      FillIdentity(values.data(), static_cast<size_t>(identity.size()), dtype, how);
+      Check(cudaMemcpy(identity.data(), values.data(), values.size(), cudaMemcpyHostToDevice),
+            "copy of a joined rank's stand-in");
+    }
+    return identity;  // NCCL's stream fills it before it runs anything queued later
   }
 
   void Broadcast(const Array& inout, int root) override {

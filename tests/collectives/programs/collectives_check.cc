@@ -2,9 +2,10 @@
 // real processes: by hand for gloo (DTRAIN_NODE_RANK, DMLC_NUM_WORKER, DMLC_PS_ROOT_URI/PORT or
 // DTRAIN_GLOO_FILE_STORE) or under mpirun.
 //
-//   collectives_check --scenario exact --max-elements N   allreduce/allgather/broadcast results
-//                                                          exact, tensors submitted in a different
-//                                                          order on every rank
+//   collectives_check --scenario exact --max-elements N   allreduce (every op), allgather,
+//                                                          broadcast, alltoall, reducescatter
+//                                                          results exact, tensors submitted in a
+//                                                          different order on every rank
 //   collectives_check --scenario fusion                   100 small allreduces share backend calls
 //   collectives_check --scenario fp16                     DTRAIN_FP16_ALLREDUCE: close results
 //   collectives_check --scenario die --pid-dir D          allreduces forever; the test kills a
@@ -19,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -64,6 +66,9 @@ double At(const Array& a, int64_t i) {
       return static_cast<const float*>(a.data())[i];
     case DType::kFloat64:
       return static_cast<const double*>(a.data())[i];
+    case DType::kBFloat16:  // the top half of a float32
+      return std::bit_cast<float>(static_cast<uint32_t>(static_cast<const uint16_t*>(a.data())[i])
+                                  << 16);
     default:
       return dtrain::HalfToFloat(static_cast<const uint16_t*>(a.data())[i]);
   }
@@ -76,6 +81,10 @@ void Set(const Array& a, int64_t i, double v) {
       break;
     case DType::kFloat64:
       static_cast<double*>(a.data())[i] = v;
+      break;
+    case DType::kBFloat16:  // small integers: exact, no rounding to do
+      static_cast<uint16_t*>(a.data())[i] =
+          static_cast<uint16_t>(std::bit_cast<uint32_t>(static_cast<float>(v)) >> 16);
       break;
     default:
       static_cast<uint16_t*>(a.data())[i] = dtrain::FloatToHalf(static_cast<float>(v));
@@ -184,6 +193,109 @@ void AddBroadcast(std::vector<Case>* cases, int64_t n, DType dtype) {
                     [=](const coll::Handle&) { Expect(name, data, value); }});
 }
 
+// Min, Max and Product: rank r holds ((r + i) % size + 1) * (i % 5 + 1), so that every rank
+// holds the extreme somewhere and the product is size! * (i % 5 + 1)^size, exact in every dtype.
+void AddExtreme(std::vector<Case>* cases, int64_t n, DType dtype, coll::ReduceOp op) {
+  const int size = coll::Size();
+  const char* op_name = op == coll::ReduceOp::kMin   ? "min"
+                        : op == coll::ReduceOp::kMax ? "max"
+                                                     : "product";
+  const std::string name = "allreduce." + std::to_string(n) + "." +
+                           std::string(dtrain::DTypeName(dtype)) + "." + op_name;
+  Array data({n}, dtype);
+  auto want = [=](int64_t i) {
+    const double scale = static_cast<double>(i % 5 + 1);
+    if (op == coll::ReduceOp::kMin) return scale;
+    if (op == coll::ReduceOp::kMax) return size * scale;
+    double product = 1;
+    for (int r = 1; r <= size; ++r) product *= r * scale;
+    return product;
+  };
+  cases->push_back({name,
+                    [=] {
+                      for (int64_t i = 0; i < n; ++i)
+                        Set(data, i, ((g_rank + i) % size + 1) * static_cast<double>(i % 5 + 1));
+                    },
+                    [=] { return coll::AllreduceAsync(name, data, data, op); },
+                    [=](const coll::Handle&) { Expect(name, data, want); }});
+}
+
+// Rank s sends (s + k) % 3 rows to rank k (none to some), each row holding s, k and its index.
+void AddAlltoall(std::vector<Case>* cases, int64_t cols, DType dtype) {
+  const int size = coll::Size();
+  const std::string name =
+      "alltoall." + std::to_string(cols) + "." + std::string(dtrain::DTypeName(dtype));
+  auto rows_to = [](int sender, int receiver) {
+    return static_cast<int64_t>((sender + receiver) % 3);
+  };
+  auto value = [](int sender, int receiver, int64_t row, int64_t col) {
+    return static_cast<double>(sender * 100 + receiver * 10 + row * 3 + col % 5);
+  };
+  std::vector<int64_t> splits;
+  int64_t rows = 0;
+  for (int k = 0; k < size; ++k) {
+    splits.push_back(rows_to(g_rank, k));
+    rows += splits.back();
+  }
+  Array in({rows, cols}, dtype);
+  for (int k = 0, row = 0; k < size; ++k) {
+    for (int64_t j = 0; j < splits[k]; ++j, ++row) {
+      for (int64_t c = 0; c < cols; ++c) Set(in, row * cols + c, value(g_rank, k, j, c));
+    }
+  }
+  cases->push_back(
+      {name, [] {}, [=] { return coll::AlltoallAsync(name, in, splits); },
+       [=](const coll::Handle& h) {
+         const Array out = h.result();
+         const std::vector<int64_t> received = h.received_rows();
+         int64_t row = 0;
+         for (int s = 0; s < size; ++s) {
+           if (received.size() != static_cast<size_t>(size) || received[s] != rows_to(s, g_rank)) {
+             throw WrongValue(name + ": received rows " + dtrain::ShapeToString(received));
+           }
+           for (int64_t j = 0; j < received[s]; ++j, ++row) {
+             for (int64_t c = 0; c < cols; ++c) {
+               if (At(out, row * cols + c) != value(s, g_rank, j, c)) {
+                 throw WrongValue(name + ": row " + std::to_string(row) + " col " +
+                                  std::to_string(c) + " from rank " + std::to_string(s));
+               }
+             }
+           }
+         }
+         if (out.shape() != dtrain::Shape{row, cols}) {
+           throw WrongValue(name + ": result shape " + dtrain::ShapeToString(out.shape()));
+         }
+       }});
+}
+
+// `rows` rows of `cols`, summed (or averaged) over ranks; this rank keeps its share of the rows,
+// the lower ranks one more when the ranks do not divide them.
+void AddReducescatter(std::vector<Case>* cases, int64_t rows, int64_t cols, DType dtype,
+                      coll::ReduceOp op) {
+  const int size = coll::Size();
+  const std::string name = "reducescatter." + std::to_string(rows) + "x" + std::to_string(cols) +
+                           "." + std::string(dtrain::DTypeName(dtype)) +
+                           (op == coll::ReduceOp::kSum ? ".sum" : ".avg");
+  const int modulus = 100;
+  Array in({rows, cols}, dtype);
+  for (int64_t i = 0; i < rows * cols; ++i) Set(in, i, Value(g_rank, i, modulus));
+  const double ranks_sum = size * (size + 1) / 2.0;
+  const double scale = op == coll::ReduceOp::kSum ? ranks_sum : ranks_sum / size;
+  const int64_t share = rows / size + (g_rank < rows % size ? 1 : 0);
+  const int64_t first = g_rank * (rows / size) + std::min<int64_t>(g_rank, rows % size);
+  cases->push_back(
+      {name, [] {}, [=] { return coll::ReducescatterAsync(name, in, op); },
+       [=](const coll::Handle& h) {
+         const Array out = h.result();
+         if (out.shape() != dtrain::Shape{share, cols}) {
+           throw WrongValue(name + ": result shape " + dtrain::ShapeToString(out.shape()));
+         }
+         Expect(
+             name, out, [&](int64_t i) { return scale * ((first * cols + i) % modulus + 1); },
+             op == coll::ReduceOp::kSum ? 0 : 1e-6);
+       }});
+}
+
 int Exact(const Options& o) {
   std::vector<Case> cases;
   std::vector<int64_t> sizes;
@@ -200,6 +312,17 @@ int Exact(const Options& o) {
       AddAllreduce(&cases, n, DType::kFloat64, coll::ReduceOp::kAverage, false);
       AddBroadcast(&cases, n, n % 2 ? DType::kFloat64 : DType::kFloat32);
       AddAllgather(&cases, n, DType::kFloat32);
+    }
+    if (n <= 65539) {
+      for (auto op : {coll::ReduceOp::kMin, coll::ReduceOp::kMax, coll::ReduceOp::kProduct}) {
+        AddExtreme(&cases, n, n % 2 ? DType::kFloat32 : DType::kFloat64, op);
+      }
+      AddExtreme(&cases, n, DType::kFloat16, coll::ReduceOp::kMax);
+      AddExtreme(&cases, n, DType::kBFloat16, coll::ReduceOp::kMin);
+      AddAlltoall(&cases, n, n % 2 ? DType::kFloat32 : DType::kFloat16);
+      // Rows that the ranks divide, and a prime count they do not (2 and 3 ranks).
+      AddReducescatter(&cases, 12, n, DType::kFloat32, coll::ReduceOp::kSum);
+      AddReducescatter(&cases, 7, n, DType::kFloat64, coll::ReduceOp::kAverage);
     }
   }
   // Every rank submits in its own order: rotated by its rank, reversed on odd ranks.

@@ -1,0 +1,132 @@
+"""Horovod's alltoall and reducescatter, and the grouped allgather and reducescatter, as
+asynchronous calls (``synchronize(handle)`` gives the output). The synchronous, differentiable
+forms are in autograd.py.
+
+Both run on host memory: CUDA tensors are copied to the host and their results back to their
+GPU. Integer tensors reduce exactly in float64 (up to 2^53), with Horovod's integer average (the
+sum scaled, then cast toward zero).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .. import _dtrain
+from ..errors import InvalidArgument
+from .ops import (
+    _ENGINE_OPS, _FLOATS, Average, _check_rows, _grouped, _handle, _initialized, _name, _on_host,
+    _reduce_op, _rows_for_engine, allgather_async, size,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+__all__ = [
+    "alltoall_async", "reducescatter_async", "grouped_allgather_async",
+    "grouped_reducescatter_async",
+]
+
+
+def _splits_list(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | None) -> list[int]:
+    """Rows of `tensor` for each rank: `splits` as a list, or an even split of the first
+    dimension."""
+    rows = tensor.shape[0]
+    if splits is None:
+        if rows % size():
+            raise InvalidArgument(
+                "alltoall: the first dimension (%d) does not divide among %d ranks; pass splits="
+                % (rows, size()))
+        return [rows // size()] * size()
+    if isinstance(splits, torch.Tensor):
+        if splits.dim() != 1 or splits.dtype.is_floating_point or splits.is_complex():
+            raise InvalidArgument("alltoall: splits must be a 1-d integer tensor, not %s %s"
+                                  % (tuple(splits.shape), splits.dtype))
+        return [int(s) for s in splits.cpu().tolist()]
+    try:
+        return [int(s) for s in splits]
+    except (TypeError, ValueError):
+        raise InvalidArgument("alltoall: splits must be integers, one per rank, not %r"
+                              % (splits,)) from None
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | None = None,
+                   name: str | None = None, process_set: object = None) -> int:
+    """Starts sending splits[r] rows (entries of the first dimension) of `tensor`, in order, to
+    rank r (an even split when None); synchronize gives (the rows every rank sent this one, in
+    rank order; an int32 tensor of how many came from each rank)."""
+    _initialized()
+    _check_rows("alltoall", tensor)
+    name = _name("alltoall", name)
+    counts = _splits_list(tensor, splits)
+    work, back = _rows_for_engine(tensor, host_only=True)
+    pending = _dtrain.alltoall_async(name, work, counts)
+    splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
+
+    def finish() -> tuple[torch.Tensor, torch.Tensor]:
+        rows = torch.tensor(pending.received_rows(), dtype=torch.int32, device=splits_device)
+        return back(pending.result()), rows
+
+    return _handle(pending, finish)
+
+
+def _scale_after(op: int, exact: bool, postscale_factor: float) -> Callable[[torch.Tensor],
+                                                                          torch.Tensor]:
+    """What follows the engine's reduction: postscale, and for integers the average and the cast
+    toward zero, as Horovod does."""
+    def scaled(result: torch.Tensor) -> torch.Tensor:
+        if exact:
+            return result * postscale_factor if postscale_factor != 1.0 else result
+        factor = postscale_factor / size() if op == Average else postscale_factor
+        return (result * factor).trunc() if factor != 1.0 else result
+    return scaled
+
+
+def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int | None = None,
+                        process_set: object = None, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> int:
+    """Starts reducing `tensor` (the same shape on every rank; Average by default) and keeping
+    this rank's rows of the result: the first dimension divided as evenly as can be, the lower
+    ranks taking one more row when it does not divide."""
+    _initialized()
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("reducescatter takes a tensor, not %s" % type(tensor).__name__)
+    if tensor.dim() == 0:
+        raise InvalidArgument("reducescatter needs a tensor with at least one dimension (a "
+                              "scalar cannot be divided among the ranks)")
+    op = _reduce_op(None, op)
+    name = _name("reducescatter", name)
+    exact = tensor.dtype in _FLOATS
+    src = tensor.detach()
+    if prescale_factor != 1.0:
+        src = src * prescale_factor if exact else \
+            (src.to(torch.float64) * prescale_factor).trunc()
+    work = _on_host(src if exact else src.to(torch.float64)).contiguous()
+    engine_op = "sum" if (not exact and op == Average) else _ENGINE_OPS[op]
+    pending = _dtrain.reducescatter_async(name, work, engine_op)
+    after = _scale_after(op, exact, postscale_factor)
+
+    def finish() -> torch.Tensor:
+        return after(pending.result().clone()).to(dtype=tensor.dtype, device=tensor.device)
+
+    return _handle(pending, finish)
+
+
+def grouped_allgather_async(tensors: Iterable[torch.Tensor], name: str | None = None,
+                            process_set: object = None) -> int:
+    """Starts an allgather of each tensor, negotiated together; synchronize gives the list."""
+    base = _name("grouped_allgather", name)
+    return _grouped([allgather_async(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)])
+
+
+def grouped_reducescatter_async(tensors: Iterable[torch.Tensor], name: str | None = None,
+                                op: int | None = None, process_set: object = None,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Starts a reducescatter of each tensor, negotiated together; synchronize gives the list."""
+    base = _name("grouped_reducescatter", name)
+    kwargs: dict[str, Any] = {"prescale_factor": prescale_factor,
+                              "postscale_factor": postscale_factor}
+    return _grouped([reducescatter_async(t, "%s.%d" % (base, i), op, **kwargs)
+                     for i, t in enumerate(tensors)])
