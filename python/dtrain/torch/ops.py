@@ -396,13 +396,14 @@ def _rows_for_engine(tensor: torch.Tensor, host_only: bool) -> tuple[
         torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """`tensor` as the engine moves rows of it (entries of the first dimension: a float tensor as
     it is, others as bytes), and the function that turns rows received into a tensor of
-    `tensor`'s dtype and device, in memory of its own (not the engine's buffer)."""
+    `tensor`'s dtype and device. The engine gives each collective's result memory of its own,
+    which the tensor it returns keeps alive: no copy."""
     if tensor.dtype in _FLOATS:
         t = tensor.detach().contiguous()
         return (_on_host(t) if host_only else _for_engine(t),
-                lambda rows: rows.clone().to(tensor.device))
+                lambda rows: rows.to(tensor.device))
     raw, back = _as_rows(tensor)
-    return raw, lambda rows: back(rows.clone()).to(tensor.device)
+    return raw, lambda rows: back(rows).to(tensor.device)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,

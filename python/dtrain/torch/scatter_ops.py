@@ -108,7 +108,8 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int |
     after = _scale_after(op, exact, postscale_factor)
 
     def finish() -> torch.Tensor:
-        return after(pending.result().clone()).to(dtype=tensor.dtype, device=tensor.device)
+        # The result is memory of its own (the engine's, kept alive by the tensor): no copy.
+        return after(pending.result()).to(dtype=tensor.dtype, device=tensor.device)
 
     return _handle(pending, finish)
 
