@@ -257,41 +257,50 @@ def _reduce_op(average: bool | None, op: int | None) -> int:
     return op
 
 
+def _reduction(tensor: torch.Tensor, op: int, prescale_factor: float,
+               postscale_factor: float) -> tuple[torch.Tensor, str, Callable[[torch.Tensor],
+                                                                             torch.Tensor]]:
+    """How the engine reduces `tensor` by `op` (allreduce and reducescatter): the values it is
+    given (contiguous, prescaled), the engine's op, and what turns the engine's result into the
+    answer before the cast back to `tensor`'s dtype. Float tensors go as they are. Integers and
+    bools are exact in float64, as Horovod scales them: the prescale on each rank's values, cast
+    toward zero before the reduction; an average is a sum, then one factor (postscale / size) and a
+    cast toward zero (-75 and 0 average to -37)."""
+    exact = tensor.dtype in _FLOATS
+    src = tensor.detach()
+    if prescale_factor != 1.0:
+        src = src * prescale_factor if exact else \
+            (src.to(torch.float64) * prescale_factor).trunc()
+    src = (src if exact else src.to(torch.float64)).contiguous()
+    engine_op = "sum" if (not exact and op == Average) else _ENGINE_OPS[op]
+
+    def after(result: torch.Tensor) -> torch.Tensor:
+        if exact:
+            return result * postscale_factor if postscale_factor != 1.0 else result
+        factor = postscale_factor / size() if op == Average else postscale_factor
+        return (result * factor).trunc() if factor != 1.0 else result
+
+    return src, engine_op, after
+
+
 def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | None, op: int,
                      prescale_factor: float, postscale_factor: float) -> int:
     """Submits tensor -> output (same shape and dtype; may be the same tensor)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("allreduce takes a tensor, not %s" % type(tensor).__name__)
     name = _name("allreduce", name)
-    exact = tensor.dtype in _FLOATS
-    src = tensor.detach()
-    if prescale_factor != 1.0:
-        # Integers as Horovod scales them: each rank's values, cast back (toward zero) before
-        # the sum.
-        src = src * prescale_factor if exact else \
-            (src.to(torch.float64) * prescale_factor).trunc()
-    if exact:
-        work = _for_engine(src if src.is_contiguous() else src.contiguous())
-        into = output if (output.is_contiguous() and output.dtype == work.dtype
-                          and output.device == work.device) else torch.empty_like(work)
-        engine_op = _ENGINE_OPS[op]
-    else:  # integers and bools: exact in float64; an average is a sum scaled and cast after it
-        work = _for_engine(src.to(torch.float64).contiguous())
-        into = work
-        engine_op = "sum" if op == Average else _ENGINE_OPS[op]
+    src, engine_op, after = _reduction(tensor, op, prescale_factor, postscale_factor)
+    work = _for_engine(src)
+    if output.is_contiguous() and output.dtype == work.dtype and output.device == work.device:
+        into = output  # floats: straight into the output
+    elif tensor.dtype in _FLOATS:
+        into = torch.empty_like(work)  # `work` may be the caller's input, which stays untouched
+    else:
+        into = work  # integers: their float64 copy is this call's own
     pending = _dtrain.allreduce_async(name, work, into, engine_op)
 
     def finish() -> torch.Tensor:
-        result = into
-        if not exact:
-            # Horovod's integer average and postscale: one factor (postscale / size) on the sum,
-            # then a cast toward zero (-75 and 0 average to -37).
-            factor = postscale_factor / size() if op == Average else postscale_factor
-            if factor != 1.0:
-                result = (result * factor).trunc()
-            result = result.to(output.dtype)
-        elif postscale_factor != 1.0:
-            result = result * postscale_factor
+        result = after(into).to(output.dtype)
         if result is not output:
             with torch.no_grad():
                 output.copy_(result)

@@ -16,12 +16,12 @@ import torch
 from .. import _dtrain
 from ..errors import InvalidArgument
 from .ops import (
-    _ENGINE_OPS, _FLOATS, Average, _check_rows, _grouped, _handle, _initialized, _name, _on_host,
-    _reduce_op, _rows_for_engine, allgather_async, size,
+    _check_rows, _grouped, _handle, _initialized, _name, _on_host, _reduce_op, _reduction,
+    _rows_for_engine, allgather_async, size,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Iterable, Sequence
 
 __all__ = [
     "alltoall_async", "reducescatter_async", "grouped_allgather_async",
@@ -71,18 +71,6 @@ def alltoall_async(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | 
     return _handle(pending, finish)
 
 
-def _scale_after(op: int, exact: bool, postscale_factor: float) -> Callable[[torch.Tensor],
-                                                                          torch.Tensor]:
-    """What follows the engine's reduction: postscale, and for integers the average and the cast
-    toward zero, as Horovod does."""
-    def scaled(result: torch.Tensor) -> torch.Tensor:
-        if exact:
-            return result * postscale_factor if postscale_factor != 1.0 else result
-        factor = postscale_factor / size() if op == Average else postscale_factor
-        return (result * factor).trunc() if factor != 1.0 else result
-    return scaled
-
-
 def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int | None = None,
                         process_set: object = None, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> int:
@@ -97,15 +85,8 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int |
                               "scalar cannot be divided among the ranks)")
     op = _reduce_op(None, op)
     name = _name("reducescatter", name)
-    exact = tensor.dtype in _FLOATS
-    src = tensor.detach()
-    if prescale_factor != 1.0:
-        src = src * prescale_factor if exact else \
-            (src.to(torch.float64) * prescale_factor).trunc()
-    work = _on_host(src if exact else src.to(torch.float64)).contiguous()
-    engine_op = "sum" if (not exact and op == Average) else _ENGINE_OPS[op]
-    pending = _dtrain.reducescatter_async(name, work, engine_op)
-    after = _scale_after(op, exact, postscale_factor)
+    src, engine_op, after = _reduction(tensor, op, prescale_factor, postscale_factor)
+    pending = _dtrain.reducescatter_async(name, _on_host(src), engine_op)
 
     def finish() -> torch.Tensor:
         # The result is memory of its own (the engine's, kept alive by the tensor): no copy.

@@ -7,7 +7,6 @@
 
 #include "collectives/engine/engine_impl.h"
 #include "common/elementwise.h"
-#include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 #include "report/timeline.h"
 
