@@ -54,48 +54,58 @@ void RegisterCollectives(py::module_& m) {
   m.def(
       "allreduce_async",
       [](const std::string& name, const at::Tensor& in, const at::Tensor& out,
-         const std::string& op) {
+         const std::string& op, int process_set) {
         const coll::ReduceOp reduce = ReduceOpNamed(op);
         const Array input = ArrayView(in, "the input of allreduce " + Quoted(name));
         const Array output = ArrayView(out, "the output of allreduce " + Quoted(name));
         py::gil_scoped_release no_gil;
-        return coll::AllreduceAsync(name, input, output, reduce);
+        return coll::AllreduceAsync(name, input, output, reduce, 0, process_set);
       },
-      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("op"));
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("op"),
+      py::arg("process_set") = 0);
   m.def(
       "alltoall_async",
-      [](const std::string& name, const at::Tensor& in, const std::vector<int64_t>& splits) {
+      [](const std::string& name, const at::Tensor& in, const std::vector<int64_t>& splits,
+         int process_set) {
         const Array input = ArrayView(in, "the input of alltoall " + Quoted(name));
         py::gil_scoped_release no_gil;
-        return coll::AlltoallAsync(name, input, splits);
+        return coll::AlltoallAsync(name, input, splits, process_set);
       },
-      py::arg("name"), py::arg("input"), py::arg("splits"));
+      py::arg("name"), py::arg("input"), py::arg("splits"), py::arg("process_set") = 0);
   m.def(
       "reducescatter_async",
-      [](const std::string& name, const at::Tensor& in, const std::string& op) {
+      [](const std::string& name, const at::Tensor& in, const std::string& op, int process_set) {
         const coll::ReduceOp reduce = ReduceOpNamed(op);
         const Array input = ArrayView(in, "the input of reducescatter " + Quoted(name));
         py::gil_scoped_release no_gil;
-        return coll::ReducescatterAsync(name, input, reduce);
+        return coll::ReducescatterAsync(name, input, reduce, process_set);
       },
-      py::arg("name"), py::arg("input"), py::arg("op"));
+      py::arg("name"), py::arg("input"), py::arg("op"), py::arg("process_set") = 0);
   m.def(
       "allgather_async",
-      [](const std::string& name, const at::Tensor& in) {
+      [](const std::string& name, const at::Tensor& in, int process_set) {
         const Array input = ArrayView(in, "the input of allgather " + Quoted(name));
         py::gil_scoped_release no_gil;
-        return coll::AllgatherAsync(name, input);
+        return coll::AllgatherAsync(name, input, process_set);
       },
-      py::arg("name"), py::arg("input"));
+      py::arg("name"), py::arg("input"), py::arg("process_set") = 0);
   m.def(
       "broadcast_async",
-      [](const std::string& name, const at::Tensor& inout, int root) {
+      [](const std::string& name, const at::Tensor& inout, int root, int process_set) {
         const Array array = ArrayView(inout, "the tensor of broadcast " + Quoted(name));
         py::gil_scoped_release no_gil;
-        return coll::BroadcastAsync(name, array, root);
+        return coll::BroadcastAsync(name, array, root, process_set);
       },
-      py::arg("name"), py::arg("tensor"), py::arg("root"));
-  m.def("collectives_barrier", &coll::Barrier, py::call_guard<py::gil_scoped_release>());
+      py::arg("name"), py::arg("tensor"), py::arg("root"), py::arg("process_set") = 0);
+  m.def("collectives_barrier", &coll::Barrier, py::call_guard<py::gil_scoped_release>(),
+        py::arg("process_set") = 0);
+  m.def("add_process_set", &coll::AddProcessSet, py::call_guard<py::gil_scoped_release>(),
+        py::arg("ranks"), "A collective of the whole job: the new process set's id.");
+  m.def("remove_process_set", &coll::RemoveProcessSet, py::call_guard<py::gil_scoped_release>(),
+        py::arg("process_set"), "A collective of the whole job: whether the set existed.");
+  m.def("process_set_ranks", &coll::ProcessSetRanks, py::arg("process_set"),
+        "The set's members as ranks of the job, ascending.");
+  m.def("process_set_ids", &coll::ProcessSetIds, "Every process set's id, 0 first.");
   m.def("join_async", &coll::JoinAsync, py::call_guard<py::gil_scoped_release>(),
         "Horovod's join; the handle's result() is the rank that joined last.");
 }

@@ -24,6 +24,9 @@ void RegisterRoles(py::module_& m) {
       "With DMLC_ROLE=server or scheduler: runs that role until the job ends and returns the "
       "exit code. Otherwise returns None at once.");
   m.def("timeline_enabled", &timeline::Enabled);
+  m.def("timeline_start", &timeline::Start, py::arg("path"),
+        "Records the timeline from now into `path` (written by timeline_stop or at exit).");
+  m.def("timeline_stop", &timeline::Stop, "Writes the timeline timeline_start began.");
   m.def(
       "timeline_span",
       [](const std::string& name, double begin_s, double end_s, int64_t step) {

@@ -52,6 +52,14 @@ class Communicator {
                  const std::vector<size_t>& recv_bytes);
   void Barrier();
 
+  // A communicator among `ranks` of this one (ascending, distinct, this rank among them) for a
+  // process set: collective among those ranks only, which all pass the same `ranks` and
+  // `generation` (a number no earlier subset of this job used: it keeps their rendezvous apart).
+  // The new communicator's rank r is ranks[r]. Safe while another thread uses this one. Throws
+  // PeerError/TimeoutError when the members cannot connect, ConfigError when the backend cannot
+  // have subsets (an MPI without MPI_THREAD_MULTIPLE).
+  virtual std::unique_ptr<Communicator> Subset(const std::vector<int>& ranks, int generation) = 0;
+
   // Calls made so far (each of the above counts one): lets tests see fusion work.
   uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 

@@ -1,4 +1,5 @@
-// The process-wide API of collectives.h: one Communicator and one Engine, made by Init.
+// The process-wide API of collectives.h: one Communicator and one Engine for the job, made by Init,
+// and the process sets' (process_sets.h).
 #include "dtrain/collectives/collectives.h"
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include "collectives/config.h"
 #include "collectives/engine/engine.h"
 #include "collectives/nccl/device_communicator.h"
+#include "collectives/process_sets.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
 
@@ -17,11 +19,26 @@ namespace {
 std::mutex g_mutex;
 std::shared_ptr<Communicator> g_backend;  // guarded by g_mutex, as is g_engine
 std::shared_ptr<Engine> g_engine;
+std::shared_ptr<ProcessSetTable> g_sets;
+
+void CheckInitialized() {
+  if (!g_engine) throw InvalidArgument("dtrain::collectives::Init() has not been called");
+}
 
 std::shared_ptr<Engine> TheEngine() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_engine) throw InvalidArgument("dtrain::collectives::Init() has not been called");
+  CheckInitialized();
   return g_engine;
+}
+
+std::shared_ptr<ProcessSetTable> TheSets() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  CheckInitialized();
+  return g_sets;
+}
+
+std::shared_ptr<Engine> EngineOf(int process_set) {
+  return process_set == kGlobalProcessSet ? TheEngine() : TheSets()->EngineOf(process_set);
 }
 
 }  // namespace
@@ -34,6 +51,7 @@ void Init() {
   DTRAIN_LOG(kConnections) << "collectives: " << config.Describe();
   auto backend = std::shared_ptr<Communicator>(CreateBackend(config));
   g_engine = std::make_shared<Engine>(backend, config);
+  g_sets = std::make_shared<ProcessSetTable>(g_engine, backend, config);
   g_backend = std::move(backend);
   static bool at_exit = false;
   if (!at_exit) {
@@ -45,11 +63,15 @@ void Init() {
 void Shutdown() {
   std::shared_ptr<Engine> engine;
   std::shared_ptr<Communicator> backend;
+  std::shared_ptr<ProcessSetTable> sets;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     engine = std::move(g_engine);
     backend = std::move(g_backend);
+    sets = std::move(g_sets);
   }
+  // The sets' communicators lean on the job's (its rendezvous, its MPI): they go first.
+  if (sets) sets->ShutdownAll();
   if (engine) engine->Shutdown();
 }
 
@@ -65,22 +87,29 @@ int LocalRank() { return TheEngine()->backend().local_rank(); }
 int LocalSize() { return TheEngine()->backend().local_size(); }
 bool NcclEnabled() { return TheEngine()->nccl_enabled(); }
 
+int AddProcessSet(const std::vector<int>& ranks) { return TheSets()->Add(ranks); }
+bool RemoveProcessSet(int process_set) { return TheSets()->Remove(process_set); }
+std::vector<int> ProcessSetRanks(int process_set) { return TheSets()->Ranks(process_set); }
+std::vector<int> ProcessSetIds() { return TheSets()->Ids(); }
+
 Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op,
-                      int priority) {
-  return TheEngine()->Allreduce(name, in, out, op, priority);
+                      int priority, int process_set) {
+  return EngineOf(process_set)->Allreduce(name, in, out, op, priority);
 }
-Handle AllgatherAsync(const std::string& name, const Array& in) {
-  return TheEngine()->Allgather(name, in);
+Handle AllgatherAsync(const std::string& name, const Array& in, int process_set) {
+  return EngineOf(process_set)->Allgather(name, in);
 }
-Handle BroadcastAsync(const std::string& name, const Array& inout, int root) {
-  return TheEngine()->Broadcast(name, inout, root);
+Handle BroadcastAsync(const std::string& name, const Array& inout, int root, int process_set) {
+  return EngineOf(process_set)->Broadcast(name, inout, root);
 }
-Handle AlltoallAsync(const std::string& name, const Array& in, const std::vector<int64_t>& splits) {
-  return TheEngine()->Alltoall(name, in, splits);
+Handle AlltoallAsync(const std::string& name, const Array& in, const std::vector<int64_t>& splits,
+                     int process_set) {
+  return EngineOf(process_set)->Alltoall(name, in, splits);
 }
-Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op) {
-  return TheEngine()->Reducescatter(name, in, op);
+Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op, int process_set) {
+  return EngineOf(process_set)->Reducescatter(name, in, op);
 }
+Handle BarrierAsync(int process_set) { return EngineOf(process_set)->Barrier(); }
 
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op) {
   AllreduceAsync(name, in, out, op).Wait();
@@ -93,7 +122,7 @@ Array Allgather(const std::string& name, const Array& in) {
 void Broadcast(const std::string& name, const Array& inout, int root) {
   BroadcastAsync(name, inout, root).Wait();
 }
-void Barrier() { TheEngine()->Barrier().Wait(); }
+void Barrier(int process_set) { BarrierAsync(process_set).Wait(); }
 
 Handle JoinAsync() { return TheEngine()->Join(); }
 int Join() {

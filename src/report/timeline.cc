@@ -12,6 +12,7 @@
 
 #include "common/config/config.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 #include "report/reporter.h"
 
 namespace dtrain::timeline {
@@ -68,10 +69,15 @@ void Render(const Event& e, int64_t offset, int pid, std::string* out) {
   *out += '}';
 }
 
+// Whether spans record: read by every span, hence an atomic flag rather than a lock.
+std::atomic<bool> g_recording{false};
+
 class Recorder {
  public:
   Recorder() : path_(ProcessConfig().timeline_path), pid_(NodeId()) {
+    std::atexit([] { Instance().AtExit(); });
     if (path_.empty()) return;
+    g_recording.store(true);
     if (report::Enabled()) {
       // A batch goes with the reports each second; what is left goes at exit (below).
       report::AddPeriodic([this]() -> nlohmann::json {
@@ -79,12 +85,36 @@ class Recorder {
         return nullptr;
       });
     }
-    std::atexit([] { Instance().AtExit(); });
   }
 
   static Recorder& Instance();
 
-  bool enabled() const { return !path_.empty(); }
+  void Start(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!path_.empty()) {
+      throw InvalidArgument(
+          "the timeline is on already (DTRAIN_TIMELINE or HOROVOD_TIMELINE=" + path_ + ")");
+    }
+    if (!started_path_.empty()) {
+      throw InvalidArgument("the timeline is on already, started into " + started_path_ +
+                            "; stop it first");
+    }
+    if (path.empty()) throw InvalidArgument("start_timeline needs a file path");
+    started_path_ = path;
+    events_.clear();
+    g_recording.store(true);
+  }
+
+  void Stop() {
+    std::string file;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (started_path_.empty()) return;
+      file.swap(started_path_);
+      g_recording.store(false);
+    }
+    WriteFile(file, /*offset=*/0);
+  }
 
   void Add(Event event) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -94,7 +124,7 @@ class Recorder {
  private:
   // Events as one line of JSON, "[{...},{...}]", on the launcher's clock (the offset measured when
   // the reports connected); empty when there are none.
-  std::string TakeBatch() {
+  std::string TakeBatch(int64_t offset) {
     std::vector<Event> taken;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -104,7 +134,6 @@ class Recorder {
                    std::make_move_iterator(events_.begin() + n));
       events_.erase(events_.begin(), events_.begin() + n);
     }
-    const int64_t offset = report::LauncherMicros(TimePoint{});
     std::string line = "[";
     line.reserve(taken.size() * 128);
     for (size_t i = 0; i < taken.size(); ++i) {
@@ -117,13 +146,15 @@ class Recorder {
 
   void SendBatches(bool all) {
     do {
-      std::string batch = TakeBatch();
+      std::string batch = TakeBatch(report::LauncherMicros(TimePoint{}));
       if (batch.empty()) return;
       report::SendLine(std::move(batch));
     } while (all);
   }
 
   void AtExit() {
+    Stop();
+    if (path_.empty()) return;
     if (report::Enabled()) {
       SendBatches(/*all=*/true);
       report::Flush(std::chrono::milliseconds(2000));
@@ -132,14 +163,19 @@ class Recorder {
     // No launcher: this process's own file, named so that processes sharing the path do not
     // overwrite each other.
     const Config& config = ProcessConfig();
-    const std::string file =
-        path_ + "." + (config.role ? RoleName(*config.role) : "process") + "-" +
-        std::to_string(config.requested_rank >= 0 ? config.requested_rank : ::getpid()) + ".json";
+    WriteFile(path_ + "." + (config.role ? RoleName(*config.role) : "process") + "-" +
+                  std::to_string(config.requested_rank >= 0 ? config.requested_rank : ::getpid()) +
+                  ".json",
+              report::LauncherMicros(TimePoint{}));
+  }
+
+  // Every event recorded so far, as one trace file.
+  void WriteFile(const std::string& file, int64_t offset) {
     std::ofstream out(file);
     out << "{\"traceEvents\":[\n";
     std::string batch;
     bool first = true;
-    while (!(batch = TakeBatch()).empty()) {
+    while (!(batch = TakeBatch(offset)).empty()) {
       // "[...]\n" -> its events, joined to the ones before
       out << (first ? "" : ",\n") << batch.substr(1, batch.size() - 3);
       first = false;
@@ -148,7 +184,8 @@ class Recorder {
     if (!out) DTRAIN_LOG(kWarning) << "cannot write the timeline " << file;
   }
 
-  const std::string path_;
+  const std::string path_;    // the environment's timeline
+  std::string started_path_;  // Start's, until Stop; guarded by mutex_
   const int pid_;
   std::mutex mutex_;
   std::vector<Event> events_;
@@ -196,9 +233,18 @@ Args& Args::Str(const char* name, std::string_view value) {
 }
 
 bool Enabled() {
-  static const bool enabled = Recorder::Instance().enabled();
-  return enabled;
+  // The first call reads the environment (the Recorder's constructor sets the flag).
+  static const bool constructed = (Recorder::Instance(), true);
+  (void)constructed;
+  return g_recording.load(std::memory_order_relaxed);
 }
+
+void Start(const std::string& path) {
+  (void)Enabled();
+  Recorder::Instance().Start(path);
+}
+
+void Stop() { Recorder::Instance().Stop(); }
 
 void Complete(const char* name, const char* category, TimePoint begin, TimePoint end, Args args) {
   if (!Enabled()) return;

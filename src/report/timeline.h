@@ -28,8 +28,15 @@ namespace dtrain::timeline {
 
 using TimePoint = std::chrono::system_clock::time_point;
 
-// Whether DTRAIN_TIMELINE or HOROVOD_TIMELINE is set (read once).
+// Whether events are being recorded: DTRAIN_TIMELINE or HOROVOD_TIMELINE is set, or Start was
+// called and Stop not yet.
 bool Enabled();
+
+// Horovod's start_timeline/stop_timeline: records from now into `path`, which Stop (or the exit)
+// writes as a whole trace, on this process's clock. InvalidArgument when the timeline is on
+// already (the environment's, or an earlier Start not stopped). Stop without Start does nothing.
+void Start(const std::string& path);
+void Stop();
 
 inline TimePoint Now() { return std::chrono::system_clock::now(); }
 

@@ -38,3 +38,25 @@ def test_horovod_style_example(spawn, launcher):
     out = run_ok(spawn, argv)
     acc = accuracies(out)
     assert len(acc) == 1 and acc[0] > 0.6, out  # printed by rank 0
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "gloo"])
+def test_horovod_sync_batch_norm_example_with_max_min_metrics(spawn, launcher):
+    command = [PYTHON, os.path.join(EXAMPLES, "horovod_syncbn_mnist.py"), *SHORT]
+    argv = mpirun_argv(2, command) if launcher == "mpirun" else launch_argv(2, 0, command)
+    out = run_ok(spawn, argv)
+    found = re.findall(r"Epoch 0: Test_acc ([0-9.]+) \(shares from ([0-9.]+) to ([0-9.]+)\)", out)
+    assert len(found) == 1, out
+    average, worst, best = map(float, found[0])
+    assert worst <= average <= best and average > 0.6, out
+
+
+@pytest.mark.parametrize("launcher,n", [("gloo", 2), ("mpirun", 4)])
+def test_horovod_process_sets_example(spawn, launcher, n):
+    command = [PYTHON, os.path.join(EXAMPLES, "horovod_process_sets.py"), *SHORT]
+    argv = mpirun_argv(n, command) if launcher == "mpirun" else launch_argv(n, 0, command)
+    out = run_ok(spawn, argv)
+    found = dict(re.findall(r"Model (\w+): Test_acc ([0-9.]+)", out))
+    assert set(found) == {"lenet", "mlp"}, out
+    # 150 batches of one rank's learning rate: both well past chance (0.1).
+    assert all(float(a) > 0.4 for a in found.values()), out

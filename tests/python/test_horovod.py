@@ -38,6 +38,32 @@ def test_min_max_product_alltoall_reducescatter_and_gradients_on_mpi(spawn, n):
     check_collectives(out, n, "mpi")
 
 
+def check_process_sets(out, n, backend):
+    for r in range(n):
+        assert "hvd_process_sets OK rank %d of %d (%s)" % (r, n, backend) in out, out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_process_sets_sync_batch_norm_sparse_and_timeline_on_gloo(spawn, tmp_path, n):
+    out = run_ok(spawn, launch_argv(n, 0, program("hvd_process_sets_worker.py", str(tmp_path))))
+    check_process_sets(out, n, "gloo")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_process_sets_sync_batch_norm_sparse_and_timeline_on_mpi(spawn, tmp_path, n):
+    out = run_ok(spawn, mpirun_argv(n, program("hvd_process_sets_worker.py", str(tmp_path))))
+    check_process_sets(out, n, "mpi")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_init_shutdown_cycles_on_gloo(spawn, n):
+    """init -> allreduce -> shutdown, 200 times in a row (rank 0 hosts a new rendezvous each
+    time, on the same port)."""
+    out = run_ok(spawn, launch_argv(n, 0, program("hvd_cycles_worker.py", 200)), timeout=300)
+    for r in range(n):
+        assert "hvd_cycles OK rank %d: 200 cycles" % r in out, out
+
+
 def relative_difference(out):
     line = [l for l in out.splitlines() if "train_check max relative difference" in l]
     assert line, out

@@ -97,6 +97,23 @@ bool NcclBuilt();
 // arrays only and front ends copy CUDA tensors to host memory first (Horovod's host staging).
 bool NcclEnabled();
 
+// Horovod's process sets: subsets of the job's ranks whose collectives run among themselves,
+// concurrently with other sets' (each set has an engine and a gloo or MPI communicator of its
+// own). Set 0 (kGlobalProcessSet) is the whole job. Every collective below takes a set: ranks and
+// roots are then counted within the set (its members in ascending order), and names are the
+// set's own. Adding and removing sets are collectives of the whole job: every rank calls them in
+// the same order with the same arguments, or all of them get an InvalidArgument. A CUDA array in a
+// set is refused (no NCCL there): front ends stage it through host memory.
+constexpr int kGlobalProcessSet = 0;
+// The new set's id (the smallest free one from 1). `ranks`: ranks of the job, in any order.
+int AddProcessSet(const std::vector<int>& ranks);
+// Whether the set existed; its members stop its engine. Set 0 is never removed.
+bool RemoveProcessSet(int process_set);
+// The set's members as ranks of the job, ascending; InvalidArgument for an unknown set.
+std::vector<int> ProcessSetRanks(int process_set);
+// Every set's id, 0 first.
+std::vector<int> ProcessSetIds();
+
 // Asynchronous, by name. A name must be unique among the collectives in flight. Arrays are host
 // memory, or CUDA memory when NcclEnabled(): the NCCL stream then waits for the work queued on
 // the array's stream (Array::WrapDevice) before reading it, and an allgather's result is a new
@@ -106,28 +123,34 @@ bool NcclEnabled();
 // the order they became ready (the KVStore passes MXNet's priority: layers nearest the input,
 // needed first by the next forward, overtake the backlog).
 Handle AllreduceAsync(const std::string& name, const Array& in, const Array& out, ReduceOp op,
-                      int priority = 0);
+                      int priority = 0, int process_set = kGlobalProcessSet);
 // Every rank's `in`, concatenated along the first dimension in rank order; the other dimensions
 // must agree.
-Handle AllgatherAsync(const std::string& name, const Array& in);
+Handle AllgatherAsync(const std::string& name, const Array& in,
+                      int process_set = kGlobalProcessSet);
 // Root's `inout` into everyone's `inout`.
-Handle BroadcastAsync(const std::string& name, const Array& inout, int root);
+Handle BroadcastAsync(const std::string& name, const Array& inout, int root,
+                      int process_set = kGlobalProcessSet);
 
 // Horovod's alltoall: sends splits[r] rows (entries of the first dimension) of `in`, in order, to
 // rank r; the handle's result() is every rank's rows for this one, in rank order, and
 // received_rows() how many came from each. `splits` has one count per rank adding up to the first
 // dimension (the other dimensions must agree across ranks). Host memory only.
-Handle AlltoallAsync(const std::string& name, const Array& in, const std::vector<int64_t>& splits);
+Handle AlltoallAsync(const std::string& name, const Array& in, const std::vector<int64_t>& splits,
+                     int process_set = kGlobalProcessSet);
 // Horovod's reducescatter: `in` (the same shape on every rank) reduced by `op`, of which this
 // rank's result() keeps its share of the rows: as even as can be, the lower ranks one more when
 // the ranks do not divide the first dimension. Host memory only.
-Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op);
+Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op,
+                          int process_set = kGlobalProcessSet);
+// Completes once every rank of the set has called it as often.
+Handle BarrierAsync(int process_set = kGlobalProcessSet);
 
 // Synchronous forms.
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op);
 Array Allgather(const std::string& name, const Array& in);
 void Broadcast(const std::string& name, const Array& inout, int root);
-void Barrier();
+void Barrier(int process_set = kGlobalProcessSet);
 // Horovod's join (engine.h): returns the rank that joined last, once every rank has joined.
 Handle JoinAsync();
 int Join();

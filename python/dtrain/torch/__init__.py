@@ -28,11 +28,15 @@ from .functions import broadcast_parameters as broadcast_parameters  # noqa: F40
 from .ops import *  # noqa: F401,F403
 from .ops import __all__ as _ops_all
 from .optimizer import DistributedOptimizer as DistributedOptimizer  # noqa: F401
+from .optimizer import sparse_allreduce_async as sparse_allreduce_async  # noqa: F401
+from .process_sets import *  # noqa: F401,F403
+from .process_sets import __all__ as _process_sets_all
 from .scatter_ops import *  # noqa: F401,F403
 from .scatter_ops import __all__ as _scatter_all
+from .sync_batch_norm import SyncBatchNorm as SyncBatchNorm  # noqa: F401
 from .trainer import Trainer as Trainer  # noqa: F401
 
-__all__ = list(_ops_all) + list(_autograd_all) + list(_scatter_all) + [
+__all__ = list(_ops_all) + list(_autograd_all) + list(_scatter_all) + list(_process_sets_all) + [
     "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-    "Trainer",
+    "sparse_allreduce_async", "SyncBatchNorm", "Trainer",
 ]

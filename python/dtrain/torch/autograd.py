@@ -10,7 +10,8 @@ Gradients follow Horovod's definitions, which treat the loss as the average over
   alltoall       the gradient sent back where its rows came from
   reducescatter  every rank's gradient gathered, times the number of ranks for Sum
 The backward collectives are named after the forward's name (".grad"), or numbered like unnamed
-ones: every rank must run the same backward, as it runs the same forward.
+ones: every rank must run the same backward, as it runs the same forward. With a process set, the
+backward collectives run in the same set, and "ranks" above are its members.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import torch
 from .compression import Compression
 from .ops import (
     Average, Sum, _reduce_op, allgather_async, allreduce_async, broadcast_async,
-    grouped_allreduce_async, rank, size, synchronize,
+    grouped_allreduce_async, rank, synchronize,
 )
+from .process_sets import _set_id, _set_rank, _set_size
 from .scatter_ops import (
     alltoall_async, grouped_allgather_async, grouped_reducescatter_async, reducescatter_async,
 )
@@ -44,151 +46,158 @@ def _grad_name(name: str | None, suffix: str = "grad") -> str | None:
 
 
 def _allreduce_grad(grad: torch.Tensor, name: str | None, op: int, prescale_factor: float,
-                    postscale_factor: float) -> torch.Tensor:
+                    postscale_factor: float, ps: Any) -> torch.Tensor:
     if op not in (Average, Sum):
         raise RuntimeError("dtrain.torch: an allreduce by Min, Max or Product has no gradient "
                            "here; detach its input, or reduce by Sum or Average")
     return synchronize(allreduce_async(grad.contiguous(), None, name, op, prescale_factor,
-                                       postscale_factor))
+                                       postscale_factor, ps))
 
 
-def _allgather_grad(grad: torch.Tensor, rows: int, name: str | None) -> torch.Tensor:
-    averaged = synchronize(allreduce_async(grad.contiguous(), None, name, Average))
+def _allgather_grad(grad: torch.Tensor, rows: int, name: str | None, ps: Any) -> torch.Tensor:
+    averaged = synchronize(allreduce_async(grad.contiguous(), None, name, Average,
+                                           process_set=ps))
     counts = synchronize(allgather_async(torch.tensor([rows], dtype=torch.int64),
-                                         _grad_name(name, "rows")))
-    first = int(counts[:rank()].sum())
+                                         _grad_name(name, "rows"), ps))
+    first = int(counts[:_set_rank(_set_id(ps))].sum())
     return averaged.narrow(0, first, rows)
 
 
 def _reducescatter_grad(grad: torch.Tensor, name: str | None, op: int,
-                        scale: float) -> torch.Tensor:
-    gathered = synchronize(allgather_async(grad.contiguous(), name))
-    factor = scale * (size() if op == Sum else 1)
+                        scale: float, ps: Any) -> torch.Tensor:
+    gathered = synchronize(allgather_async(grad.contiguous(), name, ps))
+    factor = scale * (_set_size(_set_id(ps)) if op == Sum else 1)
     return gathered * factor if factor != 1 else gathered
 
 
 class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: int,
-                prescale_factor: float, postscale_factor: float) -> torch.Tensor:
-        ctx.saved = (name, op, prescale_factor, postscale_factor)
+                prescale_factor: float, postscale_factor: float, ps: Any) -> torch.Tensor:
+        ctx.saved = (name, op, prescale_factor, postscale_factor, ps)
         return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
-                                           postscale_factor))
+                                           postscale_factor, ps))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        name, op, prescale_factor, postscale_factor = ctx.saved
-        return (_allreduce_grad(grad, _grad_name(name), op, prescale_factor, postscale_factor),
-                None, None, None, None)
+        name, op, prescale_factor, postscale_factor, ps = ctx.saved
+        return (_allreduce_grad(grad, _grad_name(name), op, prescale_factor, postscale_factor,
+                                ps),
+                None, None, None, None, None)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: str | None, op: int, prescale_factor: float,
-                postscale_factor: float, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.saved = (name, op, prescale_factor, postscale_factor)
+                postscale_factor: float, ps: Any,
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.saved = (name, op, prescale_factor, postscale_factor, ps)
         return tuple(synchronize(grouped_allreduce_async(
             list(tensors), None, name, op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor)))
+            postscale_factor=postscale_factor, process_set=ps)))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        name, op, prescale_factor, postscale_factor = ctx.saved
+        name, op, prescale_factor, postscale_factor, ps = ctx.saved
         if op not in (Average, Sum):
-            _allreduce_grad(grads[0], None, op, 1.0, 1.0)  # raises
+            _allreduce_grad(grads[0], None, op, 1.0, 1.0, ps)  # raises
         reduced = synchronize(grouped_allreduce_async(
             [g.contiguous() for g in grads], None, _grad_name(name), op,
-            prescale_factor=prescale_factor, postscale_factor=postscale_factor))
-        return (None, None, None, None, *reduced)
+            prescale_factor=prescale_factor, postscale_factor=postscale_factor, process_set=ps))
+        return (None, None, None, None, None, *reduced)
 
 
 class _Allgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None) -> torch.Tensor:
-        gathered = synchronize(allgather_async(tensor, name))  # refuses a scalar first
-        ctx.saved = (tensor.shape[0], name)
+    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, ps: Any) -> torch.Tensor:
+        gathered = synchronize(allgather_async(tensor, name, ps))  # refuses a scalar first
+        ctx.saved = (tensor.shape[0], name, ps)
         return gathered
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        rows, name = ctx.saved
-        return _allgather_grad(grad, rows, _grad_name(name)), None
+        rows, name, ps = ctx.saved
+        return _allgather_grad(grad, rows, _grad_name(name), ps), None, None
 
 
 class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, name: str | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        gathered = tuple(synchronize(grouped_allgather_async(list(tensors), name)))
-        ctx.saved = ([t.shape[0] for t in tensors], name)
+    def forward(ctx: Any, name: str | None, ps: Any,
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        gathered = tuple(synchronize(grouped_allgather_async(list(tensors), name, ps)))
+        ctx.saved = ([t.shape[0] for t in tensors], name, ps)
         return gathered
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        rows, name = ctx.saved
+        rows, name, ps = ctx.saved
         base = _grad_name(name)
-        return (None, *[_allgather_grad(g, n, _grad_name(base, str(i)))
-                        for i, (g, n) in enumerate(zip(grads, rows))])
+        return (None, None, *[_allgather_grad(g, n, _grad_name(base, str(i)), ps)
+                              for i, (g, n) in enumerate(zip(grads, rows))])
 
 
 class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int,
-                name: str | None) -> torch.Tensor:
-        ctx.saved = (root_rank, name)
-        return synchronize(broadcast_async(tensor, root_rank, name))
+                name: str | None, ps: Any) -> torch.Tensor:
+        ctx.saved = (root_rank, name, ps)
+        return synchronize(broadcast_async(tensor, root_rank, name, ps))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        root_rank, name = ctx.saved
+        root_rank, name, ps = ctx.saved
         averaged = synchronize(allreduce_async(grad.contiguous(), None, _grad_name(name),
-                                               Average))
-        return (averaged if rank() == root_rank else torch.zeros_like(averaged)), None, None
+                                               Average, process_set=ps))
+        mine = averaged if rank() == root_rank else torch.zeros_like(averaged)
+        return mine, None, None, None
 
 
 class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, splits: Any,
-                name: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-        received, counts = synchronize(alltoall_async(tensor, splits, name))
-        ctx.saved = (counts, name)
+                name: str | None, ps: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        received, counts = synchronize(alltoall_async(tensor, splits, name, ps))
+        ctx.saved = (counts, name, ps)
         ctx.mark_non_differentiable(counts)
         return received, counts
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor, _counts_grad: Any) -> tuple[Any, ...]:
-        counts, name = ctx.saved
-        back, _ = synchronize(alltoall_async(grad.contiguous(), counts, _grad_name(name)))
-        return back, None, None
+        counts, name, ps = ctx.saved
+        back, _ = synchronize(alltoall_async(grad.contiguous(), counts, _grad_name(name), ps))
+        return back, None, None, None
 
 
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: int,
-                prescale_factor: float, postscale_factor: float) -> torch.Tensor:
-        ctx.saved = (name, op, prescale_factor * postscale_factor)
-        return synchronize(reducescatter_async(tensor, name, op, None, prescale_factor,
+                prescale_factor: float, postscale_factor: float, ps: Any) -> torch.Tensor:
+        ctx.saved = (name, op, prescale_factor * postscale_factor, ps)
+        return synchronize(reducescatter_async(tensor, name, op, ps, prescale_factor,
                                                postscale_factor))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        name, op, scale = ctx.saved
-        return _reducescatter_grad(grad, _grad_name(name), op, scale), None, None, None, None
+        name, op, scale, ps = ctx.saved
+        return (_reducescatter_grad(grad, _grad_name(name), op, scale, ps),
+                None, None, None, None, None)
 
 
 class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: str | None, op: int, prescale_factor: float,
-                postscale_factor: float, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.saved = (name, op, prescale_factor * postscale_factor)
+                postscale_factor: float, ps: Any,
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.saved = (name, op, prescale_factor * postscale_factor, ps)
         return tuple(synchronize(grouped_reducescatter_async(
-            list(tensors), name, op, None, prescale_factor, postscale_factor)))
+            list(tensors), name, op, ps, prescale_factor, postscale_factor)))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        name, op, scale = ctx.saved
+        name, op, scale, ps = ctx.saved
         base = _grad_name(name)
-        return (None, None, None, None,
-                *[_reducescatter_grad(g, _grad_name(base, str(i)), op, scale)
+        return (None, None, None, None, None,
+                *[_reducescatter_grad(g, _grad_name(base, str(i)), op, scale, ps)
                   for i, g in enumerate(grads)])
 
 
@@ -201,7 +210,7 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     """`tensor` reduced over all ranks (Average by default), as a new tensor; differentiable."""
     op = _reduce_op(average, op)
     compressed, ctx = compression.compress(tensor)
-    out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, ctx)
 
 
@@ -214,7 +223,7 @@ def grouped_allreduce(tensors: Iterable[torch.Tensor], average: bool | None = No
     """Each tensor reduced over all ranks, negotiated and fused together; differentiable."""
     op = _reduce_op(average, op)
     pairs = [compression.compress(t) for t in tensors]
-    outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+    outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
                                    *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
@@ -223,19 +232,19 @@ def allgather(tensor: torch.Tensor, name: str | None = None,
               process_set: object = None) -> torch.Tensor:
     """Every rank's `tensor` concatenated along the first dimension, in rank order;
     differentiable."""
-    return _Allgather.apply(tensor, name)
+    return _Allgather.apply(tensor, name, process_set)
 
 
 def grouped_allgather(tensors: Iterable[torch.Tensor], name: str | None = None,
                       process_set: object = None) -> list[torch.Tensor]:
     """An allgather of each tensor, negotiated together; differentiable."""
-    return list(_GroupedAllgather.apply(name, *tensors))
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
               process_set: object = None) -> torch.Tensor:
     """Root's `tensor`, as a new tensor on every rank; differentiable."""
-    return _Broadcast.apply(tensor, root_rank, name)
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
 def alltoall(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | None = None,
@@ -244,7 +253,7 @@ def alltoall(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | None =
     """Sends splits[r] rows of `tensor` to rank r (an even split when None) and returns the rows
     every rank sent this one, in rank order; with `splits` given, also how many came from each
     rank (int32), as Horovod does. Differentiable."""
-    received, counts = _Alltoall.apply(tensor, splits, name)
+    received, counts = _Alltoall.apply(tensor, splits, name, process_set)
     return received if splits is None else (received, counts)
 
 
@@ -256,7 +265,8 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None,
     ranks take one more row when the first dimension does not divide. Differentiable."""
     op = _reduce_op(None, op)
     compressed, ctx = compression.compress(tensor)
-    out = _Reducescatter.apply(compressed, name, op, prescale_factor, postscale_factor)
+    out = _Reducescatter.apply(compressed, name, op, prescale_factor, postscale_factor,
+                               process_set)
     return compression.decompress(out, ctx)
 
 
@@ -269,5 +279,5 @@ def grouped_reducescatter(tensors: Iterable[torch.Tensor], name: str | None = No
     op = _reduce_op(None, op)
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor,
-                                       *[p[0] for p in pairs])
+                                       process_set, *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]

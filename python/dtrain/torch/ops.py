@@ -28,6 +28,9 @@ import torch
 
 from .. import _dtrain
 from ..errors import HorovodInternalError, InvalidArgument
+from .process_sets import (
+    _forget_sets, _init_sets, _root_in_set, _set_id, _set_size,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -36,6 +39,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_enabled", "gloo_enabled", "mpi_built", "gloo_built",
     "nccl_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built", "mpi_threads_supported",
+    "is_homogeneous", "start_timeline", "stop_timeline",
     "HorovodInternalError",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "allreduce_", "allreduce_async", "allreduce_async_",
@@ -56,14 +60,19 @@ _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 def init(comm: object = None, process_sets: object = None) -> None:
     """Starts the collectives: the backend and layout come from the environment (mpirun's, or
-    dtrain launch's DMLC_* variables for Gloo). Calling it again does nothing."""
+    dtrain launch's DMLC_* variables for Gloo). `process_sets`: ProcessSets to register now, in
+    the same order on every rank (process_sets.py), or "dynamic". Calling it again does
+    nothing."""
     if comm is not None:
-        raise NotImplementedError("init(comm=...): dtrain runs on the whole job (MPI_COMM_WORLD)")
+        raise NotImplementedError("init(comm=...): dtrain runs on the whole job (MPI_COMM_WORLD); "
+                                  "use process sets for collectives among some ranks")
     _dtrain.collectives_init()
+    _init_sets(process_sets)
 
 
 def shutdown() -> None:
     """Stops the collectives (waits for what is in flight); also done at exit."""
+    _forget_sets()
     _dtrain.collectives_shutdown()
 
 
@@ -104,6 +113,16 @@ def cross_rank() -> int:
 
 def cross_size() -> int:
     return size() // local_size()
+
+
+def is_homogeneous() -> bool:
+    """Whether every host runs the same number of ranks."""
+    _initialized()
+    counts = allgather_object(local_size(), name="dtrain.is_homogeneous.%d" % next(_homogeneous))
+    return len(set(counts)) == 1
+
+
+_homogeneous = itertools.count()
 
 
 def mpi_enabled() -> bool:
@@ -148,18 +167,36 @@ def mpi_threads_supported() -> bool:
     return mpi_enabled()
 
 
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Records this rank's timeline (Chrome's trace format: the engine's negotiation rounds and
+    collectives, the training steps) from now until stop_timeline or exit. Rank 0 writes
+    `file_path`, rank r `file_path`.rank-r.json. `mark_cycles` is accepted for Horovod's scripts:
+    the engine's rounds are always there, as "negotiate" spans. InvalidArgument when a timeline
+    is on already (DTRAIN_TIMELINE / HOROVOD_TIMELINE, or an earlier start)."""
+    _initialized()
+    r = rank()
+    _dtrain.timeline_start(file_path if r == 0 else "%s.rank-%d.json" % (file_path, r))
+
+
+def stop_timeline() -> None:
+    """Writes the timeline start_timeline began (nothing if none was)."""
+    _dtrain.timeline_stop()
+
+
 # --- handles ----------------------------------------------------------------------------------
 
 _Pending = collections.namedtuple("_Pending", "op finish")
 _handles: dict[int, _Pending] = {}  # handle -> (the op in flight, the function giving its output)
 _next_handle = itertools.count()
-_unnamed: collections.defaultdict[str, itertools.count[int]] = \
+# Unnamed collectives are numbered per kind and per process set: ranks outside a set do not count
+# its collectives, and must still agree on the names of the others.
+_unnamed: collections.defaultdict[tuple[str, int], itertools.count[int]] = \
     collections.defaultdict(itertools.count)
 
 
-def _name(kind: str, name: str | None) -> str:
+def _name(kind: str, name: str | None, pid: int = 0) -> str:
     if name is None:
-        return "%s.noname.%d" % (kind, next(_unnamed[kind]))
+        return "%s.noname.%d" % (kind, next(_unnamed[(kind, pid)]))
     if not isinstance(name, str) or not name:
         raise TypeError("a collective's name is a non-empty str")
     return name
@@ -204,16 +241,17 @@ def _on_host(t: torch.Tensor) -> torch.Tensor:
     return t.cpu() if t.is_cuda else t
 
 
-def _engine_takes(t: torch.Tensor) -> bool:
+def _engine_takes(t: torch.Tensor, pid: int = 0) -> bool:
     """Whether the engine takes `t` where it is: host tensors always, CUDA tensors when the job
     reduces them over NCCL (HOROVOD_GPU_OPERATIONS=NCCL, the default where NCCL is built; the
-    engine's NCCL stream waits for torch's current stream)."""
-    return not t.is_cuda or _dtrain.collectives_nccl_enabled()
+    engine's NCCL stream waits for torch's current stream) and `t` is for the global process
+    set."""
+    return not t.is_cuda or (pid == 0 and _dtrain.collectives_nccl_enabled())
 
 
-def _for_engine(t: torch.Tensor) -> torch.Tensor:
+def _for_engine(t: torch.Tensor, pid: int = 0) -> torch.Tensor:
     """`t` as the engine takes it: itself, or its copy in host memory."""
-    return t if _engine_takes(t) else _on_host(t)
+    return t if _engine_takes(t, pid) else _on_host(t)
 
 
 # --- byte views for dtypes the engine does not reduce -------------------------------------------
@@ -229,7 +267,8 @@ def _as_rows(tensor: torch.Tensor) -> tuple[torch.Tensor,
     row_bytes = t.element_size() * int(torch.Size(tail).numel())
     raw = torch.empty(rows, row_bytes + row_bytes % 2, dtype=torch.uint8, device="cpu")
     if t.numel():
-        raw[:, :row_bytes] = _on_host(t.reshape(rows, -1).view(torch.uint8))
+        # Through 1-d: a contiguous tensor may still have odd strides on its size-1 dimensions.
+        raw[:, :row_bytes] = _on_host(t.reshape(-1).view(torch.uint8).reshape(rows, -1))
     if row_bytes % 2:
         raw[:, row_bytes:] = 0
 
@@ -258,7 +297,7 @@ def _reduce_op(average: bool | None, op: int | None) -> int:
 
 
 def _reduction(tensor: torch.Tensor, op: int, prescale_factor: float,
-               postscale_factor: float) -> tuple[torch.Tensor, str, Callable[[torch.Tensor],
+               postscale_factor: float, pid: int = 0) -> tuple[torch.Tensor, str, Callable[[torch.Tensor],
                                                                              torch.Tensor]]:
     """How the engine reduces `tensor` by `op` (allreduce and reducescatter): the values it is
     given (contiguous, prescaled), the engine's op, and what turns the engine's result into the
@@ -277,27 +316,27 @@ def _reduction(tensor: torch.Tensor, op: int, prescale_factor: float,
     def after(result: torch.Tensor) -> torch.Tensor:
         if exact:
             return result * postscale_factor if postscale_factor != 1.0 else result
-        factor = postscale_factor / size() if op == Average else postscale_factor
+        factor = postscale_factor / _set_size(pid) if op == Average else postscale_factor
         return (result * factor).trunc() if factor != 1.0 else result
 
     return src, engine_op, after
 
 
 def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | None, op: int,
-                     prescale_factor: float, postscale_factor: float) -> int:
+                     prescale_factor: float, postscale_factor: float, pid: int) -> int:
     """Submits tensor -> output (same shape and dtype; may be the same tensor)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("allreduce takes a tensor, not %s" % type(tensor).__name__)
-    name = _name("allreduce", name)
-    src, engine_op, after = _reduction(tensor, op, prescale_factor, postscale_factor)
-    work = _for_engine(src)
+    name = _name("allreduce", name, pid)
+    src, engine_op, after = _reduction(tensor, op, prescale_factor, postscale_factor, pid)
+    work = _for_engine(src, pid)
     if output.is_contiguous() and output.dtype == work.dtype and output.device == work.device:
         into = output  # floats: straight into the output
     elif tensor.dtype in _FLOATS:
         into = torch.empty_like(work)  # `work` may be the caller's input, which stays untouched
     else:
         into = work  # integers: their float64 copy is this call's own
-    pending = _dtrain.allreduce_async(name, work, into, engine_op)
+    pending = _dtrain.allreduce_async(name, work, into, engine_op, pid)
 
     def finish() -> torch.Tensor:
         result = after(into).to(output.dtype)
@@ -316,7 +355,8 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
     _initialized()
     op = _reduce_op(average, op)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor)
+    return _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor,
+                            _set_id(process_set))
 
 
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -325,7 +365,8 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
     """Starts reducing `tensor` over all ranks, in place."""
     _initialized()
     op = _reduce_op(average, op)
-    return _allreduce_start(tensor, tensor, name, op, prescale_factor, postscale_factor)
+    return _allreduce_start(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                            _set_id(process_set))
 
 
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -333,13 +374,13 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                postscale_factor: float = 1.0, process_set: object = None) -> torch.Tensor:
     """Reduces `tensor` over all ranks in place and returns it."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor))
+                                        postscale_factor, process_set))
 
 
 def grouped_allreduce_async(tensors: Iterable[torch.Tensor], average: bool | None = None,
                             name: str | None = None, op: int | None = None,
                             **kwargs: Any) -> int:
-    base = _name("grouped_allreduce", name)
+    base = _name("grouped_allreduce", name, _set_id(kwargs.get("process_set")))
     return _grouped([allreduce_async(t, average, "%s.%d" % (base, i), op, **kwargs)
                      for i, t in enumerate(tensors)])
 
@@ -347,7 +388,7 @@ def grouped_allreduce_async(tensors: Iterable[torch.Tensor], average: bool | Non
 def grouped_allreduce_async_(tensors: Iterable[torch.Tensor], average: bool | None = None,
                              name: str | None = None, op: int | None = None,
                              **kwargs: Any) -> int:
-    base = _name("grouped_allreduce", name)
+    base = _name("grouped_allreduce", name, _set_id(kwargs.get("process_set")))
     return _grouped([allreduce_async_(t, average, "%s.%d" % (base, i), op, **kwargs)
                      for i, t in enumerate(tensors)])
 
@@ -388,9 +429,10 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
     between ranks; the others must agree), in rank order."""
     _initialized()
     _check_rows("allgather", tensor)
-    name = _name("allgather", name)
-    work, back = _rows_for_engine(tensor, host_only=False)
-    pending = _dtrain.allgather_async(name, work)
+    pid = _set_id(process_set)
+    name = _name("allgather", name, pid)
+    work, back = _rows_for_engine(tensor, host_only=pid != 0)
+    pending = _dtrain.allgather_async(name, work, pid)
     return _handle(pending, lambda: back(pending.result()))
 
 
@@ -417,20 +459,23 @@ def _rows_for_engine(tensor: torch.Tensor, host_only: bool) -> tuple[
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                      process_set: object = None) -> int:
-    """Starts copying root's `tensor` into every rank's `tensor`, in place."""
+    """Starts copying root's `tensor` into every rank's `tensor`, in place. `root_rank` is a rank
+    of the job (a member of `process_set`)."""
     _initialized()
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("broadcast takes a tensor, not %s" % type(tensor).__name__)
-    name = _name("broadcast", name)
+    pid = _set_id(process_set)
+    root = _root_in_set(pid, root_rank)
+    name = _name("broadcast", name, pid)
     back: Callable[[torch.Tensor], torch.Tensor] | None
-    if tensor.dtype in _FLOATS and tensor.is_contiguous() and _engine_takes(tensor):
+    if tensor.dtype in _FLOATS and tensor.is_contiguous() and _engine_takes(tensor, pid):
         work, back = tensor.detach(), None
     elif tensor.dtype in _FLOATS:
         work, back = _on_host(tensor.detach().contiguous()), (lambda w: w)
     else:  # its bytes as one row
         work, to_rows = _as_rows(tensor.reshape(1, -1))
         back = lambda w: to_rows(w).reshape(tensor.shape)  # noqa: E731
-    pending = _dtrain.broadcast_async(name, work, int(root_rank))
+    pending = _dtrain.broadcast_async(name, work, root, pid)
 
     def finish() -> torch.Tensor:
         if back is not None:
@@ -444,40 +489,41 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                     process_set: object = None) -> int:
     """Starts copying root's `tensor` into a new tensor on every rank."""
-    return broadcast_async_(tensor.detach().clone(), root_rank, name)
+    return broadcast_async_(tensor.detach().clone(), root_rank, name, process_set)
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: object = None) -> torch.Tensor:
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 # --- objects, barrier, join ---------------------------------------------------------------------
 
 def broadcast_object(obj: object, root_rank: int = 0, name: str | None = None,
                      process_set: object = None) -> Any:
-    """Root's `obj` (anything pickle can carry) on every rank."""
-    name = _name("broadcast_object", name)
+    """Root's `obj` (anything pickle can carry) on every rank of `process_set`."""
+    name = _name("broadcast_object", name, _set_id(process_set))
     if rank() == root_rank:
         payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
         length = torch.tensor([payload.numel()], dtype=torch.int64, device="cpu")
     else:
         length = torch.zeros(1, dtype=torch.int64, device="cpu")
-    broadcast_(length, root_rank, name + ".size")
+    broadcast_(length, root_rank, name + ".size", process_set)
     if rank() != root_rank:
         payload = torch.empty(int(length[0]), dtype=torch.uint8, device="cpu")
-    broadcast_(payload, root_rank, name + ".data")
+    broadcast_(payload, root_rank, name + ".data", process_set)
     return obj if rank() == root_rank else pickle.loads(payload.numpy().tobytes())
 
 
 def allgather_object(obj: object, name: str | None = None,
                      process_set: object = None) -> list[Any]:
-    """Every rank's `obj`, in rank order."""
-    name = _name("allgather_object", name)
+    """Every rank's `obj` (of `process_set`), in rank order."""
+    name = _name("allgather_object", name, _set_id(process_set))
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     sizes = synchronize(allgather_async(
-        torch.tensor([payload.numel()], dtype=torch.int64, device="cpu"), name + ".sizes"))
-    data = synchronize(allgather_async(payload, name + ".data"))
+        torch.tensor([payload.numel()], dtype=torch.int64, device="cpu"), name + ".sizes",
+        process_set))
+    data = synchronize(allgather_async(payload, name + ".data", process_set))
     out: list[Any]
     out, at = [], 0
     for n in sizes.tolist():
@@ -487,9 +533,9 @@ def allgather_object(obj: object, name: str | None = None,
 
 
 def barrier(process_set: object = None) -> None:
-    """Blocks until every rank has reached the barrier."""
+    """Blocks until every rank (of `process_set`) has reached the barrier."""
     _initialized()
-    _dtrain.collectives_barrier()
+    _dtrain.collectives_barrier(_set_id(process_set))
 
 
 def join(device: int = -1) -> int:

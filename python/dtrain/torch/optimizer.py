@@ -1,5 +1,8 @@
 """Horovod's DistributedOptimizer: wraps a torch optimizer so that gradients are averaged over
-all ranks, each allreduce starting as soon as backward has accumulated that gradient."""
+all ranks, each allreduce starting as soon as backward has accumulated that gradient. Sparse
+gradients (``nn.Embedding(sparse=True)``) are exchanged as Horovod does: their indices and values
+allgathered, the result a sparse gradient again (or densified and allreduced with
+``sparse_as_dense=True``)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,11 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 
 from .compression import Compression
-from .ops import Average, _reduce_op, allreduce_async_, size, synchronize
+from .ops import (
+    Average, Sum, _AllOf, _handle, _handles, _reduce_op, allgather_async, allreduce_async_,
+    synchronize,
+)
+from .process_sets import _set_id, _set_size
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -29,12 +36,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params: Iterable[dict[str, Any]],
                  named_parameters: Iterable[tuple[str, torch.Tensor]] | None,
                  compression: type[Compressor] | Compressor, backward_passes_per_step: int, op: int,
-                 gradient_predivide_factor: float) -> None:
+                 gradient_predivide_factor: float, sparse_as_dense: bool,
+                 process_set: object) -> None:
         # The wrapped class's __init__ (its own defaults), not torch.optim.Optimizer's.
         super(self.__class__, self).__init__(params)  # type: ignore[call-arg]
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
+        self._process_set = process_set
+        pid = _set_id(process_set)
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be at least 1")
         self.backward_passes_per_step = backward_passes_per_step
@@ -49,6 +60,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if len(set(names)) != len(names):
                 dups = sorted({n for n in names if names.count(n) > 1})
                 raise ValueError("named_parameters has duplicate names: %s" % ", ".join(dups))
+            self._parameter_names = {p: n for n, p in named}  # Horovod's attribute, read by tools
             self._names = {p: "allreduce." + n for n, p in named}
             unnamed = [p for p in all_params if p not in self._names]
             if unnamed:
@@ -56,6 +68,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  "pass model.named_parameters() of the model the optimizer "
                                  "updates" % len(unnamed))
         else:
+            self._parameter_names = {p: "noname.%d" % i for i, p in enumerate(all_params)}
             self._names = {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
 
         # parameter -> (handle, compression context), this step
@@ -65,16 +78,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs: list[Any] = []
         self._synchronized = False
         self._should_synchronize = True
-        if size() > 1:
+        if _set_size(pid) > 1:
             self._register_hooks()
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Horovod's: how many backward passes accumulate locally before a reduction."""
+        if passes < 1:
+            raise ValueError("backward_passes_per_step must be at least 1")
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
 
     def _register_hooks(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
                 if not p.requires_grad:
                     continue
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                # No zeros in .grad beforehand: backward then adds a sparse gradient into a dense
+                # one, and a sparse optimizer (SparseAdam) refuses the result.
                 self._requires_update.add(p)
                 # The gradient accumulator's hook runs once backward has added into p.grad.
                 accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -85,8 +106,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         def hook(*ignore: object) -> None:
             if p in self._handles and self._handles[p][0] is not None and self._delay[p] <= 0:
                 raise AssertionError(
-                    "gradients were computed more than backward_passes_per_step times before "
-                    "step(); raise backward_passes_per_step to accumulate them locally")
+                    "Gradients were computed more than backward_passes_per_step times before call "
+                    "to step(). Increase backward_passes_per_step to accumulate gradients "
+                    "locally.")
             self._delay[p] -= 1
             handle, ctx = None, None
             if self._delay[p] == 0:
@@ -97,12 +119,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _allreduce_grad_async(self, p: torch.Tensor) -> tuple[int, Any]:
         if p.grad is None:
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        if p.grad.is_sparse:
+            if not self._sparse_as_dense:
+                return sparse_allreduce_async(p.grad, self._names[p], self._op,
+                                              self._process_set), None
+            p.grad = p.grad.to_dense()
         prescale = postscale = 1.0
         if self._predivide != 1.0:
             prescale, postscale = 1.0 / self._predivide, self._predivide
         compressed, ctx = self._compression.compress(p.grad)
         handle = allreduce_async_(compressed, name=self._names[p], op=self._op,
-                                  prescale_factor=prescale, postscale_factor=postscale)
+                                  prescale_factor=prescale, postscale_factor=postscale,
+                                  process_set=self._process_set)
         return handle, ctx
 
     def synchronize(self) -> None:
@@ -117,6 +145,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p, (handle, ctx) in self._handles.items():
                 output = synchronize(handle)  # type: ignore[arg-type]  # no None left (above)
                 self._delay[p] = self.backward_passes_per_step
+                if output.is_sparse:  # a new sparse gradient, of every rank's rows
+                    p.grad = output
+                    continue
                 result = self._compression.decompress(output, ctx)
                 if result is not p.grad:
                     p.grad.copy_(result)  # type: ignore[union-attr]  # set by _allreduce_grad_async
@@ -143,8 +174,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(): the gradients are reduced twice")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -152,8 +186,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = False) -> None:
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(); the "
-                                 "allreduces in flight still write the gradients")
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
         return super(self.__class__, self).zero_grad(set_to_none)
 
 
@@ -171,9 +205,37 @@ def DistributedOptimizer(optimizer: _Optimizer,
     ranks (op=Sum sums). Each allreduce starts from an autograd hook as soon as its gradient is
     accumulated, so communication overlaps the rest of backward. With
     `backward_passes_per_step` = k, gradients accumulate locally over k backward passes and are
-    reduced once. `compression=Compression.fp16` sends float16."""
+    reduced once. `compression=Compression.fp16` sends float16. Sparse gradients are allgathered
+    (indices and values) unless `sparse_as_dense`. With `process_set`, gradients are averaged over
+    its ranks only (each rank calls this with the set it belongs to). `num_groups` and `groups`
+    are accepted for Horovod's scripts: dtrain's engine fuses the allreduces that are ready
+    together anyway."""
     op = _reduce_op(None, op)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor)
+               op, gradient_predivide_factor, sparse_as_dense, process_set)
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
+                           process_set: object = None) -> int:
+    """Starts Horovod's allreduce of a sparse COO tensor: every rank's indices and values
+    allgathered (values divided by the number of ranks for Average); synchronize gives the sparse
+    result, uncoalesced (indices may repeat; torch sums them)."""
+    op = _reduce_op(None, op)
+    if op not in (Average, Sum):
+        raise ValueError("a sparse allreduce sums or averages, not op=%r" % (op,))
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    # allgather concatenates along the first dimension: one row per nonzero.
+    indices = allgather_async(t.indices().t().contiguous(), name + ".indices", process_set)
+    values = allgather_async(t.values().contiguous(), name + ".values", process_set)
+    ranks = _set_size(_set_id(process_set))
+
+    def finish() -> torch.Tensor:
+        rows = _handles.pop(indices).finish()
+        vals = _handles.pop(values).finish()
+        if op == Average:
+            vals = vals / ranks
+        return torch.sparse_coo_tensor(rows.t(), vals, t.shape)
+
+    return _handle(_AllOf([_handles[indices].op, _handles[values].op]), finish)

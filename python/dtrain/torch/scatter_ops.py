@@ -17,8 +17,9 @@ from .. import _dtrain
 from ..errors import InvalidArgument
 from .ops import (
     _check_rows, _grouped, _handle, _initialized, _name, _on_host, _reduce_op, _reduction,
-    _rows_for_engine, allgather_async, size,
+    _rows_for_engine, allgather_async,
 )
+from .process_sets import _set_id, _set_size
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -29,16 +30,17 @@ __all__ = [
 ]
 
 
-def _splits_list(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | None) -> list[int]:
-    """Rows of `tensor` for each rank: `splits` as a list, or an even split of the first
-    dimension."""
+def _splits_list(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | None,
+                 ranks: int) -> list[int]:
+    """Rows of `tensor` for each of `ranks` ranks: `splits` as a list, or an even split of the
+    first dimension."""
     rows = tensor.shape[0]
     if splits is None:
-        if rows % size():
+        if rows % ranks:
             raise InvalidArgument(
                 "alltoall: the first dimension (%d) does not divide among %d ranks; pass splits="
-                % (rows, size()))
-        return [rows // size()] * size()
+                % (rows, ranks))
+        return [rows // ranks] * ranks
     if isinstance(splits, torch.Tensor):
         if splits.dim() != 1 or splits.dtype.is_floating_point or splits.is_complex():
             raise InvalidArgument("alltoall: splits must be a 1-d integer tensor, not %s %s"
@@ -58,10 +60,11 @@ def alltoall_async(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | 
     rank order; an int32 tensor of how many came from each rank)."""
     _initialized()
     _check_rows("alltoall", tensor)
-    name = _name("alltoall", name)
-    counts = _splits_list(tensor, splits)
+    pid = _set_id(process_set)
+    name = _name("alltoall", name, pid)
+    counts = _splits_list(tensor, splits, _set_size(pid))
     work, back = _rows_for_engine(tensor, host_only=True)
-    pending = _dtrain.alltoall_async(name, work, counts)
+    pending = _dtrain.alltoall_async(name, work, counts, pid)
     splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
 
     def finish() -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,9 +87,10 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int |
         raise InvalidArgument("reducescatter needs a tensor with at least one dimension (a "
                               "scalar cannot be divided among the ranks)")
     op = _reduce_op(None, op)
-    name = _name("reducescatter", name)
-    src, engine_op, after = _reduction(tensor, op, prescale_factor, postscale_factor)
-    pending = _dtrain.reducescatter_async(name, _on_host(src), engine_op)
+    pid = _set_id(process_set)
+    name = _name("reducescatter", name, pid)
+    src, engine_op, after = _reduction(tensor, op, prescale_factor, postscale_factor, pid)
+    pending = _dtrain.reducescatter_async(name, _on_host(src), engine_op, pid)
 
     def finish() -> torch.Tensor:
         # The result is memory of its own (the engine's, kept alive by the tensor): no copy.
@@ -98,8 +102,9 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int |
 def grouped_allgather_async(tensors: Iterable[torch.Tensor], name: str | None = None,
                             process_set: object = None) -> int:
     """Starts an allgather of each tensor, negotiated together; synchronize gives the list."""
-    base = _name("grouped_allgather", name)
-    return _grouped([allgather_async(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)])
+    base = _name("grouped_allgather", name, _set_id(process_set))
+    return _grouped([allgather_async(t, "%s.%d" % (base, i), process_set)
+                     for i, t in enumerate(tensors)])
 
 
 def grouped_reducescatter_async(tensors: Iterable[torch.Tensor], name: str | None = None,
@@ -107,8 +112,8 @@ def grouped_reducescatter_async(tensors: Iterable[torch.Tensor], name: str | Non
                                 prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> int:
     """Starts a reducescatter of each tensor, negotiated together; synchronize gives the list."""
-    base = _name("grouped_reducescatter", name)
-    kwargs: dict[str, Any] = {"prescale_factor": prescale_factor,
+    base = _name("grouped_reducescatter", name, _set_id(process_set))
+    kwargs: dict[str, Any] = {"process_set": process_set, "prescale_factor": prescale_factor,
                               "postscale_factor": postscale_factor}
     return _grouped([reducescatter_async(t, "%s.%d" % (base, i), op, **kwargs)
                      for i, t in enumerate(tensors)])

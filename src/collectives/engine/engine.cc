@@ -68,11 +68,21 @@ Handle Engine::Impl::Submit(Request request) {
                             " (NCCL: one GPU per rank; torch.cuda.set_device(local_rank))");
     }
   }
-  if (!in_flight.emplace(request.name, state).second) {
+  if (in_flight.count(request.name)) {
+    // Another rank may have seen its first collective of this name finish before it submitted
+    // the second, and accepted it: the refusal follows the first collective to the other ranks
+    // (announced once the first is done, where the other ranks' second one is), so that every
+    // rank's fails. Nobody waits for the refusal's own handle.
+    Request refusal;
+    refusal.name = request.name;
+    refusal.desc.kind = OpKind::kRefused;
+    refusal.state = std::make_shared<Handle::State>(state->what, state->timeout);
+    refused[request.name].push_back(std::move(refusal));
     throw InvalidArgument(state->what +
                           ": a collective of this name is already in flight (names must be unique "
                           "among the collectives in flight; wait for the first one)");
   }
+  in_flight.emplace(request.name, state);
   const bool was_empty = queue.empty();
   queue.push_back(std::move(request));
   lock.unlock();
@@ -250,6 +260,12 @@ void Engine::Impl::Execute(std::vector<ReadyCollective>& ready) {
       Finish(r, Failure{ErrorKind::kInvalid, c.mismatch}.For(r.state->what));
       continue;
     }
+    if (r.desc.kind == OpKind::kRefused) {  // every rank refused it
+      Finish(r, Failure{ErrorKind::kInvalid, "every rank submitted '" + c.name +
+                                                 "' again while its earlier one was in flight"}
+                    .For(r.state->what));
+      continue;
+    }
     if (r.desc.kind != OpKind::kAllreduce) {
       singles.emplace_back(&r, &c);
       continue;
@@ -390,6 +406,14 @@ void Engine::Impl::Finish(Request& r, std::exception_ptr error, Array result) {
     // Before completing: a caller that resubmits the name right after Wait must be accepted.
     std::lock_guard<std::mutex> lock(mutex);
     in_flight.erase(name);
+    // A refusal waiting for this collective goes out in the next round.
+    auto next = refused.find(name);
+    if (next != refused.end()) {
+      in_flight.emplace(name, next->second.front().state);
+      queue.push_back(std::move(next->second.front()));
+      next->second.pop_front();
+      if (next->second.empty()) refused.erase(next);
+    }
   }
   if (state->Complete(std::move(error), std::move(result))) {
     collectives.fetch_add(1, std::memory_order_relaxed);
@@ -419,6 +443,7 @@ void Engine::Impl::FailAll(const Failure& f) {
     failure = f;
     for (auto& r : queue) failed.push_back(std::move(r));
     queue.clear();
+    refused.clear();  // their handles have no waiters
   }
   CompleteJoin(f.For("join"));
   for (auto& [name, r] : pending) failed.push_back(std::move(r));

@@ -81,6 +81,9 @@ struct Engine::Impl {
   std::deque<Request> queue;  // submitted, not yet announced
   // Submitted, not yet finished: the names, and the handles for failing them from any thread.
   std::unordered_map<std::string, std::shared_ptr<Handle::State>> in_flight;
+  // Refusals of names submitted again while in flight (OpKind::kRefused), by name, each waiting
+  // for the collective before it to finish.
+  std::unordered_map<std::string, std::deque<Request>> refused;
   std::optional<Failure> failure;
   bool shutdown_requested = false;
   Clock::time_point shutdown_deadline;

@@ -62,6 +62,8 @@ const char* OpKindName(OpKind kind) {
       return "alltoall";
     case OpKind::kReducescatter:
       return "reducescatter";
+    case OpKind::kRefused:
+      return "refused";
   }
   return "unknown";
 }
@@ -83,6 +85,7 @@ const char* ReduceOpName(ReduceOp op) {
 }
 
 std::string Descriptor::ToString() const {
+  if (kind == OpKind::kRefused) return "submitted again while its earlier one was in flight";
   std::ostringstream out;
   out << OpKindName(kind);
   if (kind == OpKind::kAllreduce || kind == OpKind::kReducescatter) {
@@ -140,7 +143,7 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
     std::string name = in.Chars("name", length);
     Descriptor d;
     const uint8_t kind = in.U8("kind");
-    if (kind > static_cast<uint8_t>(OpKind::kReducescatter)) in.Fail("kind", std::to_string(kind));
+    if (kind > static_cast<uint8_t>(OpKind::kRefused)) in.Fail("kind", std::to_string(kind));
     d.kind = static_cast<OpKind>(kind);
     const uint8_t dtype = in.U8("dtype");
     if (!IsValidDType(dtype)) in.Fail("dtype", std::to_string(dtype));

@@ -35,6 +35,10 @@ enum class OpKind : uint8_t {
   kBarrier = 3,
   kAlltoall = 4,
   kReducescatter = 5,
+  // A name submitted again while this rank's earlier collective of that name was in flight:
+  // refused at submission, and announced once the earlier one is done so that every rank's
+  // collective of the name fails with the refusal (engine.cc), whatever the timing.
+  kRefused = 6,
 };
 
 const char* OpKindName(OpKind kind);

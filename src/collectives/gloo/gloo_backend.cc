@@ -71,15 +71,68 @@ gloo::AllreduceOptions::Func ReduceFunction(DType dtype, Reduction how) {
 
 class GlooBackend final : public Communicator, private LeaderChannel {
  public:
-  explicit GlooBackend(const CollectivesConfig& config)
+  // The whole job: joins the mesh (gloo_setup.h).
+  explicit GlooBackend(const CollectivesConfig& config) : GlooBackend(JoinGloo(config), config) {}
+
+  // A process set: `members` (ranks of the job, ascending, this one among them) connect a gloo
+  // context of their own over the job's rendezvous and devices, under `prefix` in the store.
+  GlooBackend(std::shared_ptr<GlooMembership> mesh, std::vector<int> members,
+              const std::string& prefix, const CollectivesConfig& config)
       : algorithm_(config.gloo_algorithm.empty() ? "auto" : config.gloo_algorithm),
-        timeout_(config.collective_timeout) {
-    rank_ = config.rank;
+        timeout_(config.collective_timeout),
+        config_(config),
+        mesh_(std::move(mesh)),
+        members_(std::move(members)) {
+    global_rank_ = config.rank;
+    rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), global_rank_) -
+                             members_.begin());
+    size_ = static_cast<int>(members_.size());
+    set_store_ = std::make_unique<gloo::rendezvous::PrefixStore>(prefix, *mesh_->store);
+    try {
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+      context->setTimeout(config.collective_timeout);
+      context->connectFullMesh(*set_store_, mesh_->device);
+      context_ = std::move(context);
+    } catch (const gloo::Exception& e) {
+      throw PeerError("rank " + std::to_string(global_rank_) +
+                      " could not connect to the other gloo ranks of its process set (" +
+                      mesh_->address + "): " + e.what());
+    }
+    Start(*set_store_);
+  }
+
+  std::unique_ptr<Communicator> Subset(const std::vector<int>& ranks, int generation) override {
+    CollectivesConfig config = config_;
+    config.rank = global_rank_;
+    return std::make_unique<GlooBackend>(mesh_, ranks, "process-set-" + std::to_string(generation),
+                                         config);
+  }
+
+ private:
+  GlooBackend(std::unique_ptr<GlooMembership> mesh, const CollectivesConfig& config)
+      : algorithm_(config.gloo_algorithm.empty() ? "auto" : config.gloo_algorithm),
+        timeout_(config.collective_timeout),
+        config_(config),
+        mesh_(std::move(mesh)) {
+    global_rank_ = rank_ = config.rank;
     size_ = config.size;
-    mesh_ = JoinGloo(config);
+    members_.resize(size_);
+    std::iota(members_.begin(), members_.end(), 0);
     context_ = mesh_->context;
-    local_rank_ = mesh_->local_rank;
-    local_size_ = mesh_->local_size;
+    Start(*mesh_->store);
+  }
+
+  // What both constructors do once `context_` connects this communicator's ranks: the layout of
+  // its hosts, the watchdog, the shared memory groups.
+  void Start(gloo::rendezvous::Store& store) {
+    std::vector<std::string> hostnames, host_ids;
+    for (int member : members_) {
+      hostnames.push_back(mesh_->hostnames[member]);
+      host_ids.push_back(mesh_->host_ids[member]);
+    }
+    const HostLayout by_name = HostLayout::FromHostIds(hostnames, rank_);
+    local_rank_ = by_name.local_rank;
+    local_size_ = static_cast<int>(by_name.mine().size());
     if (mesh_->client) {
       // Only the TCP rendezvous knows who left; under a FileStore a stuck call ends at the
       // timeout.
@@ -87,8 +140,9 @@ class GlooBackend final : public Communicator, private LeaderChannel {
           std::make_unique<GlooWatchdog>([this] { return LostRanksText(Duration(0)); },
                                          [this](const std::string& lost) { NotifyPeerLost(lost); });
     }
-    SetUpSharedMemory(*mesh_->store, config, mesh_->host_ids);
-    DTRAIN_LOG(kConnections) << "collectives: gloo rank " << rank_ << " of " << size_ << " at "
+    SetUpSharedMemory(store, config_, host_ids);
+    DTRAIN_LOG(kConnections) << "collectives: gloo rank " << rank_ << " of " << size_
+                             << (size_ == config_.size ? "" : " (a process set)") << " at "
                              << mesh_->address << " (local " << local_rank_ << " of " << local_size_
                              << "), "
                              << (!groups_ ? "allreduce " + algorithm_
@@ -99,12 +153,14 @@ class GlooBackend final : public Communicator, private LeaderChannel {
                                            " hosts, shared memory within each");
   }
 
+ public:
   ~GlooBackend() override {
     groups_.reset();
     watchdog_.reset();  // its thread asks the rendezvous client
     cached_.clear();
     leaders_.reset();
     context_.reset();
+    set_store_.reset();
     mesh_.reset();  // the rendezvous client says goodbye before rank 0's server goes away
   }
 
@@ -326,8 +382,8 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     groups_->Abandon(error);
     CloseConnections();
     if (failure_.empty()) {
-      failure_ = std::string(what) + " (shared memory) failed on rank " + std::to_string(rank_) +
-                 ": " + error;
+      failure_ = std::string(what) + " (shared memory) failed on rank " +
+                 std::to_string(global_rank_) + ": " + error;
     }
     if (timed_out_) throw TimeoutError(failure_);
     throw PeerError(failure_);
@@ -353,10 +409,10 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     options.rank = layout.local_rank;
     options.size = static_cast<int>(mine.size());
     options.timeout = config.collective_timeout;
-    options.describe_rank = [this, mine](int r) { return mesh_->peers[mine[r]]; };
+    options.describe_rank = [this, mine](int r) { return Peer(mine[r]); };
     options.explain_loss = [this, mine](int r) {
       const std::string lost = LostRanksText(Duration(2000));
-      return lost.empty() ? mesh_->peers[mine[r]] + " left the job (its process ended)" : lost;
+      return lost.empty() ? Peer(mine[r]) + " left the job (its process ended)" : lost;
     };
     std::unique_ptr<ShmGroup> group;
     try {
@@ -369,7 +425,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
         const auto bytes = store.get(key);
         const std::string name(bytes.begin(), bytes.end());
         if (wanted && !name.empty()) group = ShmGroup::Attach(name, options);
-        if (wanted && name.empty()) why_not = mesh_->peers[mine[0]] + " offered no shared memory";
+        if (wanted && name.empty()) why_not = Peer(mine[0]) + " offered no shared memory";
       }
     } catch (const std::exception& e) {
       group.reset();
@@ -399,7 +455,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
         context->connectFullMesh(prefixed, mesh_->device);
         leaders_ = std::move(context);
       } catch (const gloo::Exception& e) {
-        throw PeerError("rank " + std::to_string(rank_) +
+        throw PeerError("rank " + std::to_string(global_rank_) +
                         " could not connect to the other hosts' leading gloo ranks (" +
                         mesh_->address + "): " + e.what());
       }
@@ -479,7 +535,8 @@ class GlooBackend final : public Communicator, private LeaderChannel {
       cause = watchdog_ ? watchdog_->found() : "";
       if (cause.empty()) cause = LostRanksText(Duration(2000));
     }
-    failure_ = "gloo " + std::string(what) + " failed on rank " + std::to_string(rank_) + ": " +
+    failure_ = "gloo " + std::string(what) + " failed on rank " + std::to_string(global_rank_) +
+               ": " +
                (timeout ? "no progress within " + SecondsText(timeout_) +
                               " (DTRAIN_COLLECTIVE_TIMEOUT_MS); a rank is stuck or far behind"
                 : cause.empty() ? "a connection broke"
@@ -502,7 +559,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     try {
       while (true) {
         auto lost = client->LostRanks(Duration(2000));
-        lost.erase(std::remove(lost.begin(), lost.end(), rank_), lost.end());
+        lost.erase(std::remove(lost.begin(), lost.end(), global_rank_), lost.end());
         if (!lost.empty()) {
           std::string text;
           for (size_t i = 0; i < lost.size(); ++i) {
@@ -526,6 +583,9 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     }
   }
 
+  // "rank 1 (host, address)" for this communicator's rank `r`, named by its rank in the job.
+  const std::string& Peer(int r) const { return mesh_->peers[members_[r]]; }
+
   void CloseConnections() {
     context_->closeConnections();
     if (leaders_) leaders_->closeConnections();
@@ -536,8 +596,13 @@ class GlooBackend final : public Communicator, private LeaderChannel {
 
   std::string algorithm_;
   Duration timeout_;
-  std::unique_ptr<GlooMembership> mesh_;    // the rendezvous, the pairs, who is who
-  std::shared_ptr<gloo::Context> context_;  // mesh_'s: every rank
+  CollectivesConfig config_;
+  // The rendezvous, the job's pairs, who is who: shared with the process sets' communicators.
+  std::shared_ptr<GlooMembership> mesh_;
+  std::vector<int> members_;  // this communicator's ranks, as ranks of the job
+  int global_rank_ = 0;       // this process's rank in the job
+  std::unique_ptr<gloo::rendezvous::PrefixStore> set_store_;  // a process set's part of the store
+  std::shared_ptr<gloo::Context> context_;                    // among members_
   std::map<std::pair<size_t, DType>, Cached> cached_;
   size_t cached_bytes_ = 0;  // buffer bytes of the cached instances
   std::string failure_;

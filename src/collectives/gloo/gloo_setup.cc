@@ -93,7 +93,8 @@ void WaitForEveryone(GlooMembership& m, const CollectivesConfig& config) {
 // errors; the host ids say whether they may share memory.
 void LearnPeers(GlooMembership& m, const CollectivesConfig& config) {
   const int size = config.size;
-  std::vector<std::string> hostnames(size);
+  std::vector<std::string>& hostnames = m.hostnames;
+  hostnames.resize(size);
   m.peers.resize(size);
   m.host_ids.resize(size);
   for (int r = 0; r < size; ++r) {

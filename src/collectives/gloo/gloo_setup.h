@@ -51,6 +51,7 @@ struct GlooMembership {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::Context> context;  // every rank
   std::vector<std::string> peers;          // "rank 1 (host, address)", by rank
+  std::vector<std::string> hostnames;      // by rank
   std::vector<std::string> host_ids;       // by rank (common/host_id.h): who may share memory
   int local_rank = 0;                      // as Horovod counts it, by hostname
   int local_size = 1;

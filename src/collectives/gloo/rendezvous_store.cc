@@ -8,11 +8,11 @@
 #include <set>
 #include <thread>
 
+#include "auth/handshake.h"
 #include "collectives/byte_codec.h"
 #include "collectives/error_text.h"
-#include "dtrain/common/error.h"
-#include "auth/handshake.h"
 #include "common/logging.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 
@@ -43,6 +43,8 @@ constexpr size_t kMaxStoredBytes = size_t{256} << 20;
 constexpr size_t kMissingKeysReported = 8;
 // How long rank 0's server keeps answering, after a rank was lost, for the ranks still connected.
 constexpr Duration kLingerAfterLoss(2000);
+// How long a rank other than 0 waits, leaving, for rank 0's server to stop (~RendezvousClient).
+constexpr Duration kAwaitServerStop(5000);
 
 std::vector<char> Frame(ByteWriter& body) {
   ByteWriter frame;
@@ -429,6 +431,18 @@ struct RendezvousClient::Impl {
     broken_reason = why;
   }
 
+  // Waits (at most `timeout`) for the server to close the connection.
+  void AwaitClose(Duration timeout) {
+    char byte = 0;
+    asio::async_read(socket, asio::buffer(&byte, 1), [](std::error_code, size_t) {});
+    io.restart();
+    io.run_for(timeout);
+    std::error_code ignored;
+    socket.close(ignored);
+    io.restart();
+    io.run();  // lets the cancelled read's handler run
+  }
+
   asio::io_context io;
   tcp::socket socket{io};
   bool broken = false;
@@ -439,7 +453,8 @@ RendezvousClient::RendezvousClient(const std::string& host, uint16_t port, int r
                                    Duration connect_timeout, const std::string& job_secret)
     : impl_(std::make_unique<Impl>()),
       endpoint_(host + ":" + std::to_string(port)),
-      request_timeout_(connect_timeout) {
+      request_timeout_(connect_timeout),
+      rank_(rank) {
   const Deadline deadline(connect_timeout);
   std::string last_error = "no attempt made";
   Duration pause(20);
@@ -530,6 +545,11 @@ RendezvousClient::~RendezvousClient() {
     ByteWriter goodbye;
     goodbye.U8(kGoodbye);
     impl_->Exchange(goodbye, Duration(2000), endpoint_);
+    // Rank 0's server closes every connection as it stops. Until it has, a rendezvous on the same
+    // port (init again after shutdown) could reach it instead of its successor and lose the
+    // connection halfway; so the other ranks leave only once it is gone. Rank 0's own client
+    // goes before its server: it does not wait.
+    if (rank_ != 0) impl_->AwaitClose(kAwaitServerStop);
   } catch (const Error&) {
     // Rank 0 has gone already; nothing to tell it.
   }

@@ -85,6 +85,7 @@ class RendezvousClient : public gloo::rendezvous::Store {
   std::unique_ptr<Impl> impl_;
   std::string endpoint_;
   Duration request_timeout_;
+  int rank_;
   std::mutex mutex_;  // one request at a time on the connection
 };
 

@@ -2,9 +2,11 @@
 //
 // MPI is initialised here unless the program already did (then it is also left for the program to
 // finalise). The engine calls MPI from its background thread while the program's main thread
-// initialised it, hence MPI_THREAD_SERIALIZED. Errors are returned instead of aborting
-// (MPI_ERRORS_RETURN on our own communicator), so a broken connection becomes a PeerError; a rank
-// that dies outright is normally reported by mpirun itself, which then ends the job.
+// initialised it, hence at least MPI_THREAD_SERIALIZED; MPI_THREAD_MULTIPLE where MPI offers it,
+// which process sets need (each set's engine calls MPI from a thread of its own). Errors are
+// returned instead of aborting (MPI_ERRORS_RETURN on our own communicator), so a broken connection
+// becomes a PeerError; a rank that dies outright is normally reported by mpirun itself, which then
+// ends the job.
 #include <mpi.h>
 
 #include <algorithm>
@@ -61,21 +63,50 @@ constexpr size_t kMaxCount = size_t{1} << 30;
 
 class MpiBackend final : public Communicator {
  public:
-  explicit MpiBackend(const CollectivesConfig& config) {
+  explicit MpiBackend(const CollectivesConfig&) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
       int provided = 0;
-      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
         throw PeerError("MPI_Init_thread failed (is this process started by mpirun?)");
       }
       owns_mpi_ = true;
-      if (provided < MPI_THREAD_SERIALIZED) {
-        throw ConfigError("this MPI provides thread level " + std::to_string(provided) +
-                          " but the collectives engine needs MPI_THREAD_SERIALIZED");
-      }
+    }
+    MPI_Query_thread(&thread_level_);
+    if (thread_level_ < MPI_THREAD_SERIALIZED) {
+      throw ConfigError("this MPI provides thread level " + std::to_string(thread_level_) +
+                        " but the collectives engine needs MPI_THREAD_SERIALIZED");
     }
     Check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    Start();
+  }
+
+  std::unique_ptr<Communicator> Subset(const std::vector<int>& ranks, int generation) override {
+    if (thread_level_ < MPI_THREAD_MULTIPLE) {
+      throw ConfigError(
+          "process sets under MPI need MPI_THREAD_MULTIPLE (each set's engine calls MPI from its "
+          "own thread); this MPI was initialised with thread level " +
+          std::to_string(thread_level_));
+    }
+    MPI_Group everyone = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
+    MPI_Comm_group(comm_, &everyone);
+    MPI_Group_incl(everyone, static_cast<int>(ranks.size()), ranks.data(), &members);
+    MPI_Comm comm = MPI_COMM_NULL;
+    const int code = MPI_Comm_create_group(comm_, members, generation, &comm);
+    MPI_Group_free(&members);
+    MPI_Group_free(&everyone);
+    Check(code, "MPI_Comm_create_group");
+    return std::unique_ptr<Communicator>(new MpiBackend(comm, thread_level_));
+  }
+
+ private:
+  // A process set's communicator, made by Subset.
+  MpiBackend(MPI_Comm comm, int thread_level) : thread_level_(thread_level), comm_(comm) {
+    Start();
+  }
+
+  void Start() {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -94,6 +125,7 @@ class MpiBackend final : public Communicator {
                              << local_rank_ << " of " << local_size_ << ")";
   }
 
+ public:
   ~MpiBackend() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -197,6 +229,7 @@ class MpiBackend final : public Communicator {
   }
 
   bool owns_mpi_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
   bool broken_ = false;
   MPI_Comm comm_ = MPI_COMM_NULL;
   // Indexed by Reduction.
