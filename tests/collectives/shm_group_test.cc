@@ -122,6 +122,36 @@ TEST(ShmGroup, AllgathervOfUnevenAndEmptyContributions) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(out[r], expected) << "rank " << r;
 }
 
+TEST(ShmGroup, AlltoallvOfUnevenAndEmptyBlocksOverManyRounds) {
+  Group group(3);
+  // Rank s sends sizes[s][d] bytes to rank d: some blocks need several rounds of a 4,096-byte
+  // slot's share, some are empty, and a rank's block to itself goes straight across.
+  const size_t sizes[3][3] = {{10, 5000, 0}, {0, 7, 3000}, {2500, 1, 0}};
+  auto byte = [](int from, int to, size_t i) {
+    return static_cast<char>(from * 70 + to * 20 + i % 17);
+  };
+  std::vector<std::vector<char>> out(3);
+  group.Run([&](int rank, ShmGroup& g) {
+    std::vector<size_t> send(3), recv(3);
+    std::vector<char> in;
+    for (int d = 0; d < 3; ++d) {
+      send[d] = sizes[rank][d];
+      recv[d] = sizes[d][rank];
+      for (size_t i = 0; i < send[d]; ++i) in.push_back(byte(rank, d, i));
+    }
+    out[rank].resize(std::accumulate(recv.begin(), recv.end(), size_t{0}));
+    g.Alltoallv(in.data(), send, out[rank].data(), recv);
+    g.Barrier();  // still in step after it
+  });
+  for (int r = 0; r < 3; ++r) {
+    std::vector<char> expected;
+    for (int s = 0; s < 3; ++s) {
+      for (size_t i = 0; i < sizes[s][r]; ++i) expected.push_back(byte(s, r, i));
+    }
+    EXPECT_EQ(out[r], expected) << "rank " << r;
+  }
+}
+
 TEST(ShmGroup, BroadcastFromEveryRootAndBarriersBetween) {
   Group group(3);
   group.Run([&](int rank, ShmGroup& g) {

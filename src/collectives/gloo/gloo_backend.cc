@@ -200,10 +200,14 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     Guard("broadcast", [&] { GlooBroadcast(context_, data, bytes, root); });
   }
 
-  // Over the TCP pairs between every two ranks even where the host groups share memory: each
-  // block has one sender and one receiver, so a host's shared memory would only add a copy.
+  // Through the host's shared memory where every rank shares it (each byte written to the
+  // segment once and read once, instead of through the kernel's loopback and gloo's event loop);
+  // over the TCP pairs between every two ranks otherwise.
   void DoAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
                    const std::vector<size_t>& recv_bytes) override {
+    if (groups_ && groups_->one_host()) {
+      return GroupsCall("alltoall", [&] { groups_->Alltoallv(in, send_bytes, out, recv_bytes); });
+    }
     Guard("alltoall", [&] { GlooAlltoallv(context_, in, send_bytes, out, recv_bytes); });
   }
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "dtrain/common/error.h"
+
 namespace dtrain::collectives {
 
 HostLayout HostLayout::FromHostIds(const std::vector<std::string>& host_ids, int rank) {
@@ -40,6 +42,14 @@ void HostGroups::Allreduce(const void* in, void* out, size_t count, DType dtype,
   }
   if (leaders_) leaders_->LeadersAllreduce(out, count, dtype, how);
   if (local_) local_->Broadcast(out, bytes, 0);
+}
+
+void HostGroups::Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                           const std::vector<size_t>& recv_bytes) {
+  if (!one_host() || !local_) {
+    throw InvalidArgument("an alltoall through shared memory needs every rank on one host");
+  }
+  local_->Alltoallv(in, send_bytes, out, recv_bytes);
 }
 
 void HostGroups::Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {

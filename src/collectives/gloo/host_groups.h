@@ -69,13 +69,16 @@ class HostGroups {
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
   void Broadcast(void* data, size_t bytes, int root);
   void Barrier();
+  // As Communicator's; only where every rank shares this host (one_host()), through its memory.
+  void Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes);
 
   // See ShmGroup::Abandon; nothing for a host of one rank.
   void Abandon(const std::string& reason);
 
- private:
   bool one_host() const { return layout_.hosts() == 1; }
 
+ private:
   HostLayout layout_;
   std::unique_ptr<ShmGroup> local_;
   LeaderChannel* leaders_;

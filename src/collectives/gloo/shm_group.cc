@@ -378,6 +378,56 @@ void ShmGroup::Broadcast(void* data, size_t bytes, int root) {
   }
 }
 
+void ShmGroup::Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                         const std::vector<size_t>& recv_bytes) {
+  const Deadline deadline(options_.timeout);
+  const int me = options_.rank;
+  const int n = options_.size;
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  std::vector<size_t> send_at(n), recv_at(n);
+  uint64_t largest = 0;  // this rank's largest block to or from another rank
+  for (int r = 0, s = 0, v = 0; r < n; s += send_bytes[r], v += recv_bytes[r], ++r) {
+    send_at[r] = s;
+    recv_at[r] = v;
+    if (r != me) largest = std::max<uint64_t>(largest, std::max(send_bytes[r], recv_bytes[r]));
+  }
+  if (send_bytes[me] > 0) std::memcpy(dst + recv_at[me], src + send_at[me], send_bytes[me]);
+  // The ranks agree on the number of rounds: every rank's largest block, through the slots.
+  std::memcpy(slot(me), &largest, sizeof(largest));
+  Arrive();
+  WaitForAll(deadline, "alltoall");
+  for (int r = 0; r < n; ++r) {
+    uint64_t theirs = 0;
+    std::memcpy(&theirs, slot(r), sizeof(theirs));
+    largest = std::max(largest, theirs);
+  }
+  Arrive();
+  WaitForAll(deadline, "alltoall");
+  // Each round, a slot holds its rank's next piece for every rank, a cache-aligned share each.
+  const size_t share =
+      std::max<size_t>(slot_bytes_ / n / 64 * 64, std::max<size_t>(slot_bytes_ / n, 1));
+  const size_t rounds = (largest + share - 1) / share;
+  auto piece = [share](size_t bytes, size_t from) {
+    return bytes > from ? std::min(share, bytes - from) : 0;
+  };
+  for (size_t round = 0; round < rounds; ++round) {
+    const size_t from = round * share;
+    for (int r = 0; r < n; ++r) {
+      const size_t p = r == me ? 0 : piece(send_bytes[r], from);
+      if (p > 0) std::memcpy(slot(me) + r * share, src + send_at[r] + from, p);
+    }
+    Arrive();
+    WaitForAll(deadline, "alltoall");
+    for (int r = 0; r < n; ++r) {
+      const size_t p = r == me ? 0 : piece(recv_bytes[r], from);
+      if (p > 0) std::memcpy(dst + recv_at[r] + from, slot(r) + me * share, p);
+    }
+    Arrive();
+    WaitForAll(deadline, "alltoall");
+  }
+}
+
 void ShmGroup::Barrier() {
   const Deadline deadline(options_.timeout);
   Arrive();

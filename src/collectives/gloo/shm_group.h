@@ -82,6 +82,12 @@ class ShmGroup {
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
   void Broadcast(void* data, size_t bytes, int root);
   void Barrier();
+  // Each rank's block for rank r (send_bytes[r] bytes, blocks in rank order in `in`) to rank r,
+  // which receives recv_bytes[s] bytes from rank s into `out` (blocks in rank order). A rank's own
+  // block is copied straight across; every other byte is written to the segment once and read
+  // from it once.
+  void Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes);
 
   // After an error of this rank's: every rank waiting in the group, or arriving later, fails with a
   // PeerError naming this rank and `reason` (or a rank found dead) instead of waiting for it.
