@@ -1,7 +1,7 @@
 #include "collectives/process_sets.h"
 
 #include <algorithm>
-#include <cmath>
+#include <span>
 #include <string>
 
 #include "common/logging.h"
@@ -13,18 +13,17 @@ namespace {
 // Ranks travel as float32 in the agreement (the engine reduces floats): exact below 2^24.
 constexpr int kMaxRank = 1 << 24;
 
-std::string ListText(const std::vector<float>& values, size_t from, size_t count) {
+// "[0, 2]": ranks, or ids, as the agreement carries them (float) or as asked (int).
+template <typename T>
+std::string ListText(std::span<const T> values) {
   std::string text = "[";
-  for (size_t i = 0; i < count; ++i) {
-    text += (i ? ", " : "") + std::to_string(static_cast<long long>(values[from + i]));
+  for (size_t i = 0; i < values.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(static_cast<long long>(values[i]));
   }
   return text + "]";
 }
 
-std::string RanksText(const std::vector<int>& ranks) {
-  std::vector<float> values(ranks.begin(), ranks.end());
-  return ListText(values, 0, values.size());
-}
+std::string RanksText(const std::vector<int>& ranks) { return ListText<int>(ranks); }
 
 }  // namespace
 
@@ -35,7 +34,7 @@ ProcessSetTable::ProcessSetTable(std::shared_ptr<Engine> world,
   config_.nccl = false;
 }
 
-std::vector<float> ProcessSetTable::Agree(const char* what, const std::vector<float>& request) {
+void ProcessSetTable::Agree(const char* what, const std::vector<float>& request) {
   // Each rank's block: its count of numbers, then the numbers; the blocks arrive in rank order.
   std::vector<float> block{static_cast<float>(request.size())};
   block.insert(block.end(), request.begin(), request.end());
@@ -43,8 +42,8 @@ std::vector<float> ProcessSetTable::Agree(const char* what, const std::vector<fl
   Handle h =
       world_->Allgather(name, Array::FromFloats(block, {static_cast<int64_t>(block.size())}));
   h.Wait();
-  const auto all = h.result().floats();
-  const std::vector<float> gathered(all.begin(), all.end());
+  const Array result = h.result();
+  const std::span<const float> gathered = result.floats();
   std::vector<std::string> asked;
   bool same = true;
   for (size_t at = 0; at < gathered.size();) {
@@ -52,7 +51,7 @@ std::vector<float> ProcessSetTable::Agree(const char* what, const std::vector<fl
     if (at + 1 + n > gathered.size()) throw ProtocolError("a malformed process set agreement");
     same = same && n == request.size() &&
            std::equal(request.begin(), request.end(), gathered.begin() + at + 1);
-    asked.push_back(ListText(gathered, at + 1, n));
+    asked.push_back(ListText(gathered.subspan(at + 1, n)));
     at += 1 + n;
   }
   if (!same) {
@@ -67,7 +66,6 @@ std::vector<float> ProcessSetTable::Agree(const char* what, const std::vector<fl
                           " (every rank must call it in the same order with the same "
                           "arguments)");
   }
-  return request;
 }
 
 int ProcessSetTable::Add(std::vector<int> ranks) {

@@ -57,9 +57,9 @@ class ProcessSetTable {
     std::shared_ptr<Engine> engine;  // null where this rank is not a member
   };
 
-  // What every rank asked for (`request`: this rank's numbers), once all have: InvalidArgument
+  // Returns once every rank has asked for `request` (this rank's numbers); InvalidArgument
   // describing each rank's request when they differ.
-  std::vector<float> Agree(const char* what, const std::vector<float>& request);
+  void Agree(const char* what, const std::vector<float>& request);
 
   const std::shared_ptr<Engine> world_;
   const std::shared_ptr<Communicator> world_backend_;

@@ -239,10 +239,7 @@ bool Enabled() {
   return g_recording.load(std::memory_order_relaxed);
 }
 
-void Start(const std::string& path) {
-  (void)Enabled();
-  Recorder::Instance().Start(path);
-}
+void Start(const std::string& path) { Recorder::Instance().Start(path); }
 
 void Stop() { Recorder::Instance().Stop(); }
 

@@ -118,11 +118,7 @@ def cross_size() -> int:
 def is_homogeneous() -> bool:
     """Whether every host runs the same number of ranks."""
     _initialized()
-    counts = allgather_object(local_size(), name="dtrain.is_homogeneous.%d" % next(_homogeneous))
-    return len(set(counts)) == 1
-
-
-_homogeneous = itertools.count()
+    return len(set(allgather_object(local_size()))) == 1
 
 
 def mpi_enabled() -> bool:

@@ -225,7 +225,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
     op = _reduce_op(None, op)
     if op not in (Average, Sum):
         raise ValueError("a sparse allreduce sums or averages, not op=%r" % (op,))
-    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    t = tensor.coalesce()  # itself when coalesced already
     # allgather concatenates along the first dimension: one row per nonzero.
     indices = allgather_async(t.indices().t().contiguous(), name + ".indices", process_set)
     values = allgather_async(t.values().contiguous(), name + ".values", process_set)

@@ -63,19 +63,13 @@ class ProcessSet:
     def size(self) -> int | None:
         """How many ranks the set has; None until it is registered."""
         pid = self._registered()
-        return None if pid is None else len(_dtrain.process_set_ranks(pid))
+        return None if pid is None else _set_size(pid)
 
     def rank(self) -> int | None:
         """This process's rank within the set (the order of an allgather's blocks); None until
-        the set is registered. ValueError on a rank that is not a member."""
+        the set is registered. InvalidArgument (a ValueError) on a rank that is not a member."""
         pid = self._registered()
-        if pid is None:
-            return None
-        members = _dtrain.process_set_ranks(pid)
-        me = _dtrain.collectives_rank()
-        if me not in members:
-            raise ValueError("rank %d is not a member of %s" % (me, self))
-        return members.index(me)
+        return None if pid is None else _set_rank(pid)
 
     def included(self) -> bool | None:
         """Whether this process is a member; None until the set is registered."""

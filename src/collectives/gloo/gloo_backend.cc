@@ -101,11 +101,10 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     Start(*set_store_);
   }
 
+  // config_.rank is this process's rank in the job, in a set's communicator too.
   std::unique_ptr<Communicator> Subset(const std::vector<int>& ranks, int generation) override {
-    CollectivesConfig config = config_;
-    config.rank = global_rank_;
     return std::make_unique<GlooBackend>(mesh_, ranks, "process-set-" + std::to_string(generation),
-                                         config);
+                                         config_);
   }
 
  private:

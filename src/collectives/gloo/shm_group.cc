@@ -387,9 +387,10 @@ void ShmGroup::Alltoallv(const void* in, const std::vector<size_t>& send_bytes, 
   char* dst = static_cast<char*>(out);
   std::vector<size_t> send_at(n), recv_at(n);
   uint64_t largest = 0;  // this rank's largest block to or from another rank
-  for (int r = 0, s = 0, v = 0; r < n; s += send_bytes[r], v += recv_bytes[r], ++r) {
-    send_at[r] = s;
-    recv_at[r] = v;
+  size_t sent = 0, received = 0;
+  for (int r = 0; r < n; sent += send_bytes[r], received += recv_bytes[r], ++r) {
+    send_at[r] = sent;
+    recv_at[r] = received;
     if (r != me) largest = std::max<uint64_t>(largest, std::max(send_bytes[r], recv_bytes[r]));
   }
   if (send_bytes[me] > 0) std::memcpy(dst + recv_at[me], src + send_at[me], send_bytes[me]);
@@ -404,9 +405,10 @@ void ShmGroup::Alltoallv(const void* in, const std::vector<size_t>& send_bytes, 
   }
   Arrive();
   WaitForAll(deadline, "alltoall");
-  // Each round, a slot holds its rank's next piece for every rank, a cache-aligned share each.
-  const size_t share =
-      std::max<size_t>(slot_bytes_ / n / 64 * 64, std::max<size_t>(slot_bytes_ / n, 1));
+  // Each round, a slot holds its rank's next piece for every rank, a cache-aligned share each
+  // (unaligned only where a slot is too small for that).
+  const size_t even = slot_bytes_ / n;
+  const size_t share = even >= 64 ? even / 64 * 64 : std::max<size_t>(even, 1);
   const size_t rounds = (largest + share - 1) / share;
   auto piece = [share](size_t bytes, size_t from) {
     return bytes > from ? std::min(share, bytes - from) : 0;
