@@ -13,7 +13,8 @@
 # benchmark's figures). Exits non-zero if any step failed.
 #
 # GPU_TRAIN_JOBS=plain,dtrain_local,... picks the training benchmark's jobs (bench/gpu_train_bench.py
-# --jobs); GPU_CHECK_TESTS=0 leaves the tests out (a benchmark-only run on a machine lent briefly).
+# --jobs); GPU_CHECK_TESTS=0 leaves the tests out (a benchmark-only run on a machine lent briefly),
+# GPU_CHECK_BENCH=0 the benchmarks (a tests-only run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=$(realpath "${1:?usage: gpu-check.sh DEPS_DIR OUT_DIR}")
@@ -90,15 +91,16 @@ export DTRAIN_BUILD_DIR=$PWD/build-gpu PYTHONPATH=$PWD/build-gpu/python
 tests=${GPU_CHECK_TESTS:-1}
 [ "$tests" = 0 ] || step cuda_unit_tests build-gpu/tests/dtrain_cuda_tests
 # Every step is bounded, so that the whole check fits a machine lent for minutes.
+bench=${GPU_CHECK_BENCH:-1}
 bench_out=$out/gpu_pushpull.jsonl
-step gpu_pushpull_bench timeout 60 bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
+[ "$bench" = 0 ] || step gpu_pushpull_bench timeout 60 bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
   '$python' bench/gpu_pushpull.py | grep -o '{.*' >'$bench_out'"
 cat "$bench_out" >>"$results" 2>/dev/null
 train_out=$out/gpu_train.jsonl
-step gpu_train_bench timeout 180 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 \
+[ "$bench" = 0 ] || step gpu_train_bench timeout 180 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 \
   ${GPU_TRAIN_JOBS:+--jobs $GPU_TRAIN_JOBS} >'$train_out'"
 cat "$train_out" >>"$results" 2>/dev/null
-[ "$tests" = 0 ] || (cd tests/python && step python_gpu_tests timeout 240 "$python" -m pytest -q -rs -p no:cacheprovider \
+[ "$tests" = 0 ] || (cd tests/python && step python_gpu_tests timeout 300 "$python" -m pytest -q -rs -p no:cacheprovider \
   test_gpu.py) || failed=1
 echo "=== results"
 cat "$results"

@@ -1,8 +1,9 @@
 """CUDA tensors through dtrain's APIs on a real GPU: every kvstore type gives exactly the values
 the CPU path gives (programs/kv_worker.py --cuda: D replicas on the one GPU stand in for D devices
 per worker, worker processes sharing it for hosts), and Horovod's collectives on CUDA tensors
-(host staging over Gloo with 2 ranks, NCCL with 1) equal the CPU results (programs/hvd_worker.py
---cuda), and two ranks on one GPU over NCCL fail saying why; the Trainer on
+(host staging over Gloo with 2 ranks, NCCL with 1) equal the CPU results (programs/hvd_worker.py,
+hvd_collectives_worker.py and hvd_process_sets_worker.py with --cuda: process sets and
+SyncBatchNorm too), and two ranks on one GPU over NCCL fail saying why; the Trainer on
 CUDA parameters reaches what one process reaches on the whole batch (programs/train_check.py
 --cuda), and dtrain-train --gpus trains as its CPU replicas do.
 
@@ -85,6 +86,27 @@ def test_two_ranks_on_one_gpu_over_nccl_fail_saying_why(spawn):
     assert code != 0, out
     assert "NCCL needs one GPU per rank, but ranks 0 and 1 both use the GPU" in out, out
     assert "HOROVOD_GPU_OPERATIONS=GLOO" in out, out
+
+
+def test_rest_of_horovods_collectives_on_cuda_through_host_memory(spawn):
+    """Min/Max/Product, alltoall, reducescatter and every collective's gradient on CUDA tensors,
+    two ranks sharing the GPU."""
+    out = run_ok(spawn, launch_argv(2, 0, program("hvd_collectives_worker.py", "--cuda")),
+                 env=job_env({"HOROVOD_GPU_OPERATIONS": "GLOO"}))
+    check(out, 2, "gloo", worker="hvd_collectives")
+
+
+@needs_nccl
+def test_rest_of_horovods_collectives_on_cuda_over_nccl(spawn):
+    out = run_ok(spawn, launch_argv(1, 0, program("hvd_collectives_worker.py", "--cuda")))
+    check(out, 1, "gloo", worker="hvd_collectives")
+
+
+def test_process_sets_and_sync_batch_norm_on_cuda(spawn, tmp_path):
+    out = run_ok(spawn, launch_argv(2, 0, program("hvd_process_sets_worker.py", str(tmp_path),
+                                                  "--cuda")),
+                 env=job_env({"HOROVOD_GPU_OPERATIONS": "GLOO"}))
+    check(out, 2, "gloo", worker="hvd_process_sets")
 
 
 def test_device_store_sums_replicas_on_the_gpu_exactly():

@@ -1,7 +1,8 @@
 """A rank that checks Horovod's process sets, SyncBatchNorm, sparse gradients, the runtime
 timeline and the refusal of duplicate names on dtrain, every result against values computed here. Start it N times (N >= 2) with
 `dtrain launch -n N -s 0` (Gloo) or `mpirun -np N` (OpenMPI); prints "hvd_process_sets OK rank
-R of N (BACKEND)". Argument: a scratch directory for the timeline.
+R of N (BACKEND)". Arguments: a scratch directory for the timeline, and --cuda to run the process
+sets' collectives and SyncBatchNorm on CUDA tensors.
 """
 
 import json
@@ -15,7 +16,7 @@ import torch
 import dtrain
 import dtrain.torch as hvd
 
-from hvd_collectives_worker import expect, expect_error
+from hvd_collectives_worker import expect, expect_error, made_on
 
 
 def static_and_dynamic_sets(n, r):
@@ -132,23 +133,24 @@ def remove_and_readd(n, r, even_set, odd_set):
     assert hvd.remove_process_set(even_set)
 
 
-def sync_batch_norm(n, r):
+def sync_batch_norm(n, r, device):
     """SyncBatchNorm over ranks with different batch sizes equals BatchNorm over every rank's
     samples together, forward, running statistics and gradients."""
     def batch(k):
         g = torch.Generator().manual_seed(50 + k)
-        return torch.randn(k + 2, 3, 4, 4, generator=g, dtype=torch.float64) * (k + 1) + k
+        x = torch.randn(k + 2, 3, 4, 4, generator=g, dtype=torch.float64, device="cpu")
+        return (x * (k + 1) + k).to(device)
     torch.manual_seed(0)
-    sync = hvd.SyncBatchNorm(3).double()
-    plain = torch.nn.BatchNorm2d(3).double()
+    sync = hvd.SyncBatchNorm(3).double().to(device)
+    plain = torch.nn.BatchNorm2d(3).double().to(device)
     with torch.no_grad():
         for m in (sync, plain):
-            m.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
-            m.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+            m.weight.copy_(torch.tensor([1.0, 2.0, 0.5], device=device))
+            m.bias.copy_(torch.tensor([0.1, -0.2, 0.3], device=device))
     x = batch(r).requires_grad_()
     everyone = torch.cat([batch(k) for k in range(n)]).requires_grad_()
     weights = torch.randn(everyone.shape, generator=torch.Generator().manual_seed(7),
-                          dtype=torch.float64)
+                          dtype=torch.float64, device="cpu").to(device)
     first = sum(batch(k).shape[0] for k in range(r))
     mine_w = weights[first:first + x.shape[0]]
     for step in range(2):
@@ -168,7 +170,7 @@ def sync_batch_norm(n, r):
     expect("weight gradient", total, plain.weight.grad, tolerance=1e-9)
     sync.eval()
     expect("eval uses running stats", sync(x).detach(), plain.eval()(x).detach(), tolerance=1e-9)
-    expect_error("1-d input", lambda: sync(torch.ones(3)), ValueError)
+    expect_error("1-d input", lambda: sync(torch.ones(3, device=device)), ValueError)
 
 
 def sparse_gradients(n, r):
@@ -246,13 +248,15 @@ def duplicate_names(n, r):
 
 def main():
     scratch = sys.argv[1]
+    device = "cuda" if "--cuda" in sys.argv[2:] else "cpu"
     hvd.init()
     n, r = hvd.size(), hvd.rank()
-    even_set, odd_set, mine, members = static_and_dynamic_sets(n, r)
-    sets_run_concurrently(n, r, mine, members)
-    remove_and_readd(n, r, even_set, odd_set)
+    with made_on(device):
+        even_set, odd_set, mine, members = static_and_dynamic_sets(n, r)
+        sets_run_concurrently(n, r, mine, members)
+        remove_and_readd(n, r, even_set, odd_set)
     duplicate_names(n, r)
-    sync_batch_norm(n, r)
+    sync_batch_norm(n, r, device)
     sparse_gradients(n, r)
     runtime_timeline(n, r, scratch)
     print("hvd_process_sets OK rank %d of %d (%s)"
