@@ -67,6 +67,8 @@ CollectivesConfig CollectivesConfig::FromConfig(const Config& config) {
   c.job_secret = config.job_secret;
   static_cast<CollectiveTuning&>(c) = a.tuning;
   c.connect_timeout = config.connect_timeout;
+  c.heartbeat_interval = config.heartbeat_interval;
+  c.heartbeat_timeout = config.heartbeat_timeout;
   c.verbose = config.verbose;
   return c;
 }

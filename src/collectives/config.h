@@ -46,7 +46,12 @@ struct CollectivesConfig : CollectiveTuning {
 
   // --- engine: the tuning above (CollectiveTuning), and ---
   Duration connect_timeout{30000};  // DTRAIN_CONNECT_TIMEOUT_MS: rendezvous
-  int verbose = 0;                  // PS_VERBOSE
+  // Liveness through the rendezvous connection: every rank sends a heartbeat each interval, and
+  // rank 0 counts a rank silent for longer than the timeout as lost (a frozen or cut-off process
+  // keeps its sockets open, so only silence shows it).
+  Duration heartbeat_interval{1000};  // PS_HEARTBEAT_INTERVAL
+  Duration heartbeat_timeout{15000};  // PS_HEARTBEAT_TIMEOUT
+  int verbose = 0;                    // PS_VERBOSE
 
   // The allreduce mode's view of `config`. Throws ConfigError.
   static CollectivesConfig FromConfig(const Config& config);

@@ -56,6 +56,8 @@ class EventQueue {
 
 enum class Phase { kRegistering, kStarting, kRunning, kDone };
 
+constexpr NodeId kRefusedLink = 1 << 30;
+
 }  // namespace
 
 struct Scheduler::State {
@@ -78,6 +80,9 @@ struct Scheduler::State {
   std::map<Group, std::string> barrier_meta;
   std::map<NodeId, Clock::time_point> last_heard;
   std::optional<int> exit_code;
+
+  // A server or worker of the job's table (the scheduler assigns it once every place is taken).
+  bool IsMember(NodeId id) const { return id > 0 && static_cast<size_t>(id) < table.size(); }
 
   std::string Name(NodeId id) const {
     if (id >= 0 && static_cast<size_t>(id) < table.size()) return table[id].Name();
@@ -110,7 +115,7 @@ struct Scheduler::State {
   void Refuse(const control::Registration& reg, const std::string& why) {
     DTRAIN_LOG(kWarning) << "refusing " << RoleName(reg.role) << " at " << reg.host << ":"
                          << reg.port << ": " << why;
-    const NodeId temp = 1 << 30;  // a link id outside the job's ids
+    const NodeId temp = kRefusedLink;  // outside the job's ids: its loss is never a member's
     try {
       transport->Connect(temp, {reg.host, reg.port}, transport::kSchedulerId,
                          Deadline(Duration(2000)));
@@ -284,6 +289,11 @@ struct Scheduler::State {
         // link to each of them, which carries their id, and by their heartbeats.
         DTRAIN_LOG(kWarning) << "a connection from " << e.remote
                              << " closed before its node joined: " << e.reason;
+        return;
+      }
+      if (!IsMember(e.peer)) {
+        // The link that told a refused node why (Refuse): that node leaves, as it should.
+        DTRAIN_LOG(kConnections) << "a refused node at " << e.remote << " left: " << e.reason;
         return;
       }
       return FailJob(e.peer, e.reason);

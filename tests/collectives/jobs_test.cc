@@ -233,15 +233,16 @@ TEST(MpiJob, Fp16CompressionIsApproximatelyRight) {
 
 // --- failures ----------------------------------------------------------------------------------
 
-// Waits for rank `rank`'s pid file and for `after` in the job's output, then kills that rank.
+// Waits for rank `rank`'s pid file and for `after` in the job's output, then sends that rank
+// `signal` (SIGKILL: it dies; SIGSTOP: it freezes, its sockets still open).
 void KillRankMidJob(const TempDir& dir, int rank, const Job& job,
-                    const std::string& after = "step 100") {
+                    const std::string& after = "step 100", int signal = SIGKILL) {
   const std::string pid_file = dir.path() + "/rank" + std::to_string(rank) + ".pid";
   for (int i = 0; i < 6000; ++i) {
     std::ifstream in(pid_file);
     int pid = 0;
     if (in >> pid && pid > 0 && job.Output().find(after) != std::string::npos) {
-      kill(pid, SIGKILL);
+      kill(pid, signal);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -266,6 +267,29 @@ TEST(GlooJob, ARankThatDiesFailsTheOthersNamingIt) {
       EXPECT_NE(job->processes[r]->Output().find("rank 1 ("), std::string::npos) << out;
       EXPECT_NE(job->processes[r]->Output().find("left the job"), std::string::npos) << out;
     }
+  }
+}
+
+// A frozen rank (SIGSTOP) keeps its connections open, so only its silence shows: the others fail
+// naming it once it has been silent for PS_HEARTBEAT_TIMEOUT, not at the collective timeout.
+TEST(GlooJob, AFrozenRankFailsTheOthersNamingItAfterTheHeartbeatTimeout) {
+  for (const Env& base : kBothPaths) {
+    SCOPED_TRACE(base.empty() ? "shared memory" : "loopback TCP");
+    Env env = base;
+    env["PS_HEARTBEAT_TIMEOUT"] = "2000";
+    env["DTRAIN_COLLECTIVE_TIMEOUT_MS"] = "120000";  // far beyond the hang guard's wait below
+    TempDir dir;
+    auto job = StartGloo(dir, 3, {"--scenario", "die", "--pid-dir", dir.path()}, env);
+    KillRankMidJob(dir, 1, *job, "step 100", SIGSTOP);
+    for (int r : {0, 2}) {
+      const auto code = job->processes[r]->Wait(60000);
+      ASSERT_TRUE(code.has_value()) << "rank " << r << " still waits:\n" << job->Output();
+      EXPECT_EQ(*code, 3) << "rank " << r << " should fail with a peer error:\n" << job->Output();
+      const std::string out = job->processes[r]->Output();
+      EXPECT_NE(out.find("rank 1 ("), std::string::npos) << job->Output();
+      EXPECT_NE(out.find("sent nothing for"), std::string::npos) << job->Output();
+    }
+    job->processes[1]->Kill(SIGKILL);
   }
 }
 

@@ -115,12 +115,40 @@ TEST(RendezvousStore, ARankThatDisconnectsWithoutGoodbyeIsLost) {
   crash.SendFrame(Hello(2));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   crash.Close();
-  std::vector<int> lost;
+  std::vector<LostRank> lost;
   for (int i = 0; i < 100 && lost.empty(); ++i) {
     lost = a.LostRanks(Duration(1000));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(lost, std::vector<int>{2});
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].rank, 2);
+  EXPECT_EQ(lost[0].why, "left the job (its connection closed)");
+}
+
+// A frozen process keeps its connection open: with heartbeats, its silence is what loses it, and
+// ranks that keep sending heartbeats (while idle) are never lost.
+TEST(RendezvousStore, ARankSilentPastTheHeartbeatTimeoutIsLostAndBusyRanksAreNot) {
+  const int port = FreePort();
+  RendezvousServer server(static_cast<uint16_t>(port), 3, "", Duration(10000), "",
+                          /*heartbeat_timeout=*/Duration(600));
+  RendezvousClient a("127.0.0.1", static_cast<uint16_t>(port), 0, Duration(5000), "",
+                     /*heartbeat_interval=*/Duration(100));
+  RendezvousClient idle("127.0.0.1", static_cast<uint16_t>(port), 1, Duration(5000), "",
+                        Duration(100));
+  RawSocket frozen(port);  // says hello as rank 2, then nothing
+  frozen.SendFrame(Hello(2));
+  std::vector<LostRank> lost;
+  for (int i = 0; i < 300 && lost.empty(); ++i) {
+    lost = a.LostRanks(Duration(1000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].rank, 2);
+  EXPECT_NE(lost[0].why.find("sent nothing for"), std::string::npos) << lost[0].why;
+  EXPECT_NE(lost[0].why.find("PS_HEARTBEAT_TIMEOUT"), std::string::npos) << lost[0].why;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // well past the timeout
+  EXPECT_EQ(a.LostRanks(Duration(1000)).size(), 1u);  // the idle rank's heartbeats keep it in
+  frozen.Close();
 }
 
 TEST(RendezvousStore, MalformedInputClosesThatConnectionOnly) {
@@ -197,7 +225,7 @@ TEST(RendezvousStore, AfterALossRankZeroAnswersTheOthersBeforeItGoes) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::thread rank_zero_exits([&] { server.reset(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 is on its way out
-  std::vector<int> lost;
+  std::vector<LostRank> lost;
   std::string error;
   try {
     lost = survivor->LostRanks(Duration(1000));
@@ -206,7 +234,8 @@ TEST(RendezvousStore, AfterALossRankZeroAnswersTheOthersBeforeItGoes) {
   }
   survivor.reset();  // says goodbye: rank 0 may go now
   rank_zero_exits.join();
-  EXPECT_EQ(lost, std::vector<int>{1}) << error;
+  ASSERT_EQ(lost.size(), 1u) << error;
+  EXPECT_EQ(lost[0].rank, 1);
 }
 
 constexpr char kSecret[] = "the-secret-of-this-job-0123";

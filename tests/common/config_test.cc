@@ -81,6 +81,15 @@ TEST(ConfigTest, EmptyValueCountsAsUnset) {
   EXPECT_EQ(c.num_servers, 0);
 }
 
+TEST(ConfigTest, AJobSecretThatIsSetMustBeLongEnoughEvenEmpty) {
+  // NAME= means unset elsewhere; for the secret it would silently admit anybody.
+  ExpectConfigError({{"DTRAIN_JOB_SECRET", ""}},
+                    {"DTRAIN_JOB_SECRET is set but empty", "unset it"});
+  ExpectConfigError({{"DTRAIN_JOB_SECRET", "short"}}, {"DTRAIN_JOB_SECRET is too short (5"});
+  EXPECT_EQ(Parse({}).job_secret, "");
+  EXPECT_EQ(Parse({{"DTRAIN_JOB_SECRET", "sixteen-chars-ok"}}).job_secret, "sixteen-chars-ok");
+}
+
 TEST(ConfigTest, JobLayoutVariables) {
   Env env = DistributedEnv("server");
   env["DMLC_INTERFACE"] = "eth1";

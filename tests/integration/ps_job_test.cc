@@ -259,7 +259,11 @@ TEST(PsJobStrangers, WithASecretNobodyElseJoinsOrDisturbs) {
   auto intruder = [&](const std::string& its_secret, const std::string& name) {
     auto env = job.env;
     env["DMLC_ROLE"] = "worker";
-    env["DTRAIN_JOB_SECRET"] = its_secret;
+    if (its_secret.empty()) {
+      env.erase("DTRAIN_JOB_SECRET");
+    } else {
+      env["DTRAIN_JOB_SECRET"] = its_secret;
+    }
     env["DTRAIN_CONNECT_TIMEOUT_MS"] = "5000";
     return std::make_unique<Subprocess>(
         std::vector<std::string>{BinaryPath("tests/programs/kv_check_worker"), "--scenario", "sync",
@@ -286,6 +290,39 @@ TEST(PsJobStrangers, WithASecretNobodyElseJoinsOrDisturbs) {
   }
   EXPECT_NE(job.scheduler->Output().find("did not authenticate"), std::string::npos)
       << job.AllOutput();
+}
+
+// A node of the job's own (right secret, right scheduler) that comes when every place is taken is
+// refused, told why, and exits non-zero; its leaving is not a member's failure.
+TEST(PsJobErrors, ExtraNodesAreRefusedAndTheJobGoesOn) {
+  const std::string secret = "a-secret-for-this-test-only-42";
+  Job job(2, 1, {"--scenario", "sync", "--rounds", "60", "--round-pause-ms", "100"},
+          {{"DTRAIN_JOB_SECRET", secret}});
+  TempDir dir;
+  std::vector<std::unique_ptr<Subprocess>> extras;
+  for (const char* role : {"worker", "server", "worker"}) {
+    auto env = job.env;
+    env["DMLC_ROLE"] = role;
+    std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"), "server"};
+    if (std::string(role) == "worker") {
+      argv = {BinaryPath("tests/programs/kv_check_worker"), "--scenario", "sync", "--rounds", "1"};
+    }
+    // One at a time, each after the job started, so that every refusal meets a running job.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    extras.push_back(std::make_unique<Subprocess>(
+        argv, env, dir.path() + "/extra" + std::to_string(extras.size()) + ".log"));
+    auto code = extras.back()->Wait(kHangGuardMs);
+    ASSERT_TRUE(code.has_value()) << "an extra node hung:\n" << extras.back()->Output();
+    EXPECT_NE(*code, 0) << extras.back()->Output();
+    const std::string want = std::string("the job already has its ") +
+                             (std::string(role) == "worker" ? "2 worker(s)" : "1 server(s)");
+    EXPECT_NE(extras.back()->Output().find(want), std::string::npos) << extras.back()->Output();
+  }
+  ASSERT_TRUE(job.workers[0]->Running() && job.workers[1]->Running())
+      << "the job ended before the extra nodes came; give it more rounds\n"
+      << job.AllOutput();
+  job.ExpectSuccess();
+  EXPECT_EQ(job.scheduler->Output().find("failed"), std::string::npos) << job.AllOutput();
 }
 
 TEST(PsJobErrors, ApiMisuseGivesClearErrors) {

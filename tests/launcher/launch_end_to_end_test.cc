@@ -1,7 +1,8 @@
 // `dtrain launch` as users run it: the real binary, real processes, shell snippets as workers.
 //
-// The scheduler and servers are the dtrain binary's own; until the parameter-server core lands
-// they idle until stopped, so jobs whose workers succeed keep --service-grace-ms short.
+// The scheduler and servers are the dtrain binary's own. Shell snippets never join a
+// parameter-server job, so the tests about output and processes run them as allreduce jobs (-s 0)
+// or expect the launch to fail for that.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -37,8 +38,7 @@ void ExpectNothingLeft(const LaunchProcess& launch, const std::vector<pid_t>& pi
 TEST(LaunchEndToEnd, PrefixesOutputAndPassesTheJobEnvironment) {
   LaunchProcess launch(
       {"-n", "2", "-s", "1", "--env", "FOO:bar=baz", "--env", "PASS_ME", "--env-worker",
-       "ONLY_WORKERS:w", "--env-server", "ONLY_SERVERS:s", "--service-grace-ms", "500", "--", "sh",
-       "-c",
+       "ONLY_WORKERS:w", "--env-server", "ONLY_SERVERS:s", "--", "sh", "-c",
        R"(echo "role=$DMLC_ROLE rank=$DTRAIN_NODE_RANK workers=$DMLC_NUM_WORKER )"
        R"(servers=$DMLC_NUM_SERVER uri=$DMLC_PS_ROOT_URI port=$DMLC_PS_ROOT_PORT )"
        R"(host=$DMLC_NODE_HOST foo=$FOO pass=$PASS_ME w=$ONLY_WORKERS s=$ONLY_SERVERS";)"
@@ -46,7 +46,9 @@ TEST(LaunchEndToEnd, PrefixesOutputAndPassesTheJobEnvironment) {
        R"(if [ "$DTRAIN_NODE_RANK" = 1 ]; then sleep 0.3; echo late; fi)"},
       {"PASS_ME=from the launcher"});
   LaunchResult r = launch.Wait();
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The shell workers never join the job (WorkersThatNeverJoinTheJobFailItNamingThem).
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("without joining the job"));
 
   const int port = AnnouncedPort(r.err);
   ASSERT_GT(port, 0) << r.err;
@@ -72,7 +74,7 @@ TEST(LaunchEndToEnd, LinesOfManyWorkersNeverMix) {
   // Each line is written in two pieces, so the launcher has to put it back together.
   constexpr int kLines = 1000;
   LaunchResult r = RunLaunch(
-      {"-n", "4", "-s", "1", "--service-grace-ms", "500", "--", "sh", "-c",
+      {"-n", "4", "-s", "0", "--", "sh", "-c",
        "i=0; while [ $i -lt " + std::to_string(kLines) +
            " ]; do printf 'w%s-%s-' $DTRAIN_NODE_RANK $i; printf '%0150d\\n' 0; i=$((i+1)); "
            "done"});
@@ -90,7 +92,7 @@ TEST(LaunchEndToEnd, LinesOfManyWorkersNeverMix) {
 }
 
 TEST(LaunchEndToEnd, VeryLongLinesComeInPiecesAndAPartialLastLineIsEnded) {
-  LaunchResult r = RunLaunch({"-n", "1", "-s", "1", "--service-grace-ms", "500", "--", "sh", "-c",
+  LaunchResult r = RunLaunch({"-n", "1", "-s", "0", "--", "sh", "-c",
                               "head -c 150000 /dev/zero | tr '\\0' a; printf 'tail'"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> lines = SplitLines(r.out);
@@ -104,8 +106,8 @@ TEST(LaunchEndToEnd, VeryLongLinesComeInPiecesAndAPartialLastLineIsEnded) {
 }
 
 TEST(LaunchEndToEnd, QuotedCommandRunsInAShell) {
-  LaunchResult r = RunLaunch({"-n", "2", "--service-grace-ms", "500",
-                              "echo quoted $DTRAIN_NODE_RANK && echo second line"});
+  LaunchResult r =
+      RunLaunch({"-n", "2", "-s", "0", "echo quoted $DTRAIN_NODE_RANK && echo second line"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, AllOf(HasSubstr("[worker 0] quoted 0\n"), HasSubstr("[worker 1] quoted 1\n"),
                            HasSubstr("[worker 1] second line\n")));
@@ -113,9 +115,8 @@ TEST(LaunchEndToEnd, QuotedCommandRunsInAShell) {
 
 TEST(LaunchEndToEnd, CommandWithoutDoubleDashKeepsItsOwnFlags) {
   // As in the seeds: `launch.py -n 2 --launcher local python train.py --kvstore dist_sync`.
-  LaunchResult r =
-      RunLaunch({"-n", "1", "--launcher", "local", "--service-grace-ms", "500", "sh", "-c",
-                 "echo \"args: $*\"", "sh", "--kvstore", "dist_sync", "-n", "7"});
+  LaunchResult r = RunLaunch({"-n", "1", "--launcher", "local", "-s", "0", "sh", "-c",
+                              "echo \"args: $*\"", "sh", "--kvstore", "dist_sync", "-n", "7"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("[worker 0] args: --kvstore dist_sync -n 7\n"));
 }
@@ -201,11 +202,16 @@ TEST(LaunchEndToEnd, StartFailureStopsWhatWasAlreadyStarted) {
   ExpectNothingLeft(launch, {});
 }
 
-TEST(LaunchEndToEnd, IdleServicesAreStoppedAfterTheWorkersSucceed) {
-  LaunchProcess launch({"-n", "1", "-s", "2", "--service-grace-ms", "300", "--", "true"});
+// Workers that exit 0 without ever joining (no dist kvstore) leave the scheduler waiting for
+// their registrations: the job did nothing, and fails at once naming them.
+TEST(LaunchEndToEnd, WorkersThatNeverJoinTheJobFailItNamingThem) {
+  LaunchProcess launch({"-n", "2", "-s", "2", "--", "true"});
   LaunchResult r = launch.Wait();
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("ms after the workers finished; stopping them"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("dtrain launch: worker 0 (pid "));
+  EXPECT_THAT(r.err, HasSubstr(") and worker 1 (pid "));
+  EXPECT_THAT(r.err, HasSubstr("exited with code 0 without joining the job"));
+  EXPECT_THAT(r.err, Not(HasSubstr("ms after the workers finished")));
   ExpectNothingLeft(launch, {});
 }
 
@@ -253,8 +259,8 @@ TEST(LaunchEndToEnd, ChildrenDieWithAKilledLauncher) {
 TEST(LaunchEndToEnd, AnEscapedGrandchildHoldingThePipesDoesNotHoldTheLauncher) {
   // setsid leaves the job's process group, so the launcher cannot stop it, and the sleep keeps
   // the worker's pipes open: the launcher must give up on them rather than wait for EOF.
-  LaunchProcess launch({"-n", "1", "-s", "1", "--service-grace-ms", "300", "--", "sh", "-c",
-                        "setsid sleep 1000 & echo started"});
+  LaunchProcess launch(
+      {"-n", "1", "-s", "0", "--", "sh", "-c", "setsid sleep 1000 & echo started"});
   LaunchResult r = launch.Wait();
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("[worker 0] started\n"));
@@ -264,10 +270,11 @@ TEST(LaunchEndToEnd, AnEscapedGrandchildHoldingThePipesDoesNotHoldTheLauncher) {
 TEST(LaunchEndToEnd, OutputDirGetsOneUnprefixedLogPerProcess) {
   TempDir tmp;
   const std::string dir = tmp / "logs/nested";
-  LaunchResult r =
-      RunLaunch({"-n", "2", "-s", "1", "--output-dir", dir, "--service-grace-ms", "500", "--", "sh",
-                 "-c", "echo out-$DTRAIN_NODE_RANK; echo err-$DTRAIN_NODE_RANK >&2"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  LaunchResult r = RunLaunch({"-n", "2", "-s", "1", "--output-dir", dir, "--", "sh", "-c",
+                              "echo out-$DTRAIN_NODE_RANK; echo err-$DTRAIN_NODE_RANK >&2"});
+  // The shell workers never join the job (WorkersThatNeverJoinTheJobFailItNamingThem).
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("without joining the job"));
   for (int rank : {0, 1}) {
     const std::string log = ReadFile(dir + "/worker-" + std::to_string(rank) + ".log");
     const std::string n = std::to_string(rank);
@@ -292,6 +299,17 @@ TEST(LaunchEndToEnd, ACommandNamedLikeADtrainSubcommandIsStillTheCommand) {
   LaunchResult r = RunLaunch({"-n", "1", "--", "server"});
   EXPECT_EQ(r.exit_code, 127) << r.err;
   EXPECT_THAT(r.err, HasSubstr("[worker 0] dtrain launch: cannot run 'server'"));
+}
+
+TEST(LaunchEndToEnd, AnEmptyOrShortSecretIsRefusedBeforeAnythingStarts) {
+  for (const std::string secret : {"", "too-short"}) {
+    LaunchResult r =
+        LaunchProcess({"-n", "1", "-s", "1", "--", "true"}, {"DTRAIN_JOB_SECRET=" + secret}).Wait();
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(secret.empty() ? "DTRAIN_JOB_SECRET is set but empty"
+                                                : "DTRAIN_JOB_SECRET is too short (9"));
+    EXPECT_THAT(r.err, Not(HasSubstr("starting 1 scheduler")));
+  }
 }
 
 struct BadArgs {
@@ -329,6 +347,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{"SyncDstDirIsForSsh",
                 {"-n", "1", "--sync-dst-dir", "/tmp/x", "true"},
                 "--sync-dst-dir needs --launcher ssh"},
+        BadArgs{"HostfileIsNotForLocal",
+                {"-n", "1", "-H", "/tmp/hosts", "true"},
+                "-H/--hostfile does not apply to --launcher local"},
         BadArgs{"SshMissingHostfile",
                 {"-n", "2", "--launcher", "ssh", "-H", "/nonexistent/hosts", "true"},
                 "-H/--hostfile /nonexistent/hosts: cannot read it"},

@@ -33,6 +33,7 @@ struct Options {
   int devices = 1;
   int die_rank = 1;
   int die_after = 3;
+  int round_pause_ms = 0;  // sync: a pause before each round, to keep a job running a while
   std::string dir;
   std::vector<int64_t> sizes = {1, 7, 1000, 70000, 250000, 1200000};
 };
@@ -92,6 +93,7 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
   for (int64_t s : o.sizes) init.push_back(Array({s}));
   kv.Init(keys, init);
   for (int round = 0; round < o.rounds; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(o.round_pause_ms));
     std::vector<Array> outs;
     std::vector<dtrain::Operation> ops;
     for (size_t k = 0; k < keys.size(); ++k) {
@@ -237,6 +239,7 @@ int main(int argc, char** argv) {
   app.add_option("--die-rank", o.die_rank);
   app.add_option("--die-after", o.die_after);
   app.add_option("--dir", o.dir);
+  app.add_option("--round-pause-ms", o.round_pause_ms);
   CLI11_PARSE(app, argc, argv);
   if (o.kvstore.empty()) o.kvstore = o.scenario == "async" ? "dist_async" : "dist_sync";
   try {

@@ -410,3 +410,64 @@ TEST(TcpAuth, AForgedSenderClosesTheStream) {
 
 }  // namespace
 }  // namespace dtrain::transport
+
+namespace dtrain::transport {
+namespace {
+
+// A port of the ephemeral range that connect() may pick as a source port. Linux gives bind(0) odd
+// ports and connect() even ones, so the neighbour of the kernel's pick for a bound socket; nobody
+// listens there (if somebody did, Dial's first call would say so).
+uint16_t EphemeralPortForConnect() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor a(io, {asio::ip::make_address("127.0.0.1"), 0});
+  return a.local_endpoint().port() ^ 1;
+}
+
+// Connecting to a port of the ephemeral range where nobody listens can be given that very port as
+// the source port, and TCP's simultaneous open connects the socket to itself. Dial must call that
+// nobody listening (which callers retry), never hand it back as a connection.
+TEST(TcpDial, AConnectionThatReachesItselfIsNobodyListening) {
+  const uint16_t port = EphemeralPortForConnect();
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  std::thread runner([&io] { io.run(); });
+  int reached_itself = 0;
+  std::string unexpected;
+  const auto until = Clock::now() + std::chrono::seconds(6);
+  for (int i = 0; i < 60000 && Clock::now() < until && unexpected.empty(); ++i) {
+    try {
+      asio::ip::tcp::socket s =
+          tcp_handshake::Dial(io, "127.0.0.1", port, Deadline(Duration(2000)));
+      std::error_code ec;
+      unexpected = "Dial returned a connection from " +
+                   std::to_string(s.local_endpoint(ec).port()) + " to " + std::to_string(port);
+    } catch (const tcp_handshake::NobodyListens& e) {
+      reached_itself += std::string(e.what()).find("reached itself") != std::string::npos;
+    } catch (const std::exception& e) {
+      unexpected = e.what();
+    }
+  }
+  guard.reset();
+  io.stop();
+  runner.join();
+  EXPECT_TRUE(unexpected.empty()) << unexpected;
+  RecordProperty("reached_itself", reached_itself);
+}
+
+TEST(TcpDial, ANameThatDoesNotResolveFailsAtOnceAndConnectDoesNotRetryIt) {
+  TcpTransport t(TcpOptions{});
+  const auto start = Clock::now();
+  try {
+    t.Connect(1, {"no-such-host.invalid", 4000}, kNoNode, Deadline(Duration(20000)));
+    ADD_FAILURE() << "connected";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot resolve 'no-such-host.invalid'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  t.Shutdown(Deadline(Duration(1000)));
+}
+
+}  // namespace
+}  // namespace dtrain::transport

@@ -417,6 +417,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
       const std::string lost = LostRanksText(Duration(2000));
       return lost.empty() ? Peer(mine[r]) + " left the job (its process ended)" : lost;
     };
+    options.lost_ranks = [this] { return LostRanksText(Duration(0)); };
     std::unique_ptr<ShmGroup> group;
     try {
       if (mine.size() > 1 && layout.leader()) {
@@ -562,27 +563,31 @@ class GlooBackend final : public Communicator, private LeaderChannel {
     try {
       while (true) {
         auto lost = client->LostRanks(Duration(2000));
-        lost.erase(std::remove(lost.begin(), lost.end(), global_rank_), lost.end());
+        std::erase_if(lost, [this](const LostRank& l) {
+          return l.rank == global_rank_ || l.rank < 0 ||
+                 static_cast<size_t>(l.rank) >= mesh_->peers.size();
+        });
         if (!lost.empty()) {
           std::string text;
           for (size_t i = 0; i < lost.size(); ++i) {
-            const char* separator = i == 0 ? "" : i == 1 ? ", then " : ", ";
-            text += separator + mesh_->peers[lost[i]];
+            const char* separator = i == 0 ? "" : i == 1 ? "; then " : "; ";
+            text += separator + mesh_->peers[lost[i].rank] + " " + lost[i].why;
           }
           // The launcher names the rank the job failed for from this record.
           static std::once_flag reported;
           std::call_once(reported, [&] {
             report::Send({{"kind", "failure"},
-                          {"node", {{"role", "worker"}, {"rank", lost[0]}}},
-                          {"cause", "left the job (its connections closed)"}});
+                          {"node", {{"role", "worker"}, {"rank", lost[0].rank}}},
+                          {"cause", lost[0].why}});
           });
-          return text + " left the job";
+          return text;
         }
         if (deadline.passed()) return {};
         std::this_thread::sleep_for(Duration(50));
       }
     } catch (const Error&) {
-      return mesh_->peers[0] + ", the rendezvous host at " + client->endpoint() + ", left the job";
+      return mesh_->peers[0] + ", the rendezvous host at " + client->endpoint() +
+             ", left the job or stopped answering";
     }
   }
 

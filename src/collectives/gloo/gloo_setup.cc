@@ -48,13 +48,13 @@ void OpenStore(GlooMembership& m, const CollectivesConfig& config) {
     m.rendezvous = "(none: a job of one)";
   } else {
     if (config.rank == 0) {
-      m.server =
-          std::make_unique<RendezvousServer>(config.rendezvous_port, config.size, config.job_secret,
-                                             Duration(10000), config.rendezvous_host);
+      m.server = std::make_unique<RendezvousServer>(
+          config.rendezvous_port, config.size, config.job_secret, Duration(10000),
+          config.rendezvous_host, config.heartbeat_timeout);
     }
-    m.client =
-        std::make_unique<RendezvousClient>(config.rendezvous_host, config.rendezvous_port,
-                                           config.rank, config.connect_timeout, config.job_secret);
+    m.client = std::make_unique<RendezvousClient>(config.rendezvous_host, config.rendezvous_port,
+                                                  config.rank, config.connect_timeout,
+                                                  config.job_secret, config.heartbeat_interval);
     m.rendezvous = m.client->endpoint();
   }
   gloo::rendezvous::Store& base =

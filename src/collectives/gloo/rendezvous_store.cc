@@ -28,6 +28,7 @@ enum Request : uint8_t {
   kLost = 5,
   kGoodbye = 6,
   kProve = 7,
+  kHeartbeat = 8,
 };
 enum Status : uint8_t { kOk = 0, kMissing = 1, kRefused = 2 };
 constexpr size_t kMaxProofChars = 64;
@@ -45,6 +46,9 @@ constexpr size_t kMissingKeysReported = 8;
 constexpr Duration kLingerAfterLoss(2000);
 // How long a rank other than 0 waits, leaving, for rank 0's server to stop (~RendezvousClient).
 constexpr Duration kAwaitServerStop(5000);
+// How often rank 0's server looks for ranks gone silent.
+constexpr Duration kLivenessCheckEvery(250);
+constexpr size_t kMaxReasonChars = 512;
 
 std::vector<char> Frame(ByteWriter& body) {
   ByteWriter frame;
@@ -68,8 +72,11 @@ struct RendezvousServer::Impl {
   struct Connection;
 
   Impl(uint16_t port, int size, std::string job_secret, Duration hello_timeout,
-       const std::string& host)
-      : size(size), job_secret(std::move(job_secret)), hello_timeout(hello_timeout) {
+       const std::string& host, Duration heartbeat_timeout)
+      : size(size),
+        job_secret(std::move(job_secret)),
+        hello_timeout(hello_timeout),
+        heartbeat_timeout(heartbeat_timeout) {
     std::error_code ec;
     // The announced address first (a local job then listens on loopback only); an address that is
     // not this machine's (a name behind NAT) falls back to every interface.
@@ -112,8 +119,15 @@ struct RendezvousServer::Impl {
 
   void Start() {
     Accept();
+    if (heartbeat_timeout.count() > 0) CheckLiveness();
     thread = std::thread([this] { io.run(); });
   }
+
+  // A rank whose process is frozen (SIGSTOP, a hung host) or cut off keeps its connection open but
+  // stops sending: after heartbeat_timeout of silence it is lost, as if its connection had closed.
+  void CheckLiveness();
+  // Notes `rank` as lost for `why` (once); on the io thread.
+  void Lose(int rank, const std::string& peer, const std::string& why);
 
   ~Impl();
 
@@ -126,9 +140,11 @@ struct RendezvousServer::Impl {
   const int size;
   const std::string job_secret;
   const Duration hello_timeout;
+  const Duration heartbeat_timeout;  // 0: silence is never a loss
+  asio::steady_timer liveness_timer{io};
   std::map<std::string, std::vector<char>> store;
   size_t stored_bytes = 0;
-  std::vector<int> lost;  // ranks whose connection dropped without a goodbye, in order
+  std::vector<LostRank> lost;  // ranks that closed without a goodbye or went silent, in order
   std::set<std::shared_ptr<Connection>> connections;
   // Read by the destructor's thread: whether a rank was lost, and how many ranks are connected.
   std::atomic<bool> any_lost{false};
@@ -171,6 +187,7 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
     asio::async_read(socket, asio::buffer(body),
                      [self = shared_from_this()](std::error_code ec, size_t) {
                        if (ec) return self->Closed();
+                       self->last_heard = Clock::now();
                        try {
                          self->reply = self->server->Serve(*self, self->body);
                        } catch (const ProtocolError& e) {
@@ -207,13 +224,7 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
   }
 
   void RankLeft() {
-    if (!goodbye &&
-        std::find(server->lost.begin(), server->lost.end(), rank) == server->lost.end()) {
-      DTRAIN_LOG(kConnections) << "gloo rendezvous: rank " << rank << " (" << peer
-                               << ") disconnected without a goodbye";
-      server->lost.push_back(rank);
-      server->any_lost = true;
-    }
+    if (!goodbye) server->Lose(rank, peer, "left the job (its connection closed)");
     --server->ranks_connected;
   }
 
@@ -222,6 +233,7 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
   asio::steady_timer hello_timer;
   std::string peer;
   int rank = -1;  // set once the hello (and, with a secret, the proof) checked out
+  Clock::time_point last_heard = Clock::now();
   bool goodbye = false;
   bool closed = false;
   std::string refused;  // non-empty: the reply refuses the client, and the connection closes
@@ -243,9 +255,38 @@ RendezvousServer::Impl::~Impl() {
   asio::post(io, [this] {
     std::error_code ec;
     acceptor.close(ec);
+    liveness_timer.cancel();
     for (auto& c : connections) c->socket.close(ec);
   });
   thread.join();
+}
+
+void RendezvousServer::Impl::CheckLiveness() {
+  liveness_timer.expires_after(kLivenessCheckEvery);
+  liveness_timer.async_wait([this](std::error_code ec) {
+    if (ec || !acceptor.is_open()) return;
+    const auto now = Clock::now();
+    for (const auto& c : connections) {
+      if (c->rank < 0 || c->goodbye || c->closed || now - c->last_heard <= heartbeat_timeout) {
+        continue;
+      }
+      Lose(c->rank, c->peer,
+           "sent nothing for " +
+               SecondsText(std::chrono::duration_cast<Duration>(now - c->last_heard)) +
+               " (PS_HEARTBEAT_TIMEOUT " + SecondsText(heartbeat_timeout) +
+               "): its process is frozen or stopped, or its host is cut off");
+    }
+    CheckLiveness();
+  });
+}
+
+void RendezvousServer::Impl::Lose(int rank, const std::string& peer, const std::string& why) {
+  if (std::any_of(lost.begin(), lost.end(), [rank](const LostRank& l) { return l.rank == rank; })) {
+    return;
+  }
+  DTRAIN_LOG(kWarning) << "gloo rendezvous: rank " << rank << " (" << peer << ") " << why;
+  lost.push_back(LostRank{rank, why});
+  any_lost = true;
 }
 
 void RendezvousServer::Impl::Accept() {
@@ -357,7 +398,13 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
     case kLost:
       out.U8(kOk);
       out.U32(static_cast<uint32_t>(lost.size()));
-      for (int r : lost) out.I32(r);
+      for (const LostRank& l : lost) {
+        out.I32(l.rank);
+        out.String(l.why.substr(0, kMaxReasonChars));
+      }
+      break;
+    case kHeartbeat:  // last_heard is all it is for
+      out.U8(kOk);
       break;
     case kGoodbye:
       c.goodbye = true;
@@ -371,8 +418,10 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
 }
 
 RendezvousServer::RendezvousServer(uint16_t port, int size, std::string job_secret,
-                                   Duration hello_timeout, const std::string& host)
-    : impl_(std::make_unique<Impl>(port, size, std::move(job_secret), hello_timeout, host)) {}
+                                   Duration hello_timeout, const std::string& host,
+                                   Duration heartbeat_timeout)
+    : impl_(std::make_unique<Impl>(port, size, std::move(job_secret), hello_timeout, host,
+                                   heartbeat_timeout)) {}
 RendezvousServer::~RendezvousServer() = default;
 
 // ---------------------------------------------------------------------------------------------
@@ -450,7 +499,8 @@ struct RendezvousClient::Impl {
 };
 
 RendezvousClient::RendezvousClient(const std::string& host, uint16_t port, int rank,
-                                   Duration connect_timeout, const std::string& job_secret)
+                                   Duration connect_timeout, const std::string& job_secret,
+                                   Duration heartbeat_interval)
     : impl_(std::make_unique<Impl>()),
       endpoint_(host + ":" + std::to_string(port)),
       request_timeout_(connect_timeout),
@@ -494,8 +544,29 @@ RendezvousClient::RendezvousClient(const std::string& host, uint16_t port, int r
   }
   std::error_code ignored;
   impl_->socket.set_option(tcp::no_delay(true), ignored);
-  std::lock_guard<std::mutex> lock(mutex_);
-  Hello(rank, job_secret);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Hello(rank, job_secret);
+  }
+  if (heartbeat_interval.count() > 0) {
+    heartbeat_ = std::thread([this, heartbeat_interval] { SendHeartbeats(heartbeat_interval); });
+  }
+}
+
+void RendezvousClient::SendHeartbeats(Duration interval) {
+  std::unique_lock<std::mutex> wait_lock(heartbeat_mutex_);
+  while (!heartbeat_stop_.wait_for(wait_lock, interval, [this] { return stopping_; })) {
+    ByteWriter heartbeat;
+    heartbeat.U8(kHeartbeat);
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      // Bounded well below the request timeout: a frozen rank 0 must not hold the connection (and
+      // the watchdog's question who is lost) for long.
+      impl_->Exchange(heartbeat, std::min(request_timeout_, interval * 10), endpoint_);
+    } catch (const Error&) {
+      return;  // the connection is gone: the next request says so, naming rank 0
+    }
+  }
 }
 
 void RendezvousClient::Hello(int rank, const std::string& job_secret) {
@@ -540,6 +611,14 @@ void RendezvousClient::Hello(int rank, const std::string& job_secret) {
 }
 
 RendezvousClient::~RendezvousClient() {
+  if (heartbeat_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(heartbeat_mutex_);
+      stopping_ = true;
+    }
+    heartbeat_stop_.notify_all();
+    heartbeat_.join();
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   try {
     ByteWriter goodbye;
@@ -616,7 +695,7 @@ void RendezvousClient::wait(const std::vector<std::string>& keys,
   }
 }
 
-std::vector<int> RendezvousClient::LostRanks(Duration timeout) {
+std::vector<LostRank> RendezvousClient::LostRanks(Duration timeout) {
   ByteWriter request;
   request.U8(kLost);
   std::vector<char> reply;
@@ -627,9 +706,13 @@ std::vector<int> RendezvousClient::LostRanks(Duration timeout) {
   ByteReader in(reply, "reply from the gloo rendezvous host " + endpoint_);
   in.U8("status");
   const uint32_t n = in.U32("lost count");
-  if (n > in.left() / 4) in.Fail("lost count", std::to_string(n) + " ranks");
-  std::vector<int> lost(n);
-  for (auto& r : lost) r = in.I32("rank");
+  if (n > in.left() / 8) in.Fail("lost count", std::to_string(n) + " ranks");
+  std::vector<LostRank> lost(n);
+  for (auto& l : lost) {
+    l.rank = in.I32("rank");
+    l.why = in.String("reason", kMaxReasonChars);
+  }
+  in.ExpectEnd();
   return lost;
 }
 

@@ -5,9 +5,11 @@
 // included) talks to it through a RendezvousClient, which is a gloo::rendezvous::Store.
 //
 // The connection stays open for the whole job and doubles as a liveness signal: the server notes
-// every rank whose connection drops without a goodbye, so that after a failed collective any rank
-// can ask who left (LostRanks) and name it in its error. If rank 0 itself is gone the question
-// fails, which names rank 0.
+// every rank whose connection drops without a goodbye, and (with heartbeats) every rank silent for
+// longer than the heartbeat timeout, which a frozen or cut-off process is although its sockets
+// stay open; so during a collective that waits, or after one failed, any rank can ask who is lost
+// (LostRanks) and name it in its error. If rank 0 itself is gone or frozen, the question fails or
+// goes unanswered, which names rank 0.
 //
 // With a job secret (DTRAIN_JOB_SECRET), a client proves it knows the secret before any request
 // counts, and rank 0 proves it too (auth/job_auth.h): the hello carries the client's nonce, rank
@@ -24,10 +26,12 @@
 #include <gloo/rendezvous/store.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dtrain/common/deadline.h"
@@ -41,8 +45,10 @@ class RendezvousServer {
   // non-empty: clients must authenticate. A connection that has not said hello (and proved the
   // secret) within `hello_timeout` is dropped. Throws PeerError naming the port when it cannot
   // listen.
+  // `heartbeat_timeout` > 0: a rank that sends nothing for that long counts as lost.
   RendezvousServer(uint16_t port, int size, std::string job_secret = "",
-                   Duration hello_timeout = Duration(10000), const std::string& host = "");
+                   Duration hello_timeout = Duration(10000), const std::string& host = "",
+                   Duration heartbeat_timeout = Duration(0));
   ~RendezvousServer();  // stops serving and closes every connection
 
   RendezvousServer(const RendezvousServer&) = delete;
@@ -54,13 +60,21 @@ class RendezvousServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// A rank the server counts as lost, and why: "left the job (its connection closed)" or "sent
+// nothing for 15 s (PS_HEARTBEAT_TIMEOUT): frozen, stopped or cut off".
+struct LostRank {
+  int rank = -1;
+  std::string why;
+};
+
 class RendezvousClient : public gloo::rendezvous::Store {
  public:
   // Connects to host:port, retrying until `connect_timeout` passes (rank 0 may start later than
   // us), and says hello as `rank` (authenticating with `job_secret` if non-empty). Throws
   // TimeoutError naming host:port, PeerError if rank 0 refuses us or fails to prove the secret.
+  // `heartbeat_interval` > 0: a thread sends a heartbeat that often, until the destructor.
   RendezvousClient(const std::string& host, uint16_t port, int rank, Duration connect_timeout,
-                   const std::string& job_secret = "");
+                   const std::string& job_secret = "", Duration heartbeat_interval = Duration(0));
   ~RendezvousClient() override;  // says goodbye: a clean exit is not a lost rank
 
   // gloo::rendezvous::Store. Each call has a deadline (`connect_timeout` for the request itself);
@@ -71,9 +85,9 @@ class RendezvousClient : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
-  // Ranks whose connection to rank 0 dropped without a goodbye, in the order they dropped. Throws
-  // PeerError when rank 0 cannot be asked (then rank 0 is the one gone).
-  std::vector<int> LostRanks(Duration timeout);
+  // Ranks whose connection to rank 0 dropped without a goodbye or who went silent, in the order
+  // they were lost. Throws PeerError when rank 0 cannot be asked (then rank 0 is the one gone).
+  std::vector<LostRank> LostRanks(Duration timeout);
 
   const std::string& endpoint() const { return endpoint_; }  // "host:port"
 
@@ -81,12 +95,17 @@ class RendezvousClient : public gloo::rendezvous::Store {
 
  private:
   void Hello(int rank, const std::string& job_secret);  // mutex_ held
+  void SendHeartbeats(Duration interval);               // the heartbeat thread
 
   std::unique_ptr<Impl> impl_;
   std::string endpoint_;
   Duration request_timeout_;
   int rank_;
   std::mutex mutex_;  // one request at a time on the connection
+  std::mutex heartbeat_mutex_;
+  std::condition_variable heartbeat_stop_;
+  bool stopping_ = false;  // under heartbeat_mutex_
+  std::thread heartbeat_;
 };
 
 }  // namespace dtrain::collectives

@@ -43,6 +43,8 @@ constexpr int kSpins = 100;
 constexpr int kYields = 2;
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 constexpr auto kHealthEvery = std::chrono::milliseconds(100);
+// A wait asks the job who it lost (ShmGroupOptions::lost_ranks) this often, after as long.
+constexpr auto kAskLostEvery = std::chrono::milliseconds(1000);
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -248,11 +250,16 @@ void ShmGroup::WaitFor(int rank, uint32_t target, const Deadline& deadline, cons
     sched_yield();
   }
   auto next_check = Clock::now() + kHealthEvery;
+  auto next_ask = Clock::now() + kAskLostEvery;
   while (true) {
     CheckAbandoned(what);
     const auto now = Clock::now();
     if (now >= next_check) {
       if (!ProcessAlive(peer.pid.load())) throw PeerError(Loss(rank));
+      if (options_.lost_ranks && now >= next_ask) {
+        if (std::string lost = options_.lost_ranks(); !lost.empty()) throw PeerError(lost);
+        next_ask = Clock::now() + kAskLostEvery;
+      }
       if (deadline.passed()) {
         throw TimeoutError("no progress within " + SecondsText(deadline.timeout()) +
                            " (DTRAIN_COLLECTIVE_TIMEOUT_MS) waiting for " + Describe(rank) +

@@ -49,6 +49,9 @@ struct ShmGroupOptions {
   std::function<std::string(int rank)> describe_rank;
   // The text of the error when `rank`'s process is gone: "rank 1 (host, address) left the job".
   std::function<std::string(int rank)> explain_loss;
+  // Who the job lost, whose process may still exist (frozen, stopped): "" when nobody. Asked about
+  // once a second during a wait that lasts; a non-empty answer ends the wait with PeerError.
+  std::function<std::string()> lost_ranks;
   // Slot bytes per rank; 0 picks the default (kDefaultSlotBytes, less for many ranks).
   size_t slot_bytes = 0;
 };

@@ -34,7 +34,15 @@ std::optional<Role> RoleFromName(const std::string& name) {
 }
 
 std::string JobSecretFromVariable(const std::optional<std::string>& value) {
-  if (!value || value->empty()) return "";
+  if (!value) return "";
+  if (value->empty()) {
+    // Unlike other variables, NAME= is refused here: it looks like a secret was meant, and a job
+    // without one admits anybody who reaches its ports.
+    throw ConfigError(
+        "DTRAIN_JOB_SECRET is set but empty: unset it to run without a secret, or give one of at "
+        "least " +
+        std::to_string(kMinSecretChars) + " characters (e.g. `openssl rand -hex 32`)");
+  }
   if (value->size() < kMinSecretChars) {
     throw ConfigError("DTRAIN_JOB_SECRET is too short (" + std::to_string(value->size()) +
                       " characters; at least " + std::to_string(kMinSecretChars) +
@@ -157,7 +165,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40)) {
     c.max_message_bytes = *v;
   }
-  c.job_secret = JobSecretFromVariable(r.Text("DTRAIN_JOB_SECRET"));
+  c.job_secret = JobSecretFromVariable(r.TextAsSet("DTRAIN_JOB_SECRET"));
   c.allreduce = ReadAllreduce(r);
   c.timeline_path = r.First({"DTRAIN_TIMELINE", "HOROVOD_TIMELINE"})
                         .value_or(std::pair<std::string, std::string>{})

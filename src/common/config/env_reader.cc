@@ -48,12 +48,16 @@ EnvLookup MapEnvironment(std::map<std::string, std::string> vars) {
 EnvReader::EnvReader(EnvLookup env) : env_(std::move(env)) {}
 
 std::optional<std::string> EnvReader::Text(const std::string& name) const {
+  auto v = TextAsSet(name);
+  if (v && v->empty()) return std::nullopt;  // NAME= counts as unset, as in the shell
+  return v;
+}
+
+std::optional<std::string> EnvReader::TextAsSet(const std::string& name) const {
   if (!IsKnownVariable(name)) {
     throw std::logic_error(name + " is read but missing from common/variables.cc");
   }
-  auto v = env_(name);
-  if (v && v->empty()) return std::nullopt;  // NAME= counts as unset, as in the shell
-  return v;
+  return env_(name);
 }
 
 std::optional<std::pair<std::string, std::string>> EnvReader::First(

@@ -35,6 +35,8 @@ class EnvReader {
   explicit EnvReader(EnvLookup env);
 
   std::optional<std::string> Text(const std::string& name) const;
+  // As set, "" included: for the variables where NAME= must not quietly mean unset.
+  std::optional<std::string> TextAsSet(const std::string& name) const;
   // The first of `names` that is set, with the name it came from (Horovod's names as fallbacks).
   std::optional<std::pair<std::string, std::string>> First(
       std::initializer_list<const char*> names) const;

@@ -35,6 +35,12 @@ std::string Count(int n, const char* noun) {
 int RunLocalJob(const LaunchOptions& options) {
   if (options.sync_dst_dir) throw UsageError("--sync-dst-dir needs --launcher ssh");
   if (!options.ssh_options.empty()) throw UsageError("--ssh-opts needs --launcher ssh");
+  if (options.hostfile) {
+    throw UsageError(
+        "-H/--hostfile does not apply to --launcher local, which runs every process on this "
+        "machine: to use the hosts of " +
+        *options.hostfile + ", add --launcher ssh (or mpi)");
+  }
   const uint16_t port = PickFreeLoopbackPort();
   JobPlan plan = BuildJobPlan(options, PlaceLocally(options.num_servers, options.num_workers),
                               SelfExecutablePath(), port);
@@ -67,8 +73,9 @@ namespace {
 // it on, and the ssh backend writes it into each remote guard's stdin.
 void EnsureJobSecret() {
   const char* set = std::getenv("DTRAIN_JOB_SECRET");
-  if (set != nullptr && *set != '\0') {
-    (void)JobSecretFromVariable(std::string(set));  // too short: a ConfigError, before anything
+  if (set != nullptr) {
+    // Empty or too short: a ConfigError, before anything starts.
+    (void)JobSecretFromVariable(std::string(set));
     return;
   }
   ::setenv("DTRAIN_JOB_SECRET", auth::NewNonce().c_str(), 1);

@@ -9,11 +9,14 @@
 #include <memory>
 #include <vector>
 
-#include "launcher/watch/watch_loop.h"
 #include "launcher/run/output_merger.h"
+#include "launcher/watch/watch_loop.h"
 
 namespace dtrain::launcher {
 namespace {
+
+// How long after the last worker's exit its first record may still be on its way to us.
+constexpr Duration kJoinReportGrace{1000};
 
 // A few bytes into a fresh pipe: they fit its buffer, so this never blocks. A reader that is gone
 // already (EPIPE: SIGPIPE is ignored by the launcher) shows as that process's exit.
@@ -44,7 +47,7 @@ struct Child : WatchedProcess {
 class Supervisor : public JobWatch {
  public:
   Supervisor(const JobPlan& plan, const SupervisorOptions& options)
-      : JobWatch(options), plan_(plan), settle_timer_(io_) {}
+      : JobWatch(options), plan_(plan), settle_timer_(io_), join_timer_(io_) {}
 
  private:
   // --- start ---
@@ -99,7 +102,7 @@ class Supervisor : public JobWatch {
       if (!st.succeeded()) {
         OnFailure(c);
       } else if (failures_.empty() && AllWorkersSucceeded()) {
-        WaitForServices();
+        AfterTheWorkersSucceeded();
       }
       // A service that exits 0 while workers still run is not a failure: the scheduler may end
       // the job a moment before the workers' processes are gone.
@@ -131,6 +134,49 @@ class Supervisor : public JobWatch {
     settle_timer_.async_wait([this](const asio::error_code& ec) {
       if (!ec && phase() == Phase::kRunning) StopForFailure();
     });
+  }
+
+  // Every worker exited 0. In a parameter-server job that ends the job only if they were in it: a
+  // worker that never reported to us never joined (its command made no dist kvstore), so the
+  // scheduler still waits for its registration and the job did nothing. Such workers are named
+  // and the job fails. Their records may trail their exit a little, so a worker not heard of is
+  // looked at again after kJoinReportGrace before it is blamed.
+  void AfterTheWorkersSucceeded() {
+    if (plan_.num_servers == 0 || reports() == nullptr || WorkersNeverHeardOf().empty()) {
+      WaitForServices();
+      return;
+    }
+    join_timer_.expires_after(kJoinReportGrace);
+    join_timer_.async_wait([this](const asio::error_code& ec) {
+      if (ec || phase() != Phase::kRunning) return;
+      const std::string missing = WorkersNeverHeardOf();
+      if (missing.empty()) {
+        WaitForServices();
+        return;
+      }
+      Say(missing + " exited with code 0 without joining the job: the scheduler never heard of " +
+          "it (a worker's command must use a dist kvstore, e.g. dtrain.kv.create(\"dist_sync\"); " +
+          "-s 0 starts an allreduce job without servers); stopping the job");
+      set_exit_code(1);
+      BeginStop();
+    });
+  }
+
+  // "worker 0 (pid 12) and worker 1 (pid 13)": workers that sent no record at all.
+  std::string WorkersNeverHeardOf() {
+    std::vector<std::string> names;
+    for (auto& c : children_) {
+      if (c->spec.role != Role::kWorker) continue;
+      auto it = reports()->status().nodes().find(NodeKey{Role::kWorker, c->spec.rank});
+      if (it == reports()->status().nodes().end() || it->second.last_heard_us == 0) {
+        names.push_back(c->Who());
+      }
+    }
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i) {
+      text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+    }
+    return text;
   }
 
   void StopForFailure() {
@@ -185,6 +231,7 @@ class Supervisor : public JobWatch {
 
   void SignalStop() override {
     settle_timer_.cancel();
+    join_timer_.cancel();
     // EOF on a held stdin tells a remote guard to stop its process even if the signal below
     // cannot reach the process's client.
     for (auto& c : children_) c->stdin_write.reset();
@@ -193,6 +240,7 @@ class Supervisor : public JobWatch {
 
   const JobPlan& plan_;
   asio::steady_timer settle_timer_;  // first failure -> stop (OnFailure)
+  asio::steady_timer join_timer_;    // workers not heard of -> blamed (AfterTheWorkersSucceeded)
   std::optional<NodeKey> blame_;     // from the first failure record
   std::vector<std::unique_ptr<Child>> children_;
   std::vector<Child*> failures_;  // while running, in the order they were reported

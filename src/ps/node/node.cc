@@ -1,7 +1,9 @@
 #include "ps/node/node.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 #include "common/logging.h"
 #include "common/net_address.h"
@@ -23,6 +25,33 @@ constexpr Duration kPeerLossGrace{2000};
 
 bool IsControl(Command c) {
   return static_cast<uint16_t>(c) < static_cast<uint16_t>(Command::kInit);
+}
+
+// The first failure of a node of this process, for the exit below.
+std::mutex g_failed_mutex;
+std::string g_failed_why;
+
+// Runs at exit (glibc's on_exit, which passes the status): a process whose node saw its job fail
+// must not report success, whatever its program did with the error (caught it, logged it, or
+// never called dtrain again). Other exit codes are the program's own and stay.
+void NeverExitZeroAfterAFailure(int status, void*) {
+  if (status != 0) return;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(g_failed_mutex);
+    why = g_failed_why;
+  }
+  report::Flush(std::chrono::milliseconds(500));
+  LogLine(LogLevel::kError, "exiting with code 1, not 0: the job failed (" + why + ")");
+  std::fflush(nullptr);
+  std::_Exit(1);
+}
+
+void ExitNonZeroFromNowOn(const std::string& why) {
+  std::lock_guard<std::mutex> lock(g_failed_mutex);
+  if (!g_failed_why.empty()) return;
+  g_failed_why = why;
+  ::on_exit(&NeverExitZeroAfterAFailure, nullptr);
 }
 
 }  // namespace
@@ -85,8 +114,8 @@ void Node::Start() {
                        " (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT): " + e.what() +
                        "; is it running? (DTRAIN_CONNECT_TIMEOUT_MS sets how long to try)");
   } catch (const PeerError& e) {
-    throw PeerError("cannot join the job through the scheduler at " + scheduler.ToString() + ": " +
-                    e.what());
+    throw PeerError("cannot join the job through the scheduler at " + scheduler.ToString() +
+                    " (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT): " + e.what());
   }
   control::Registration reg{role_, self_.host, self_.port, config_.requested_rank};
   Message msg;
@@ -265,6 +294,7 @@ void Node::Fail(const std::string& why) {
   report::Send({{"kind", "error"}, {"message", why}});
   for (auto& l : listeners) l(why);
   if (options_.exit_on_failure) {
+    ExitNonZeroFromNowOn(why);
     const Duration grace = config_.failure_exit_grace;
     std::thread([grace, why] {
       std::this_thread::sleep_for(grace);
@@ -308,8 +338,14 @@ void Node::Barrier(Group group) {
 
 void Node::Finish() {
   SendControl(Command::kFinish);
-  WaitUntil([this] { return terminated_; }, Deadline(config_.request_timeout),
-            "the other workers did not finish");
+  try {
+    WaitUntil([this] { return terminated_; }, Deadline(config_.request_timeout),
+              "the other workers did not finish");
+  } catch (const TimeoutError& e) {
+    // The job did not end in order: that is this node's failure too (and its exit code's).
+    Fail(NameOf(transport::kSchedulerId) + " did not end the job: " + e.what());
+    throw;
+  }
 }
 
 int Node::WaitForTermination() {

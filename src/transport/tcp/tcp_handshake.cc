@@ -58,6 +58,9 @@ tcp::socket Dial(asio::io_context& io, const std::string& host, uint16_t port,
   std::error_code ec;
   tcp::resolver resolver(io);
   auto results = resolver.resolve(host, std::to_string(port), ec);
+  if (ec == asio::error::host_not_found) {
+    throw Unresolvable("cannot resolve '" + host + "': " + ec.message());
+  }
   if (ec) throw PeerError("cannot resolve '" + host + "': " + ec.message());
   // Its own strand, so that closing it is serialised with its handlers.
   auto socket = std::make_shared<tcp::socket>(asio::make_strand(io));
@@ -77,6 +80,15 @@ tcp::socket Dial(asio::io_context& io, const std::string& host, uint16_t port,
   ec = result.get();
   if (ec == asio::error::connection_refused) throw NobodyListens(ec.message());
   if (ec) throw PeerError(ec.message());
+  // A port in the ephemeral range that nobody listens on yet can be given to our own socket as
+  // its source port: TCP's simultaneous open then connects the socket to itself. That is nobody
+  // listening, and the caller retries; the handshake would fail on it in a misleading way.
+  std::error_code local_ec, remote_ec;
+  const tcp::endpoint local = socket->local_endpoint(local_ec);
+  if (!local_ec && local == socket->remote_endpoint(remote_ec) && !remote_ec) {
+    socket->close(local_ec);
+    throw NobodyListens("nobody listens there yet (the connection reached itself)");
+  }
   return std::move(*socket);
 }
 

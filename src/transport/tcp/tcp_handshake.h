@@ -31,6 +31,13 @@ class Refused : public PeerError {
   using PeerError::PeerError;
 };
 
+// The peer's host name does not resolve (the resolver says no such name; a temporary failure of
+// the resolver is retried): like a refusal, retrying cannot help.
+class Unresolvable : public Refused {
+ public:
+  using Refused::Refused;
+};
+
 // Nobody listens at the peer's address any more (the connection was refused). While a link is
 // being re-established that means its process is gone, not that the network failed.
 class NobodyListens : public PeerError {
@@ -65,7 +72,8 @@ std::string RemoteOf(const asio::ip::tcp::socket& socket);
 bool StaysOnThisHost(const asio::ip::tcp::endpoint& local, const asio::ip::tcp::endpoint& remote);
 
 // Resolves and connects to host:port within the deadline, one attempt. Throws NobodyListens if
-// the connection was refused, another Error otherwise.
+// the connection was refused or reached itself, Unresolvable if the name does not resolve,
+// another Error otherwise.
 asio::ip::tcp::socket Dial(asio::io_context& io, const std::string& host, uint16_t port,
                            const Deadline& deadline);
 
