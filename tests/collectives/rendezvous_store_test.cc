@@ -104,6 +104,17 @@ TEST(RendezvousStore, WaitTimesOutNamingTheMissingKeys) {
   }
 }
 
+// What `client` is told of lost ranks, asked every 10 ms until it is told of one (at most `tries`
+// times): the server notes a loss on its own thread, a moment after it happens.
+std::vector<LostRank> LostWithin(RendezvousClient& client, int tries) {
+  std::vector<LostRank> lost;
+  for (int i = 0; i < tries && lost.empty(); ++i) {
+    lost = client.LostRanks(Duration(1000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return lost;
+}
+
 TEST(RendezvousStore, ARankThatDisconnectsWithoutGoodbyeIsLost) {
   const int port = FreePort();
   RendezvousServer server(static_cast<uint16_t>(port), 3);
@@ -115,11 +126,7 @@ TEST(RendezvousStore, ARankThatDisconnectsWithoutGoodbyeIsLost) {
   crash.SendFrame(Hello(2));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   crash.Close();
-  std::vector<LostRank> lost;
-  for (int i = 0; i < 100 && lost.empty(); ++i) {
-    lost = a.LostRanks(Duration(1000));
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const std::vector<LostRank> lost = LostWithin(a, 100);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].rank, 2);
   EXPECT_EQ(lost[0].why, "left the job (its connection closed)");
@@ -137,11 +144,7 @@ TEST(RendezvousStore, ARankSilentPastTheHeartbeatTimeoutIsLostAndBusyRanksAreNot
                         Duration(100));
   RawSocket frozen(port);  // says hello as rank 2, then nothing
   frozen.SendFrame(Hello(2));
-  std::vector<LostRank> lost;
-  for (int i = 0; i < 300 && lost.empty(); ++i) {
-    lost = a.LostRanks(Duration(1000));
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const std::vector<LostRank> lost = LostWithin(a, 300);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].rank, 2);
   EXPECT_NE(lost[0].why.find("sent nothing for"), std::string::npos) << lost[0].why;
