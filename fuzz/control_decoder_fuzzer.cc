@@ -52,5 +52,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (DecodeBarrier(EncodeBarrier(b.first, b.second)) != b) Fail("a barrier changed");
       });
   Try([&] { return DecodeFailure(text); }, [](const Failure&) {});
+  Try([&] { return DecodeRejoin(text); },
+      [](const Rejoin& r) {
+        const Rejoin again = DecodeRejoin(EncodeRejoin(r));
+        if (again.workers_barriers != r.workers_barriers || again.all_barriers != r.all_barriers) {
+          Fail("a rejoin changed");
+        }
+      });
   return 0;
 }

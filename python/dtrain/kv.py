@@ -141,6 +141,21 @@ class KVStore:
         """The number of workers in the job (1 for local stores)."""
         return self._h.num_workers
 
+    @property
+    def rejoined(self) -> bool:
+        """True in a process that replaces a lost worker of a running job
+        (``dtrain launch --max-restarts``): the keys and the servers' optimizer
+        are the job's already, so ``init`` and ``set_optimizer`` only record them."""
+        return self._h.rejoined
+
+    @property
+    def rounds_done(self) -> int:
+        """The steps (rounds that push every key once) this worker's rank had
+        completed when this process joined: 0, except in a replacement, which
+        resumes there. Skip that many batches of this worker's data, e.g.
+        ``for step, batch in enumerate(loader): if step < kv.rounds_done: continue``."""
+        return self._h.rounds_done
+
     # --- data ---
     def init(self, key: _Key | _KeyList, value: _Value) -> None:
         """Creates each key with an initial value. In dist stores rank 0's value is kept; the call

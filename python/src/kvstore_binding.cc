@@ -94,6 +94,10 @@ void RegisterKVStore(py::module_& m) {
       .def_property_readonly("rank", [](const KVStoreHandle& h) { return h.store()->rank(); })
       .def_property_readonly("num_workers",
                              [](const KVStoreHandle& h) { return h.store()->num_workers(); })
+      .def_property_readonly("rounds_done",
+                             [](const KVStoreHandle& h) { return h.store()->rounds_done(); })
+      .def_property_readonly("rejoined",
+                             [](const KVStoreHandle& h) { return h.store()->rejoined(); })
       .def("close", &KVStoreHandle::Close)
       .def_static("key_of", [](const py::handle& key) { return KeyFrom(key); })
       .def("init",

@@ -31,6 +31,8 @@ class DeviceStagingKVStore final : public KVStore {
   std::string type() const override { return inner_->type(); }
   int rank() const override { return inner_->rank(); }
   int num_workers() const override { return inner_->num_workers(); }
+  int64_t rounds_done() const override { return inner_->rounds_done(); }
+  bool rejoined() const override { return inner_->rejoined(); }
 
   using KVStore::Init;
   using KVStore::Pull;

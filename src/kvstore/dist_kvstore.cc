@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/buffer_pool.h"
 #include "common/logging.h"
@@ -54,6 +55,7 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
                  config.partition_bytes) {
   try {
     node_.Start();
+    if (node_.rejoined()) Rejoin();
   } catch (...) {
     // The transport's thread may be inside client_ (a failure listener): stop it before the
     // members are destroyed, client_ first.
@@ -81,6 +83,52 @@ DistKVStore::~DistKVStore() {
 }
 
 int DistKVStore::rank() const { return node_.self().rank; }
+
+void DistKVStore::Rejoin() {
+  const int servers = node_.layout().num_servers;
+  auto counts = std::make_shared<std::set<int64_t>>();
+  auto state = std::make_shared<OperationState>("asking where this worker's rank is", servers,
+                                                config_.request_timeout);
+  for (int s = 0; s < servers; ++s) {
+    Message msg;
+    msg.header.command = Command::kCommand;
+    msg.meta = nlohmann::json{{"cmd", "rejoin_state"}}.dump();
+    client_.Request(s, std::move(msg), Body{},
+                    [counts, state, s](const Message* reply, std::exception_ptr error) {
+                      if (reply) {
+                        auto meta = nlohmann::json::parse(reply->meta, nullptr, false);
+                        try {
+                          for (int64_t c : meta.at("counts").get<std::vector<int64_t>>()) {
+                            counts->insert(c);
+                          }
+                        } catch (const nlohmann::json::exception&) {
+                          error = std::make_exception_ptr(
+                              PeerError("malformed rejoin state from server " + std::to_string(s)));
+                        }
+                      }
+                      state->PartDone(error);
+                    });
+  }
+  state->Wait();
+  // Training pushes every key once a step, so the lost process had pushed each key of its last
+  // step or not: its slots are at the most rounds, or one fewer, and it died in the step of the
+  // fewer. Keys pushed once (a setup key, a metric) lag further behind and do not count. The
+  // callbacks ran on a transport thread; state->Wait() ordered them before this read.
+  past_setup_ = !counts->empty();
+  if (past_setup_) {
+    const int64_t most = *counts->rbegin();
+    rounds_done_ = *counts->lower_bound(most - 1);
+  }
+  std::vector<std::pair<int, Message>> requests;
+  for (int s = 0; s < servers; ++s) {
+    Message msg;
+    msg.header.command = Command::kCommand;
+    msg.meta = nlohmann::json{{"cmd", "rejoin"}, {"round", rounds_done_}}.dump();
+    requests.emplace_back(s, std::move(msg));
+  }
+  RequestAndWait("resuming at round " + std::to_string(rounds_done_), std::move(requests));
+  DTRAIN_LOG(kConnections) << "replacing a lost worker: resuming at round " << rounds_done_;
+}
 int DistKVStore::num_workers() const { return node_.layout().num_workers; }
 
 const DistKVStore::KeyInfo& DistKVStore::Lookup(Key key, const char* op) const {
@@ -140,7 +188,8 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
       const auto& slots = partition_.Add(static_cast<uint64_t>(keys[i]), v.size(), v.dtype());
       keys_[keys[i]] =
           KeyInfo{v.shape(), v.dtype(), slots, ServersOf(slots), std::make_shared<Residual>()};
-      if (rank() != 0) continue;  // rank 0's values are the ones kept, as in MXNet
+      // Rank 0's values are the ones kept, as in MXNet; a replacement finds them there.
+      if (rank() != 0 || past_setup_) continue;
       const Body whole = WholeArray(v);
       for (const auto& slot : slots) {
         Message msg;
@@ -155,7 +204,7 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
     }
   }
   RequestAndWait("init", std::move(requests));
-  node_.Barrier(ps::Group::kWorkers);
+  if (!past_setup_) node_.Barrier(ps::Group::kWorkers);
 }
 
 std::string DistKVStore::ServersOf(const std::vector<ps::Slot>& slots) const {
@@ -185,7 +234,8 @@ void DistKVStore::RequestAndWait(const std::string& what,
 }
 
 void DistKVStore::SetOptimizer(const OptimizerSpec& spec) {
-  CreateOptimizer(spec);  // validates here, where the error is the caller's
+  CreateOptimizer(spec);    // validates here, where the error is the caller's
+  if (past_setup_) return;  // the servers' optimizer, and its state, are the job's
   if (rank() == 0) {
     std::vector<std::pair<int, Message>> requests;
     for (int s = 0; s < node_.layout().num_servers; ++s) {

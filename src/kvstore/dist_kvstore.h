@@ -38,6 +38,8 @@ class DistKVStore : public KVStore {
   std::string type() const override { return type_; }
   int rank() const override;
   int num_workers() const override;
+  int64_t rounds_done() const override { return rounds_done_; }
+  bool rejoined() const override { return node_.rejoined(); }
 
   using KVStore::Init;
   using KVStore::Pull;
@@ -84,6 +86,9 @@ class DistKVStore : public KVStore {
                   const std::vector<Array>& outs, int priority);
   std::shared_ptr<OperationState> Track(std::string what, int parts);
   std::string ServersOf(const std::vector<ps::Slot>& slots) const;
+  // A replacement for a lost worker: asks the servers where its rank is and tells them where it
+  // resumes (server.h).
+  void Rejoin();
   // Sends one request per slot to the servers and waits for all replies (Init, SetOptimizer).
   void RequestAndWait(const std::string& what,
                       std::vector<std::pair<int, transport::Message>> requests);
@@ -93,6 +98,11 @@ class DistKVStore : public KVStore {
   const Config config_;
   ps::Node node_;
   ps::WorkerClient client_;
+
+  int64_t rounds_done_ = 0;
+  // A replacement that joined after the job's keys were made: Init and SetOptimizer only record
+  // (the servers have both, with the optimizer's state).
+  bool past_setup_ = false;
 
   mutable std::mutex mutex_;
   ps::KeyPartition partition_;

@@ -39,6 +39,7 @@ int RunServer(const Config& config) {
     Server server(node, config);
     node.SetDataHandler([&server](transport::Message&& msg) { server.Handle(std::move(msg)); });
     node.SetWorkerFinishedHandler([&server](int rank) { server.OnWorkerFinished(rank); });
+    node.SetWorkerReplacedHandler([&server](int rank) { server.OnWorkerReplaced(rank); });
     node.SetBodyLimit([&server](const transport::Header& h) { return server.BodyLimit(h); });
     node.Start();
     const int code = node.WaitForTermination();

@@ -58,6 +58,27 @@ enum class Phase { kRegistering, kStarting, kRunning, kDone };
 
 constexpr NodeId kRefusedLink = 1 << 30;
 
+// How long a worker that registers while the job runs is held for a loss it could replace: far
+// longer than the scheduler takes to see a dead process, short enough for a stray worker.
+constexpr Duration kHoldRegistration{5000};
+
+// A worker lost while the job waits for replacements (DTRAIN_RESTART_WAIT_MS).
+struct Vacancy {
+  Clock::time_point since;  // when it was lost
+  std::string why;          // how it was lost
+};
+
+// A replacement that has registered and is connecting to the servers.
+struct Rejoining {
+  Vacancy vacancy;
+  bool ready = false;              // it has connected to every server
+  std::set<NodeId> servers_ready;  // servers connected to it
+};
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 }  // namespace
 
 struct Scheduler::State {
@@ -80,6 +101,16 @@ struct Scheduler::State {
   std::map<Group, std::string> barrier_meta;
   std::map<NodeId, Clock::time_point> last_heard;
   std::optional<int> exit_code;
+  std::map<Group, uint64_t> barriers_completed;
+  std::map<NodeId, Vacancy> vacant;
+  std::map<NodeId, Rejoining> rejoining;
+  std::vector<std::pair<control::Registration, Clock::time_point>> held;
+  int replacements = 0;
+
+  bool Replaceable(NodeId id) const {
+    return config.restart_wait.count() > 0 && phase == Phase::kRunning && layout.IsWorker(id) &&
+           finished.count(id) == 0;
+  }
 
   // A server or worker of the job's table (the scheduler assigns it once every place is taken).
   bool IsMember(NodeId id) const { return id > 0 && static_cast<size_t>(id) < table.size(); }
@@ -133,6 +164,15 @@ struct Scheduler::State {
       return;
     }
     if (reg.role == Role::kScheduler) return Refuse(reg, "a job has only one scheduler");
+    if (phase == Phase::kRunning && reg.role == Role::kWorker && config.restart_wait.count() > 0) {
+      if (VacancyFor(reg) != vacant.end()) return TakeVacancy(reg);
+      // A replacement can register before the loss of the process it replaces is seen here (the
+      // launcher sees the exit first): held until a worker is lost, or refused after a while.
+      DTRAIN_LOG(kConnections) << "holding the registration of a worker at " << reg.host << ":"
+                               << reg.port << " until a worker of its rank is lost";
+      held.emplace_back(reg, Clock::now());
+      return;
+    }
     if (phase != Phase::kRegistering || Count(reg.role) >= Expected(reg.role)) {
       return Refuse(reg, "the job already has its " + std::to_string(Expected(reg.role)) + " " +
                              RoleName(reg.role) + "(s) (DMLC_NUM_" +
@@ -191,7 +231,126 @@ struct Scheduler::State {
     phase = Phase::kStarting;
   }
 
+  // A lost worker's id: the job waits for a replacement instead of failing.
+  void Vacate(NodeId id, const std::string& reason) {
+    Vacancy v{Clock::now(), reason};
+    if (auto it = rejoining.find(id); it != rejoining.end()) {
+      v.since = it->second.vacancy.since;  // a replacement lost while joining: the same wait
+      rejoining.erase(it);
+    }
+    DTRAIN_LOG(kWarning) << Name(id) << " was lost: " << reason << "; waiting up to "
+                         << Seconds(config.restart_wait)
+                         << " s for a replacement with its rank (DTRAIN_RESTART_WAIT_MS)";
+    report::Send(
+        {{"kind", "member_lost"},
+         {"node", {{"role", "worker"}, {"rank", layout.RankOf(id)}, {"host", table[id].host}}},
+         {"cause", reason}});
+    last_heard.erase(id);
+    for (auto& [group, arrived] : barrier_arrivals) arrived.erase(id);
+    vacant.emplace(id, std::move(v));
+    for (auto h = held.begin(); h != held.end(); ++h) {
+      if (VacancyFor(h->first) != vacant.end()) {
+        const control::Registration reg = h->first;
+        held.erase(h);
+        return TakeVacancy(reg);
+      }
+    }
+  }
+
+  // Held registrations whose rank's worker was not lost within kHoldRegistration are refused.
+  void RefuseHeldTooLong() {
+    const auto now = Clock::now();
+    std::vector<control::Registration> refused;
+    std::erase_if(held, [&](const auto& h) {
+      if (now - h.second < kHoldRegistration) return false;
+      refused.push_back(h.first);
+      return true;
+    });
+    for (const auto& reg : refused) {
+      Refuse(reg, "the job already has its " + std::to_string(layout.num_workers) +
+                      " worker(s) (DMLC_NUM_WORKER), and none of them was lost within " +
+                      std::to_string(kHoldRegistration.count() / 1000) +
+                      " s for this one to replace");
+    }
+  }
+
+  std::map<NodeId, Vacancy>::iterator VacancyFor(const control::Registration& reg) {
+    if (reg.requested_rank < 0) return vacant.begin();
+    if (reg.requested_rank >= layout.num_workers) return vacant.end();
+    return vacant.find(layout.WorkerId(reg.requested_rank));
+  }
+
+  void TakeVacancy(const control::Registration& reg) {
+    auto it = VacancyFor(reg);
+    if (it == vacant.end()) {
+      return Refuse(reg, "the job is running and worker " + std::to_string(reg.requested_rank) +
+                             " (DTRAIN_NODE_RANK) is not lost: only a lost worker's rank can be "
+                             "taken by a replacement");
+    }
+    const NodeId id = it->first;
+    Rejoining r{std::move(it->second), false, {}};
+    vacant.erase(it);
+    table[id] = NodeInfo{id, Role::kWorker, layout.RankOf(id), reg.host, reg.port};
+    DTRAIN_LOG(kConnections) << "a replacement for " << RoleName(Role::kWorker) << " "
+                             << layout.RankOf(id) << " registered from " << reg.host << ":"
+                             << reg.port << ", " << SecondsSince(r.vacancy.since)
+                             << " s after it was lost";
+    transport->ForgetPeer(id);
+    try {
+      transport->Connect(id, {reg.host, reg.port}, transport::kSchedulerId,
+                         Deadline(config.connect_timeout));
+    } catch (const Error& e) {
+      DTRAIN_LOG(kWarning) << "cannot reach the replacement at " << reg.host << ":" << reg.port
+                           << ": " << e.what();
+      vacant.emplace(id, std::move(r.vacancy));
+      return;
+    }
+    rejoining.emplace(id, std::move(r));
+    last_heard[id] = Clock::now();
+    SendTo(id, Command::kRejoin,
+           control::EncodeRejoin(
+               {barriers_completed[Group::kWorkers], barriers_completed[Group::kAll]}));
+    SendTo(id, Command::kNodeTable, control::EncodeNodeTable(table));
+    const std::string replacement = control::EncodeNodeTable({table[id]});
+    for (int s = 0; s < layout.num_servers; ++s) {
+      SendTo(layout.ServerId(s), Command::kNodeReplaced, replacement);
+    }
+  }
+
+  void OnReplacedReady(NodeId server, const std::string& meta) {
+    if (!layout.IsServer(server)) return;
+    const NodeId id = static_cast<NodeId>(std::strtol(meta.c_str(), nullptr, 10));
+    auto it = rejoining.find(id);
+    if (it == rejoining.end()) return;
+    it->second.servers_ready.insert(server);
+    StartReplacement(id);
+  }
+
+  // Every server reaches the replacement and it reaches them: it may send its first request.
+  void StartReplacement(NodeId id) {
+    auto it = rejoining.find(id);
+    if (it == rejoining.end() || !it->second.ready ||
+        static_cast<int>(it->second.servers_ready.size()) < layout.num_servers) {
+      return;
+    }
+    const double after = SecondsSince(it->second.vacancy.since);
+    rejoining.erase(it);
+    ++replacements;
+    last_heard[id] = Clock::now();
+    SendTo(id, Command::kStart);
+    DTRAIN_LOG(kWarning) << table[id].Name() << " rejoined the job " << after
+                         << " s after it was lost (a replacement, DTRAIN_RESTART_WAIT_MS)";
+    report::Send(
+        {{"kind", "member_rejoined"},
+         {"node", {{"role", "worker"}, {"rank", layout.RankOf(id)}, {"host", table[id].host}}},
+         {"seconds", after}});
+  }
+
   void OnReady(NodeId id) {
+    if (auto it = rejoining.find(id); it != rejoining.end()) {
+      it->second.ready = true;
+      return StartReplacement(id);
+    }
     if (!layout.IsServer(id) && !layout.IsWorker(id)) return;
     ready.insert(id);
     if (static_cast<int>(ready.size()) == layout.NumNodes() - 1 && phase == Phase::kStarting) {
@@ -217,6 +376,7 @@ struct Scheduler::State {
     }
     for (NodeId n : arrived) SendTo(n, Command::kBarrierDone, barrier_meta[group]);
     arrived.clear();
+    ++barriers_completed[group];
   }
 
   // A barrier that waits for a worker that has already left the job can never complete: fail it
@@ -296,6 +456,8 @@ struct Scheduler::State {
         DTRAIN_LOG(kConnections) << "a refused node at " << e.remote << " left: " << e.reason;
         return;
       }
+      if (vacant.count(e.peer) != 0) return;  // its other links, closing later
+      if (Replaceable(e.peer)) return Vacate(e.peer, e.reason);
       return FailJob(e.peer, e.reason);
     }
     const Message& msg = e.msg;
@@ -313,6 +475,8 @@ struct Scheduler::State {
         return;
       case Command::kFinish:
         return OnFinish(from);
+      case Command::kReplacedReady:
+        return OnReplacedReady(from, msg.meta);
       default:
         DTRAIN_LOG(kWarning) << "scheduler ignores " << transport::CommandName(msg.header.command)
                              << " from " << Name(from);
@@ -322,6 +486,13 @@ struct Scheduler::State {
   void CheckHeartbeats() {
     if (phase != Phase::kRunning) return;
     const auto now = Clock::now();
+    RefuseHeldTooLong();
+    for (auto& [id, v] : vacant) {
+      if (now - v.since > config.restart_wait) return FailUnreplaced(id, v);
+    }
+    for (auto& [id, r] : rejoining) {
+      if (now - r.vacancy.since > config.restart_wait) return FailUnreplaced(id, r.vacancy);
+    }
     for (auto& [id, when] : last_heard) {
       if (finished.count(id) != 0) continue;
       if (now - when > config.heartbeat_timeout) {
@@ -330,6 +501,16 @@ struct Scheduler::State {
                                " ms (PS_HEARTBEAT_TIMEOUT): its host may be down or cut off");
       }
     }
+  }
+
+  void FailUnreplaced(NodeId id, const Vacancy& v) {
+    const std::string why = "it was lost (" + v.why + ") and no replacement " +
+                            (rejoining.count(id) ? "finished joining" : "registered") + " within " +
+                            std::to_string(Seconds(config.restart_wait)) +
+                            " s (DTRAIN_RESTART_WAIT_MS)";
+    vacant.clear();
+    rejoining.clear();
+    FailJob(id, why);
   }
 
   void FailStart() {

@@ -7,6 +7,13 @@
 // nodes to terminate. When a node dies it tells all the others which one (role, rank, host:port)
 // and why, and exits non-zero.
 //
+// With DTRAIN_RESTART_WAIT_MS set (dtrain launch --max-restarts), a lost worker leaves a vacancy
+// instead: the job waits that long for a replacement to register with the same rank (or any rank,
+// if it asks for none). The replacement learns how many barriers the job has completed (kRejoin),
+// gets the node table, and starts once every server has connected to it (kNodeReplaced,
+// kReplacedReady); the servers keep its rank's place in every round meanwhile (server.h). A
+// vacancy still open at the deadline fails the job, naming the worker and why it was lost.
+//
 // All decisions are made on the thread that calls Run(); transport threads only queue events.
 #pragma once
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/buffer_pool.h"
 #include "common/logging.h"
@@ -68,6 +69,10 @@ struct Server::SlotState {
   std::vector<char> pushed;                   // per worker rank
   std::vector<Header> waiting;                // requests answered when the round completes
   std::vector<std::deque<Message>> deferred;  // per worker: messages held for later rounds
+  // Per worker rank: pushes summed into rounds, and (a replacement's) pushes of rounds its lost
+  // process had already pushed into, still to come (absorbed, not summed).
+  std::vector<int64_t> contributed;
+  std::vector<int64_t> absorb;
 
   size_t bytes() const { return static_cast<size_t>(length) * DTypeSize(dtype); }
   uint64_t optimizer_index() const { return (key << 20) | part; }
@@ -178,6 +183,8 @@ void Server::HandleInit(Message&& msg) {
   slot->value = msg.body.owner ? std::move(msg.body) : NewBuffer(0);
   slot->pushed.assign(node_.layout().num_workers, 0);
   slot->deferred.resize(node_.layout().num_workers);
+  slot->contributed.assign(node_.layout().num_workers, 0);
+  slot->absorb.assign(node_.layout().num_workers, 0);
   {
     std::unique_lock<std::shared_mutex> lock(slots_mutex_);
     auto [it, inserted] = slots_.try_emplace({h.key, h.part}, std::move(slot));
@@ -216,6 +223,16 @@ void Server::HandleCommand(const Message& msg) {
   }
   std::shared_ptr<Optimizer> optimizer = CurrentOptimizer();
   const std::string cmd = meta["cmd"].get<std::string>();
+  if (cmd == "rejoin_state" || cmd == "rejoin") {
+    int64_t round = 0;
+    if (cmd == "rejoin") {
+      if (!meta.contains("round") || !meta["round"].is_number_unsigned()) {
+        return ReplyError(h, "rejoin: 'round' missing or not a count");
+      }
+      round = meta["round"].get<int64_t>();
+    }
+    return HandleRejoinCommand(msg, cmd, round);
+  }
   if (cmd != "get_optimizer_state" && cmd != "set_optimizer_state") {
     return ReplyError(h, "unknown command '" + cmd + "'");
   }
@@ -252,6 +269,52 @@ void Server::HandleCommand(const Message& msg) {
     optimizer->LoadState(state);  // InvalidArgument -> error reply
   }
   Reply(h);
+}
+
+void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int64_t round) {
+  const Header& h = msg.header;
+  if (!node_.layout().IsWorker(h.sender)) return ReplyError(h, "only workers rejoin");
+  const int worker = node_.layout().RankOf(h.sender);
+  std::set<int64_t> counts;
+  int64_t slots = 0;
+  {
+    std::shared_lock<std::shared_mutex> lock(slots_mutex_);
+    for (auto& [id, slot] : slots_) {
+      std::lock_guard<std::mutex> slot_lock(slot->mutex);
+      if (!slot->sync) continue;
+      ++slots;
+      int64_t& contributed = slot->contributed[worker];
+      if (cmd == "rejoin_state") {
+        counts.insert(contributed);
+      } else if (contributed > round) {
+        slot->absorb[worker] = contributed - round;
+        contributed = round;
+      }
+    }
+  }
+  if (cmd == "rejoin") {
+    DTRAIN_LOG(kConnections) << node_.NameOf(h.sender) << " resumes at round " << round;
+    return Reply(h);
+  }
+  Message reply;
+  reply.header = ReplyTo(h, transport::kFlagResponse);
+  reply.meta = nlohmann::json{{"counts", counts}, {"slots", slots}}.dump();
+  try {
+    node_.Send(h.sender, std::move(reply));
+  } catch (const Error&) {
+  }
+}
+
+void Server::OnWorkerReplaced(int worker_rank) {
+  const NodeId lost = node_.layout().WorkerId(worker_rank);
+  std::shared_lock<std::shared_mutex> lock(slots_mutex_);
+  for (auto& [id, slot] : slots_) {
+    std::lock_guard<std::mutex> slot_lock(slot->mutex);
+    // Its push stays in the round (pushed, merged); only the answers it waited for go.
+    std::erase_if(slot->waiting, [lost](const Header& w) { return w.sender == lost; });
+    slot->deferred[worker_rank].clear();
+    slot->absorb[worker_rank] = 0;
+  }
 }
 
 void Server::HandleData(Message&& msg) {
@@ -349,6 +412,19 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
       return ReplyError(msg.header, problem);
     }
   }
+  if (is_push && queue.empty() && slot.absorb[worker] > 0) {
+    // A replacement's push of a round its lost process had pushed into: that push counts.
+    --slot.absorb[worker];
+    ++slot.contributed[worker];
+    if (slot.pushed[worker]) {
+      slot.waiting.push_back(msg.header);  // answered with the round, when it completes
+    } else if (msg.header.command == Command::kPush) {
+      Reply(msg.header);
+    } else {
+      ReplyValue(slot, msg.header);
+    }
+    return;
+  }
   if (!queue.empty() || (is_push && slot.pushed[worker])) {
     queue.push_back(std::move(msg));  // belongs to a later round
     return;
@@ -377,8 +453,9 @@ void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
                                                 .Int("bytes", msg.body.size)
                                           : timeline::Args());
   if (h.command == Command::kPull) {
-    // A pull waits for the round its worker has pushed into; otherwise the value is current.
-    if (slot.pushed[worker]) {
+    // A pull waits for the round its worker has pushed into; otherwise the value is current. A
+    // replacement whose lost process pushed into this round has not yet: its value is current.
+    if (slot.pushed[worker] && slot.absorb[worker] == 0) {
       slot.waiting.push_back(h);
     } else {
       ReplyValue(slot, h);
@@ -396,6 +473,7 @@ void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
   }
   slot.pushed[worker] = 1;
   ++slot.pushed_count;
+  ++slot.contributed[worker];
   slot.waiting.push_back(h);
 }
 

@@ -9,6 +9,15 @@
 // dist_async: each push is applied on arrival under the slot's lock (with the optimizer, or added
 // to the value when there is none, so the value is the total of all pushes).
 //
+// A lost worker's replacement (DTRAIN_RESTART_WAIT_MS): the rounds its rank had pushed into when
+// it was lost are completed, not rolled back. What the lost process pushed stays in its round;
+// the requests it left waiting (and pushes it had queued for later rounds) are dropped when the
+// replacement comes (OnWorkerReplaced). The replacement asks each server how many rounds its rank
+// has contributed to its slots ("rejoin_state"; it resumes at the fewest among the slots pushed
+// most, see DistKVStore::Rejoin) and then says where it resumes ("rejoin"): a slot where the lost
+// process had already pushed for that round absorbs the replacement's push of it (answered with the
+// round's result, never summed again), so no gradient counts twice and none is missing.
+//
 // Values are never copied to answer a pull: the reply shares the stored buffer, and an update that
 // finds the buffer still being sent writes into a fresh one (copy on write).
 //
@@ -43,6 +52,8 @@ class Server {
   size_t BodyLimit(const transport::Header& h);
   // A worker left the job: dist_sync rounds can no longer complete; fail them instead of waiting.
   void OnWorkerFinished(int worker_rank);
+  // A lost worker's replacement is about to connect: drop what the lost process left waiting.
+  void OnWorkerReplaced(int worker_rank);
 
  private:
   struct SlotState;
@@ -52,6 +63,10 @@ class Server {
   // {"cmd": "get_optimizer_state"} / {"cmd": "set_optimizer_state", "bytes": n} with the bytes
   // as body: the optimizer's state, to save with a model and restore on resume.
   void HandleCommand(const transport::Message& msg);
+  // {"cmd": "rejoin_state"}: {"counts": the distinct numbers of rounds the sender's rank has
+  // pushed into the sync slots here, "slots": n}; {"cmd": "rejoin", "round": r}: the sender
+  // resumes at round r.
+  void HandleRejoinCommand(const transport::Message& msg, const std::string& cmd, int64_t round);
   void HandleData(transport::Message&& msg);
   // Sync mode, slot lock held.
   void SyncMessage(SlotState& slot, int worker, transport::Message&& msg);

@@ -273,7 +273,10 @@ int Train(const Flags& f, KVStore* kv_ptr) {
     LoadInto(archive, *replicas[0]);
   }
   Trainer trainer(replicas, *kv, options);
-  if (!f.resume.empty()) trainer.LoadOptimizerState(f.resume);
+  // A replacement for a lost worker (dtrain launch --max-restarts) finds the optimizer's state on
+  // the servers, and resumes at the step its rank had reached.
+  if (!f.resume.empty() && !kv->rejoined()) trainer.LoadOptimizerState(f.resume);
+  const int64_t resume_at = kv->rounds_done();
 
   const SplitSampler sampler(train.size(), workers, rank, f.seed);
   const int64_t steps = sampler.size() / f.batch_size;
@@ -292,8 +295,20 @@ int Train(const Flags& f, KVStore* kv_ptr) {
       blas.c_str());
   std::fflush(stdout);
 
+  if (kv->rejoined()) {
+    std::printf(
+        "worker %d replaces a lost worker: resuming at step %lld (epoch %lld, batch %lld)\n", rank,
+        static_cast<long long>(resume_at), static_cast<long long>(resume_at / steps),
+        static_cast<long long>(resume_at % steps));
+    std::fflush(stdout);
+  }
+
   int64_t global_step = 0;  // the timeline's step numbers, as the trainer counts them
   for (int epoch = 0; epoch < f.epochs; ++epoch) {
+    if (global_step + steps <= resume_at) {  // done before this process joined
+      global_step += steps;
+      continue;
+    }
     const auto indices = sampler.EpochIndices(epoch);
     const auto index_tensor = torch::tensor(indices, torch::kInt64);
     const auto epoch_start = std::chrono::steady_clock::now();
@@ -302,7 +317,10 @@ int Train(const Flags& f, KVStore* kv_ptr) {
     // make the host wait for each GPU step to finish.
     std::vector<torch::Tensor> window_correct(devices), window_loss(devices);
     int64_t window_samples = 0, window_first = 0;
-    for (int64_t step = 0; step < steps; ++step) {
+    const int64_t first_step = std::max<int64_t>(0, resume_at - global_step);
+    global_step += first_step;
+    window_first = first_step;
+    for (int64_t step = first_step; step < steps; ++step) {
       auto idx = index_tensor.narrow(0, step * f.batch_size, f.batch_size);
       auto x = train.images.index_select(0, idx);
       auto y = train.labels.index_select(0, idx);

@@ -101,6 +101,12 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
     throw InvalidArgument(
         "dist_async needs update_on_kvstore: the servers must apply each push as it arrives");
   }
+  if (kv_.rejoined() && !options_.update_on_kvstore) {
+    throw InvalidArgument(
+        "this worker replaces a lost one, which needs the optimizer on the servers "
+        "(update_on_kvstore): workers that update their own weights keep them nowhere a "
+        "replacement can fetch them");
+  }
   CreateOptimizer(options_.optimizer);  // validates now, whenever and wherever it will run
   if (options_.fuse_below_bytes < 0) options_.fuse_below_bytes = 0;
 

@@ -88,6 +88,12 @@ class Transport {
   // Throws PeerError if there is no link to `peer`.
   virtual void Send(NodeId peer, Message msg) = 0;
 
+  // The process that was `peer` is gone and another (a replacement, with a new address) may take
+  // its id: closes the link to it without reporting it, forgets that it was lost, and from now on
+  // drops the loss reports of connections it made before (their resend windows end later).
+  // Connect(peer, ...) then opens the link to the replacement.
+  virtual void ForgetPeer(NodeId peer) { (void)peer; }
+
   // True if Connect(peer, ...) has succeeded and the link has not failed.
   virtual bool IsConnected(NodeId peer) const = 0;
 

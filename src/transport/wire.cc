@@ -50,6 +50,9 @@ bool IsKnownCommand(uint16_t raw) {
     case Command::kFinish:
     case Command::kTerminate:
     case Command::kAbort:
+    case Command::kRejoin:
+    case Command::kNodeReplaced:
+    case Command::kReplacedReady:
     case Command::kInit:
     case Command::kPush:
     case Command::kPull:
@@ -91,6 +94,12 @@ std::string_view CommandName(Command c) {
       return "terminate";
     case Command::kAbort:
       return "abort";
+    case Command::kRejoin:
+      return "rejoin";
+    case Command::kNodeReplaced:
+      return "node-replaced";
+    case Command::kReplacedReady:
+      return "replaced-ready";
     case Command::kInit:
       return "init";
     case Command::kPush:

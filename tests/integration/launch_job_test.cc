@@ -11,18 +11,25 @@ namespace {
 constexpr int kHangGuardMs = 120000;
 
 std::vector<std::string> Launch(int workers, int servers, std::vector<std::string> command) {
-  std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"), "launch", "-n",
-                                   std::to_string(workers), "-s", std::to_string(servers),
-                                   "--launcher", "local", "--"};
+  std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"),
+                                   "launch",
+                                   "-n",
+                                   std::to_string(workers),
+                                   "-s",
+                                   std::to_string(servers),
+                                   "--launcher",
+                                   "local",
+                                   "--"};
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
 }
 
 TEST(LaunchJob, TwoWorkersTwoServersSyncSucceedsWithPrefixedOutput) {
   TempDir dir;
-  Subprocess launch(Launch(2, 2, {BinaryPath("tests/programs/kv_check_worker"), "--scenario",
-                                  "sync", "--rounds", "5"}),
-                    {}, dir.path() + "/launch.log");
+  Subprocess launch(
+      Launch(2, 2,
+             {BinaryPath("tests/programs/kv_check_worker"), "--scenario", "sync", "--rounds", "5"}),
+      {}, dir.path() + "/launch.log");
   auto code = launch.Wait(kHangGuardMs);
   ASSERT_TRUE(code.has_value()) << launch.Output();
   EXPECT_EQ(*code, 0) << launch.Output();
@@ -34,13 +41,87 @@ TEST(LaunchJob, TwoWorkersTwoServersSyncSucceedsWithPrefixedOutput) {
 
 TEST(LaunchJob, AWorkerDyingStopsTheJobAndNamesIt) {
   TempDir dir;
-  Subprocess launch(Launch(3, 2, {BinaryPath("tests/programs/kv_check_worker"), "--scenario",
-                                  "die", "--die-rank", "2", "--die-after", "4"}),
+  Subprocess launch(Launch(3, 2,
+                           {BinaryPath("tests/programs/kv_check_worker"), "--scenario", "die",
+                            "--die-rank", "2", "--die-after", "4"}),
                     {}, dir.path() + "/launch.log");
   auto code = launch.Wait(kHangGuardMs);
   ASSERT_TRUE(code.has_value()) << launch.Output();
   EXPECT_EQ(*code, 9) << launch.Output();  // the dying worker's own exit code comes through
   EXPECT_NE(launch.Output().find("worker 2"), std::string::npos) << launch.Output();
+}
+
+// --max-restarts: a worker killed half-way through a round is replaced with its rank, resumes
+// where its rank was, and every worker's every pull is still the exact sum of that round's
+// pushes (kv_check_worker checks in-band): the half-pushed round is completed, nothing counted
+// twice or lost. Once for rank 1 and once (another job) for rank 0, the rank that made the keys.
+TEST(LaunchJob, AKilledWorkerIsReplacedAndEveryRoundStaysExact) {
+  TempDir dir;
+  for (const char* rank : {"1", "0"}) {
+    std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"),
+                                     "launch",
+                                     "-n",
+                                     "2",
+                                     "-s",
+                                     "2",
+                                     "--max-restarts",
+                                     "1",
+                                     "--launcher",
+                                     "local",
+                                     "--",
+                                     BinaryPath("tests/programs/kv_check_worker"),
+                                     "--scenario",
+                                     "sync",
+                                     "--rounds",
+                                     "12",
+                                     "--kill-at-round",
+                                     "5",
+                                     "--die-rank",
+                                     rank};
+    Subprocess launch(argv, {}, dir.path() + "/launch-" + rank + ".log");
+    auto code = launch.Wait(kHangGuardMs);
+    ASSERT_TRUE(code.has_value()) << launch.Output();
+    const std::string out = launch.Output();
+    EXPECT_EQ(*code, 0) << out;
+    const std::string w = std::string("[worker ") + rank + "] ";
+    EXPECT_NE(out.find(w + "rank " + rank + " kills itself half-way through round 5"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("starting a replacement with its rank (restart 1 of 1, --max-restarts)"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find(w + "rank " + rank + " replaces a lost worker: resuming at round 5"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("[worker 0] sync OK: rank 0 of 2, 12 rounds"), std::string::npos) << out;
+    EXPECT_NE(out.find("[worker 1] sync OK: rank 1 of 2, 12 rounds"), std::string::npos) << out;
+    EXPECT_NE(out.find("rejoined the job"), std::string::npos) << out;
+    EXPECT_EQ(out.find("CHECK FAILED"), std::string::npos) << out;
+  }
+}
+
+// Without --max-restarts (or with its budget spent), the first failure still stops the job.
+TEST(LaunchJob, ASecondFailureBeyondMaxRestartsStopsTheJob) {
+  TempDir dir;
+  std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"),
+                                   "launch",
+                                   "-n",
+                                   "2",
+                                   "-s",
+                                   "1",
+                                   "--max-restarts",
+                                   "1",
+                                   "--launcher",
+                                   "local",
+                                   "--",
+                                   "sh",
+                                   "-c",
+                                   "exit 3"};
+  Subprocess launch(argv, {}, dir.path() + "/launch.log");
+  auto code = launch.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value()) << launch.Output();
+  EXPECT_EQ(*code, 3) << launch.Output();
+  EXPECT_NE(launch.Output().find("restart 1 of 1"), std::string::npos) << launch.Output();
 }
 
 TEST(LaunchJob, TheExampleTrainsToHighAccuracy) {

@@ -8,6 +8,11 @@
 //   kv_check_worker --scenario async --rounds 20   final value == total of all pushes
 //   kv_check_worker --scenario barrier --dir D     nobody passes a barrier before all arrive
 //   kv_check_worker --scenario die --die-rank 1    rank 1 dies mid-job; the others must fail fast
+//   kv_check_worker --scenario sync --kill-at-round 5 --die-rank 1
+//       rank 1's first process pushes half of round 5's keys and kills itself (SIGKILL); under
+//       dtrain launch --max-restarts its replacement resumes at kv.rounds_done() and every
+//       worker's pulls must still be exact (no push counted twice or lost)
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +39,7 @@ struct Options {
   int die_rank = 1;
   int die_after = 3;
   int round_pause_ms = 0;  // sync: a pause before each round, to keep a job running a while
+  int kill_at_round = -1;  // sync: see the top of the file
   std::string dir;
   std::vector<int64_t> sizes = {1, 7, 1000, 70000, 250000, 1200000};
 };
@@ -92,8 +98,28 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
   std::vector<Array> init;
   for (int64_t s : o.sizes) init.push_back(Array({s}));
   kv.Init(keys, init);
-  for (int round = 0; round < o.rounds; ++round) {
+  // A replacement's first process never kills itself; DTRAIN_RESTART_COUNT says which this is.
+  const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
+  const bool first_life = restart == nullptr || std::string(restart) == "0";
+  const int first_round = static_cast<int>(kv.rounds_done());
+  if (kv.rejoined()) {
+    std::printf("rank %d replaces a lost worker: resuming at round %d\n", kv.rank(), first_round);
+    std::fflush(stdout);
+  }
+  for (int round = first_round; round < o.rounds; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(o.round_pause_ms));
+    if (first_life && kv.rank() == o.die_rank && round == o.kill_at_round) {
+      // Half of the round pushed, then gone without a word: the round is half-pushed.
+      for (size_t k = 0; k < keys.size() / 2; ++k) {
+        Array value({o.sizes[k]});
+        auto v = value.floats();
+        for (int64_t i = 0; i < o.sizes[k]; ++i) v[i] = PushedValue(kv.rank(), round, keys[k], i);
+        kv.Push(keys[k], {value}).Wait();
+      }
+      std::printf("rank %d kills itself half-way through round %d\n", kv.rank(), round);
+      std::fflush(stdout);
+      ::raise(SIGKILL);
+    }
     std::vector<Array> outs;
     std::vector<dtrain::Operation> ops;
     for (size_t k = 0; k < keys.size(); ++k) {
@@ -238,6 +264,7 @@ int main(int argc, char** argv) {
   app.add_option("--sizes", o.sizes)->delimiter(',');
   app.add_option("--die-rank", o.die_rank);
   app.add_option("--die-after", o.die_after);
+  app.add_option("--kill-at-round", o.kill_at_round);
   app.add_option("--dir", o.dir);
   app.add_option("--round-pause-ms", o.round_pause_ms);
   CLI11_PARSE(app, argc, argv);
@@ -245,7 +272,13 @@ int main(int argc, char** argv) {
   try {
     auto kv = dtrain::KVStore::Create(o.kvstore);
     if (kv->num_workers() < 1) return Fail("no workers");
-    if (int rc = CheckRanks(*kv)) return rc;
+    // A replacement skips the setup's pushes (they would open rounds nobody joins), but makes the
+    // same keys in the same order: that order places them on the servers.
+    if (!kv->rejoined()) {
+      if (int rc = CheckRanks(*kv)) return rc;
+    } else {
+      kv->Init(999, Array({kv->num_workers()}));
+    }
     if (o.scenario == "sync") return RunSync(*kv, o);
     if (o.scenario == "async") return RunAsync(*kv, o);
     if (o.scenario == "barrier") return RunBarrier(*kv, o);

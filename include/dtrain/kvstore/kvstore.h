@@ -54,6 +54,14 @@ class KVStore {
   virtual std::string type() const = 0;
   virtual int rank() const = 0;
   virtual int num_workers() const = 0;
+  // Where this worker's training resumes, in rounds (steps that push every key once): 0, except in
+  // a process that replaces a lost worker of a running dist_sync job (dtrain launch
+  // --max-restarts), whose rank had completed this many. Its training loop skips that many steps
+  // of its data; the Trainer and dtrain-train do.
+  virtual int64_t rounds_done() const { return 0; }
+  // This process replaces a lost worker of a running job: the job's keys, optimizer (and its
+  // state) are on the servers already, and Init and SetOptimizer only record them here.
+  virtual bool rejoined() const { return false; }
 
   // Creates `key` with an initial value. In dist stores, rank 0's value is the one kept; the call
   // returns when the key exists on the servers for every worker.

@@ -145,6 +145,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
   r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
+  r.Millis("DTRAIN_RESTART_WAIT_MS", &c.restart_wait, 0);
   if (auto v = r.Integer("DTRAIN_STREAMS_PER_PEER", 1, 16))
     c.streams_per_peer = static_cast<int>(*v);
   if (auto v = r.Integer("DTRAIN_IO_THREADS", 1, 64)) c.io_threads = static_cast<int>(*v);
@@ -229,6 +230,7 @@ std::string Config::Describe() const {
       << (tcp_send_buffer == kAdaptiveSendBuffer ? "auto" : std::to_string(tcp_send_buffer))
       << " DTRAIN_TCP_LOCAL_CONGESTION=" << tcp_local_congestion
       << " DTRAIN_FAILURE_EXIT_MS=" << failure_exit_grace.count()
+      << " DTRAIN_RESTART_WAIT_MS=" << restart_wait.count()
       << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes
       << " DTRAIN_SAME_HOST=" << same_host_direct
       << " DTRAIN_JOB_SECRET=" << (job_secret.empty() ? "(unset)" : "(set)")

@@ -98,6 +98,10 @@ struct Config {
   Duration start_timeout{120000};      // DTRAIN_START_TIMEOUT_MS: all nodes registered
   Duration request_timeout{600000};    // DTRAIN_REQUEST_TIMEOUT_MS: one push/pull/barrier
   Duration failure_exit_grace{10000};  // DTRAIN_FAILURE_EXIT_MS: exit after a peer died
+  // DTRAIN_RESTART_WAIT_MS: 0 (the default), a lost worker fails the job; otherwise the scheduler
+  // and the servers wait this long for a replacement with its rank (`dtrain launch --max-restarts`
+  // starts one and sets this to 60000 unless it is set).
+  Duration restart_wait{0};
   // Defaults depend on the cores (FromEnvironment): half of them, 1 to 4. On a 2-core machine the
   // workers' compute needs both cores and every extra network thread costs wake-ups.
   int streams_per_peer = 2;              // DTRAIN_STREAMS_PER_PEER: TCP connections per peer

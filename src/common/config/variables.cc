@@ -34,6 +34,8 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_START_TIMEOUT_MS"},
     Variable{"DTRAIN_REQUEST_TIMEOUT_MS"},
     Variable{"DTRAIN_FAILURE_EXIT_MS"},
+    Variable{"DTRAIN_RESTART_WAIT_MS"},
+    Variable{"DTRAIN_RESTART_COUNT", true},
     Variable{"DTRAIN_STREAMS_PER_PEER"},
     Variable{"DTRAIN_IO_THREADS"},
     Variable{"DTRAIN_CHUNK_BYTES"},

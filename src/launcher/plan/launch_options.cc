@@ -125,6 +125,7 @@ struct RawFlags {
   std::optional<std::string> output_dir;
   int64_t kill_grace_ms = 3000;
   int64_t service_grace_ms = 30000;
+  int max_restarts = 0;
   std::optional<int> status_port;
   std::string status_host = "127.0.0.1";
   int64_t status_linger_s = 0;
@@ -185,6 +186,11 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
   app->add_option("--service-grace-ms", f->service_grace_ms,
                   "time the scheduler and servers get to exit by themselves after the workers "
                   "succeeded (default 30000)");
+  app->add_option("--max-restarts", f->max_restarts,
+                  "parameter-server jobs: replace a worker that fails (exits non-zero or dies) "
+                  "by a new process with its rank, up to N times in all; the job waits for it "
+                  "(DTRAIN_RESTART_WAIT_MS, 60000 by default) and it resumes where its rank was "
+                  "(default 0: the first failure stops the job)");
   app->add_option("--status-port", f->status_port,
                   "serve a live status page of the job at http://HOST:PORT/ (JSON at "
                   "/api/status); 0 picks a free port");
@@ -258,6 +264,19 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   CheckRange("--service-grace-ms", f.service_grace_ms, 0, kMaxGraceMs);
   o.kill_grace = Duration(f.kill_grace_ms);
   o.service_grace = Duration(f.service_grace_ms);
+  CheckRange("--max-restarts", f.max_restarts, 0, 10000);
+  o.max_restarts = f.max_restarts;
+  if (o.max_restarts > 0 && o.num_servers == 0) {
+    throw UsageError(
+        "--max-restarts replaces workers of parameter-server jobs; an allreduce job (-s 0) "
+        "cannot take a new rank in the middle of its collectives");
+  }
+  if (o.max_restarts > 0 && o.launcher != LauncherKind::kLocal &&
+      o.launcher != LauncherKind::kSsh) {
+    throw UsageError(std::string("--max-restarts works with --launcher local and ssh, which "
+                                 "start each process themselves; --launcher ") +
+                     LauncherName(o.launcher) + " starts them through its own tool");
+  }
   if (f.status_port) {
     CheckRange("--status-port", *f.status_port, 0, 65535);
     o.status_port = static_cast<uint16_t>(*f.status_port);

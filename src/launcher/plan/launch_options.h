@@ -55,6 +55,9 @@ struct LaunchOptions {
   std::optional<std::string> output_dir;  // --output-dir: also write DIR/<role>-<rank>.log
   Duration kill_grace{3000};              // --kill-grace-ms: SIGTERM -> SIGKILL
   Duration service_grace{30000};  // --service-grace-ms: services' time to exit by themselves
+  // --max-restarts (torchrun's name): how many times a worker of a parameter-server job that
+  // fails is replaced by a new process with its rank, in all (local and ssh launchers).
+  int max_restarts = 0;
 
   // The job's reports (report_sink.h): --status-port (and --status-host, --status-linger-s) serve
   // the live status page; --no-summary drops the end-of-job summary.

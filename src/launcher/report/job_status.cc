@@ -73,6 +73,17 @@ void JobStatus::ProcessStarted(const NodeKey& key, const std::string& host, int6
   n.pid = pid;
 }
 
+void JobStatus::ProcessRestarted(const NodeKey& key, const std::string& why, int64_t pid,
+                                 int64_t now_us) {
+  NodeStatus& n = Node(key);
+  char at[32];
+  std::snprintf(at, sizeof(at), "at %.1f s: ", static_cast<double>(now_us - start_us_) / 1e6);
+  if (n.restarts.size() < kMaxErrorsPerNode) n.restarts.push_back(at + Clip(why));
+  n.pid = pid;
+  n.state = "starting";
+  n.exit.clear();
+}
+
 void JobStatus::ProcessExited(const NodeKey& key, bool succeeded, const std::string& description,
                               int64_t now_us) {
   NodeStatus& n = Node(key);
@@ -129,6 +140,22 @@ std::optional<FailureRecord> JobStatus::Apply(const NodeKey& from, const nlohman
     Node(*key).state = "failed";
     if (!first_failure_) first_failure_ = f;
     return f;
+  } else if (kind == "member_rejoined") {
+    // The scheduler's word that a replacement joined, and how long after its predecessor's loss.
+    auto node = record.find("node");
+    std::optional<NodeKey> key = node == record.end() ? std::nullopt : ParseNodeKey(*node);
+    double seconds = 0;
+    Read(record, "seconds", &seconds);
+    if (!key) {
+      ++dropped_;
+      return std::nullopt;
+    }
+    NodeStatus& replaced = Node(*key);
+    if (!replaced.restarts.empty()) {
+      char text[64];
+      std::snprintf(text, sizeof(text), "; rejoined %.2f s after the loss", seconds);
+      replaced.restarts.back() += text;
+    }
   } else if (kind == "summary") {
     Read(record, "steps", &n.steps);
     Read(record, "samples", &n.samples);
@@ -169,7 +196,8 @@ nlohmann::json JobStatus::ToJson(int64_t now_us) const {
         {"exit", n.exit},
         {"last_heard_s_ago", n.last_heard_us ? nlohmann::json((now_us - n.last_heard_us) / 1e6)
                                              : nlohmann::json(nullptr)},
-        {"errors", n.errors}};
+        {"errors", n.errors},
+        {"restarts", n.restarts}};
     if (key.role == Role::kWorker) {
       j["steps"] = n.steps;
       j["samples"] = n.samples;
@@ -231,6 +259,7 @@ std::vector<std::string> JobStatus::Summary(int64_t now_us) const {
   for (const auto& [key, n] : nodes_) {
     lines.push_back("  " + key.Name() + (n.host.empty() ? "" : " on " + n.host) + ": " +
                     (n.exit.empty() ? n.state : n.exit));
+    for (const auto& r : n.restarts) lines.push_back("    restarted " + r);
   }
   if (first_failure_) {
     lines.push_back("  the job's cause: " + first_failure_->Text());

@@ -60,6 +60,7 @@ int RunLocalJob(const LaunchOptions& options) {
   SupervisorOptions supervision;
   supervision.kill_grace = options.kill_grace;
   supervision.service_grace = options.service_grace;
+  supervision.max_restarts = options.max_restarts;
   supervision.output_dir = options.output_dir;
   SetUpReports(options, &plan, &supervision);
   return SuperviseLocalJob(plan, supervision);
@@ -83,6 +84,11 @@ void EnsureJobSecret() {
 
 int RunBackend(const LaunchOptions& options) {
   EnsureJobSecret();
+  // Set in our environment, it reaches every process as the secret does: the scheduler and the
+  // servers then wait for a lost worker's replacement instead of failing the job.
+  if (options.max_restarts > 0 && std::getenv("DTRAIN_RESTART_WAIT_MS") == nullptr) {
+    ::setenv("DTRAIN_RESTART_WAIT_MS", "60000", 1);
+  }
   switch (options.launcher) {
     case LauncherKind::kLocal:
       return RunLocalJob(options);

@@ -14,13 +14,13 @@
 #include <set>
 
 #include "dtrain/common/error.h"
-#include "launcher/run/backends.h"
 #include "launcher/plan/forwarded_env.h"
 #include "launcher/plan/hostfile.h"
 #include "launcher/plan/job_plan.h"
 #include "launcher/plan/local_address.h"
-#include "launcher/run/remote_command.h"
 #include "launcher/report/report_setup.h"
+#include "launcher/run/backends.h"
+#include "launcher/run/remote_command.h"
 #include "launcher/run/setup_command.h"
 #include "launcher/watch/local_job.h"
 
@@ -167,6 +167,7 @@ int RunSshJob(const LaunchOptions& options) {
   supervision.failure_settle = Duration(1000);
   supervision.kill_grace = options.kill_grace;
   supervision.service_grace = options.service_grace;
+  supervision.max_restarts = options.max_restarts;
   supervision.output_dir = options.output_dir;
   return SuperviseLocalJob(plan, supervision);
 }

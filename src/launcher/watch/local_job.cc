@@ -100,6 +100,7 @@ class Supervisor : public JobWatch {
     const ExitStatus& st = c->status;
     if (phase() == Phase::kRunning) {
       if (!st.succeeded()) {
+        if (MayReplace(*c) && Replace(c)) return;
         OnFailure(c);
       } else if (failures_.empty() && AllWorkersSucceeded()) {
         AfterTheWorkersSucceeded();
@@ -115,6 +116,23 @@ class Supervisor : public JobWatch {
         BeginStop();
       }
     }
+  }
+
+  // --max-restarts: a parameter-server worker's failure, before anything else failed, while
+  // restarts are left. The scheduler and servers wait for the replacement (DTRAIN_RESTART_WAIT_MS).
+  bool MayReplace(const Child& c) const {
+    return c.spec.role == Role::kWorker && plan_.num_servers > 0 && failures_.empty() &&
+           restarts_ < options().max_restarts;
+  }
+
+  bool Replace(Child* c) {
+    ++restarts_;
+    const std::string why = DescribeExit(*c);
+    Say(c->Who() + " " + why + "; starting a replacement with its rank (restart " +
+        std::to_string(restarts_) + " of " + std::to_string(options().max_restarts) +
+        ", --max-restarts)");
+    c->spec.env.push_back({"DTRAIN_RESTART_COUNT", std::to_string(restarts_)});
+    return StartAgain(c, why);
   }
 
   // The first failure while the job runs. Its peers notice a dead process within milliseconds
@@ -244,6 +262,7 @@ class Supervisor : public JobWatch {
   std::optional<NodeKey> blame_;     // from the first failure record
   std::vector<std::unique_ptr<Child>> children_;
   std::vector<Child*> failures_;  // while running, in the order they were reported
+  int restarts_ = 0;              // replacements started (--max-restarts)
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 //     128 from an ssh client), else the first. One line names it on stderr, the whole group gets
 //     SIGTERM, then SIGKILL after kill_grace, and the launcher exits with the cause's code (128 +
 //     signal for a signal);
+//   - with max_restarts, a failed worker of a parameter-server job is replaced instead (below);
 //   - the launcher gets SIGINT, SIGTERM or SIGHUP: the same teardown, exit 128 + that signal; a
 //     second one while stopping sends SIGKILL at once;
 //   - every worker exited 0: the scheduler and servers get service_grace to exit by themselves
@@ -32,8 +33,8 @@
 
 #include "dtrain/common/deadline.h"
 #include "launcher/plan/job_plan.h"
-#include "launcher/report/report_sink.h"
 #include "launcher/report/report_server.h"
+#include "launcher/report/report_sink.h"
 
 namespace dtrain::launcher {
 
@@ -42,9 +43,14 @@ struct SupervisorOptions {
   // environment (TellProcesses), and what to do with the reports. None: no reports.
   std::shared_ptr<ReportChannel> reports;
   ReportOptions report_options;
-  Duration kill_grace{3000};              // SIGTERM -> SIGKILL
-  Duration service_grace{30000};          // workers all done -> stop the services
-  Duration failure_settle{500};           // first failure -> stop; 0: at once
+  Duration kill_grace{3000};      // SIGTERM -> SIGKILL
+  Duration service_grace{30000};  // workers all done -> stop the services
+  Duration failure_settle{500};   // first failure -> stop; 0: at once
+  // A worker of a parameter-server job that fails while the job runs is started again with its
+  // rank and DTRAIN_RESTART_COUNT=K (the K-th replacement of any worker), up to this many times
+  // in all, instead of stopping the job; the scheduler's wait (DTRAIN_RESTART_WAIT_MS) bounds
+  // how long the others wait for it.
+  int max_restarts = 0;
   std::optional<std::string> output_dir;  // also write DIR/<role>-<rank>.log
   // After a process exits, how long its last output may take to arrive through the pipes before
   // its exit is reported anyway (a grandchild may hold the pipe open).

@@ -115,6 +115,31 @@ void JobWatch::StartAll() {
   if (failed) BeginStop();
 }
 
+bool JobWatch::StartAgain(WatchedProcess* p, const std::string& why) {
+  p->report_timer.cancel();
+  for (auto* reader : {&p->out, &p->err}) {
+    if (!*reader) continue;
+    (*reader)->Close();  // its end is counted now; p is reported already, so nothing follows
+    retired_readers_.push_back(std::move(*reader));
+  }
+  StartedProcess started;
+  try {
+    started = group_.Start(p->spec);
+  } catch (const std::exception& e) {
+    Say("cannot start " + p->name + " again: " + e.what());
+    return false;
+  }
+  p->pid = started.pid;
+  p->reaped = p->reported = false;
+  p->status = ExitStatus{};
+  p->open_streams = 0;
+  if (auto node = p->Node(); node && reports_) {
+    reports_->status().ProcessRestarted(*node, why, p->pid, NowMicros());
+  }
+  OnStarted(p, std::move(started));
+  return true;
+}
+
 std::unique_ptr<PipeReader> JobWatch::ReadPipe(WatchedProcess* p, UniqueFd fd,
                                                PipeReader::DataFn on_data,
                                                std::function<void()> on_end) {

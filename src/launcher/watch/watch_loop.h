@@ -120,6 +120,10 @@ class JobWatch {
   std::unique_ptr<PipeReader> ReadPipe(WatchedProcess* p, UniqueFd fd, PipeReader::DataFn on_data,
                                        std::function<void()> on_end);
 
+  // Starts p's spec again as a new process (a replacement; `why` says what ended the last one):
+  // its old pipes are closed, its exit forgotten, OnStarted reads the new ones. False, after a
+  // message, if it cannot be started.
+  bool StartAgain(WatchedProcess* p, const std::string& why);
   // Takes p's exit into account (OnExit), once, while the job runs.
   void Report(WatchedProcess* p);
   // Every worker exited 0: gives the services service_grace (OnServiceGraceOver).
@@ -169,6 +173,8 @@ class JobWatch {
   asio::steady_timer kill_timer_;  // SIGTERM -> SIGKILL, then SIGKILL -> give up
   asio::steady_timer poll_timer_;
   asio::steady_timer drain_timer_;
+  // Readers of replaced processes' pipes: their cancelled reads still complete on the loop.
+  std::vector<std::unique_ptr<PipeReader>> retired_readers_;
   LocalProcessGroup group_;  // after merger_: its destructor's SIGKILL is the last word
   std::unique_ptr<JobReports> reports_;
   asio::steady_timer linger_timer_;  // the status page after the job (--status-linger-s)

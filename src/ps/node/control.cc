@@ -150,6 +150,15 @@ std::pair<Group, uint64_t> DecodeBarrier(const std::string& text) {
   return {static_cast<Group>(g), Field<uint64_t>(j, "seq", "barrier")};
 }
 
+std::string EncodeRejoin(const Rejoin& r) {
+  return json{{"workers", r.workers_barriers}, {"all", r.all_barriers}}.dump();
+}
+
+Rejoin DecodeRejoin(const std::string& text) {
+  json j = Parse(text, "rejoin");
+  return Rejoin{Field<uint64_t>(j, "workers", "rejoin"), Field<uint64_t>(j, "all", "rejoin")};
+}
+
 std::string EncodeFailure(const Failure& f) {
   return json{{"node", f.node}, {"name", f.name}, {"reason", f.reason}}.dump();
 }

@@ -26,6 +26,15 @@ std::vector<NodeInfo> DecodeNodeTable(const std::string& json);
 std::string EncodeBarrier(Group group, uint64_t sequence);
 std::pair<Group, uint64_t> DecodeBarrier(const std::string& json);
 
+// What a replacement worker (DTRAIN_RESTART_WAIT_MS) learns before its node table: how many
+// barriers of each group the job has completed, so that its own barriers join the next ones.
+struct Rejoin {
+  uint64_t workers_barriers = 0;
+  uint64_t all_barriers = 0;
+};
+std::string EncodeRejoin(const Rejoin& r);
+Rejoin DecodeRejoin(const std::string& json);
+
 struct Failure {
   NodeId node = transport::kNoNode;
   std::string name;    // NodeInfo::Name() of the failed node

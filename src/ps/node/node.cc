@@ -77,13 +77,20 @@ void Node::SetWorkerFinishedHandler(std::function<void(int)> handler) {
   worker_finished_ = std::move(handler);
 }
 
+void Node::SetWorkerReplacedHandler(std::function<void(int)> handler) {
+  worker_replaced_ = std::move(handler);
+}
+
 void Node::AddFailureListener(std::function<void(const std::string&)> listener) {
   std::lock_guard<std::mutex> lock(mutex_);
   failure_listeners_.push_back(std::move(listener));
 }
 
 std::string Node::NameOf(NodeId id) const {
-  if (id >= 0 && static_cast<size_t>(id) < table_.size() && started_) return table_[id].Name();
+  {
+    std::lock_guard<std::mutex> lock(table_mutex_);
+    if (id >= 0 && static_cast<size_t>(id) < table_.size() && started_) return table_[id].Name();
+  }
   if (id == transport::kSchedulerId) {
     return "scheduler (" + config_.scheduler_host + ":" + std::to_string(config_.scheduler_port) +
            ")";
@@ -210,11 +217,28 @@ void Node::OnControl(Message&& msg) {
       for (size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i].id != static_cast<NodeId>(i)) throw ProtocolError("node table out of order");
       }
-      table_ = std::move(nodes);
-      self_ = table_[me];
+      {
+        std::lock_guard<std::mutex> table_lock(table_mutex_);
+        table_ = std::move(nodes);
+        self_ = table_[me];
+      }
       have_table_ = true;
       break;
     }
+    case Command::kRejoin: {
+      // Ahead of the node table, on the same stream: this process replaces a lost worker. Its
+      // barriers continue the job's count, so the first one it calls is the one the others are
+      // at or will reach next.
+      if (have_table_ || role_ != Role::kWorker) return;
+      const auto r = control::DecodeRejoin(msg.meta);
+      barrier_done_[Group::kWorkers] = barrier_sent_[Group::kWorkers] = r.workers_barriers;
+      barrier_done_[Group::kAll] = barrier_sent_[Group::kAll] = r.all_barriers;
+      rejoined_ = true;
+      break;
+    }
+    case Command::kNodeReplaced:
+      lock.unlock();
+      return OnNodeReplaced(msg.meta);
     case Command::kStart:
       started_ = true;
       break;
@@ -253,6 +277,37 @@ void Node::OnControl(Message&& msg) {
   cv_.notify_all();
 }
 
+void Node::OnNodeReplaced(const std::string& meta) {
+  auto nodes = control::DecodeNodeTable(meta);
+  if (role_ != Role::kServer || nodes.size() != 1 || !layout_.IsWorker(nodes[0].id) ||
+      nodes[0].role != Role::kWorker || nodes[0].rank != layout_.RankOf(nodes[0].id)) {
+    throw ProtocolError("a node-replaced message must name one worker, by its id and rank");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_down_ || failure_) return;
+  replacement_connectors_.emplace_back([this, n = nodes[0]] { ConnectToReplacement(n); });
+}
+
+void Node::ConnectToReplacement(NodeInfo replacement) {
+  DTRAIN_LOG(kConnections) << "connecting to the replacement of worker " << replacement.rank
+                           << " at " << replacement.Address();
+  if (worker_replaced_) worker_replaced_(replacement.rank);
+  transport_->ForgetPeer(replacement.id);
+  {
+    std::lock_guard<std::mutex> lock(table_mutex_);
+    table_[replacement.id] = replacement;
+  }
+  try {
+    transport_->Connect(replacement.id, {replacement.host, replacement.port}, self_.id,
+                        Deadline(config_.connect_timeout));
+    SendControl(Command::kReplacedReady, std::to_string(replacement.id));
+  } catch (const Error& e) {
+    // The scheduler's wait for the replacement ends the job if it cannot join.
+    DTRAIN_LOG(kWarning) << "cannot connect to the replacement of worker " << replacement.rank
+                         << " at " << replacement.Address() << ": " << e.what();
+  }
+}
+
 void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string& reason) {
   if (peer == transport::kNoNode) {
     // Every member's link says who it is in its Hello; one that did not is no member.
@@ -265,6 +320,12 @@ void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string&
     std::lock_guard<std::mutex> lock(mutex_);
     if (terminated_ || shut_down_) return;
     name = NameOf(peer);
+    if (role_ == Role::kServer && layout_.IsWorker(peer) && config_.restart_wait.count() > 0) {
+      // The scheduler decides: it waits for a replacement, or fails the job when none comes.
+      DTRAIN_LOG(kWarning) << name << " was lost (" << reason
+                           << "); the job waits for its replacement (DTRAIN_RESTART_WAIT_MS)";
+      return;
+    }
     // At the end of a job a peer that got the scheduler's kTerminate exits and closes its link to
     // us, and our io threads may see that close before our own kTerminate (another connection).
     // So a lost worker or server counts only if the job has not ended by then; the heartbeat
@@ -401,6 +462,12 @@ void Node::Shutdown() {
   }
   cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  std::vector<std::thread> connectors;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    connectors.swap(replacement_connectors_);
+  }
+  for (auto& t : connectors) t.join();
   transport_->Shutdown(Deadline(Duration(5000)));
 }
 

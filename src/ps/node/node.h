@@ -56,6 +56,9 @@ class Node {
   void SetBodyLimit(transport::BodyLimit limit);
   // Servers: called (on a transport thread) when the scheduler says a worker left the job early.
   void SetWorkerFinishedHandler(std::function<void(int worker_rank)> handler);
+  // Servers: called when a lost worker's replacement is about to connect (DTRAIN_RESTART_WAIT_MS),
+  // before this server connects to it; what the lost process left behind must go.
+  void SetWorkerReplacedHandler(std::function<void(int worker_rank)> handler);
   // Called once, on the first failure, from whichever thread found it.
   void AddFailureListener(std::function<void(const std::string& why)> listener);
 
@@ -64,6 +67,8 @@ class Node {
   void Start();
 
   const NodeInfo& self() const { return self_; }
+  // Workers: this process replaces a lost worker of a running job (the scheduler said so).
+  bool rejoined() const { return rejoined_; }
   const JobLayout& layout() const { return layout_; }
   const Config& config() const { return config_; }
   // "server 1 (10.0.0.2:4000)"; a plain description for ids not in the table.
@@ -96,6 +101,10 @@ class Node {
   void WaitUntil(const std::function<bool()>& pred, const Deadline& deadline,
                  const std::string& what);
   void SendControl(transport::Command command, std::string meta = {});
+  // Servers: a worker's replacement; connects to it (on a thread of its own) and tells the
+  // scheduler.
+  void OnNodeReplaced(const std::string& meta);
+  void ConnectToReplacement(NodeInfo replacement);
 
   const Config config_;
   const Role role_;
@@ -106,10 +115,15 @@ class Node {
   transport::BodyLimit body_limit_;
   std::vector<std::function<void(const std::string&)>> failure_listeners_;
   std::function<void(int)> worker_finished_;
+  std::function<void(int)> worker_replaced_;
 
   NodeInfo self_;
   JobLayout layout_;
-  std::vector<NodeInfo> table_;  // indexed by id, fixed after Start
+  // Indexed by id, set at Start; a replaced worker's entry changes later (table_mutex_).
+  std::vector<NodeInfo> table_;
+  mutable std::mutex table_mutex_;
+  bool rejoined_ = false;
+  std::vector<std::thread> replacement_connectors_;  // joined at Shutdown
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

@@ -220,6 +220,7 @@ void TcpTransport::Impl::InStream::Dispatch() {
   const NodeId known = peer.load();
   if (known == kNoNode) {
     if (msg.header.sender >= 0) {
+      incarnation.store(impl->IncarnationOf(msg.header.sender));
       peer.store(msg.header.sender);
       if (inbound) {
         std::lock_guard<std::mutex> lock(impl->mutex);
@@ -268,7 +269,7 @@ void TcpTransport::Impl::InStream::Lose(const std::string& reason, bool may_resu
   if (!Carries()) return Close();
   if (may_resume && inbound && peer.load() != kNoNode) return AwaitResume(reason);
   Close();
-  impl->ReportLost(peer.load(), remote, reason);
+  impl->ReportLost(peer.load(), incarnation.load(), remote, reason);
 }
 
 void TcpTransport::Impl::InStream::Close() {

@@ -31,7 +31,8 @@ struct TcpTransport::Impl::InStream : std::enable_shared_from_this<InStream> {
   Impl* const impl;
   asio::ip::tcp::socket socket;
   const std::string remote;
-  std::atomic<NodeId> peer{kNoNode};  // from the hello; never from a later claim
+  std::atomic<NodeId> peer{kNoNode};     // from the hello; never from a later claim
+  std::atomic<uint64_t> incarnation{0};  // the peer's when we learnt it (Impl::incarnation)
 
   // Reads and hands over messages until the connection ends; once, after the accept.
   void Pump();

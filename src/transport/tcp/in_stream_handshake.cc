@@ -63,7 +63,10 @@ same_host::ConnectionEnds TcpTransport::Impl::InStream::Ends() const {
 void TcpTransport::Impl::InStream::Greet(const Message& first) {
   greeted = true;
   hello_timer.cancel();
-  if (first.header.sender >= 0) peer.store(first.header.sender);
+  if (first.header.sender >= 0) {
+    incarnation.store(impl->IncarnationOf(first.header.sender));
+    peer.store(first.header.sender);
+  }
   if (impl->options.same_host_direct && !first.meta.empty()) {
     sender_pid = same_host::ProbeHello(first.meta, Ends());
   }

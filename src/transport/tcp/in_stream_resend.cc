@@ -102,7 +102,7 @@ void TcpTransport::Impl::InStream::AwaitResume(const std::string& reason) {
     const bool still_carrier = self->Carries();
     self->Close();
     if (ec || !still_carrier) return;  // shut down, or resumed on another connection
-    self->impl->ReportLost(self->peer.load(), self->remote,
+    self->impl->ReportLost(self->peer.load(), self->incarnation.load(), self->remote,
                            reason + "; it did not reconnect within " +
                                std::to_string(window.count()) + " ms (DTRAIN_RESEND_WINDOW_MS)");
   });

@@ -16,6 +16,7 @@ OutStream::OutStream(Impl* impl, NodeId peer, Endpoint endpoint, int index, tcp:
                      const tcp_handshake::Welcome& welcome)
     : impl(impl),
       peer(peer),
+      incarnation(impl->IncarnationOf(peer)),
       endpoint(std::move(endpoint)),
       index(index),
       socket(std::make_shared<tcp::socket>(std::move(s))),
@@ -43,7 +44,7 @@ void OutStream::Enqueue(Message&& msg) {
   if (state == State::kFailed) {
     const std::string where = remote;
     lock.unlock();
-    impl->ReportLost(peer, where, "the connection to it failed earlier");
+    impl->ReportLost(peer, incarnation, where, "the connection to it failed earlier");
     return;
   }
   Item item;
@@ -243,7 +244,7 @@ void OutStream::OnBroken(uint64_t gen, const std::string& reason) {
   });
   const std::string where = remote;
   lock.unlock();
-  if (!retry) return impl->ReportLost(peer, where, reason);
+  if (!retry) return impl->ReportLost(peer, incarnation, where, reason);
   DTRAIN_LOG(kWarning) << "the connection to node " << peer << " at " << where << " broke ("
                        << reason << "); re-establishing it (PS_RESEND) for up to "
                        << impl->options.resend_window.count() << " ms";
@@ -356,7 +357,7 @@ void OutStream::GiveUp(const std::string& reason) {
     drained.notify_all();
     where = remote;
   }
-  impl->ReportLost(peer, where, reason);
+  impl->ReportLost(peer, incarnation, where, reason);
 }
 
 }  // namespace dtrain::transport

@@ -48,6 +48,7 @@ struct TcpTransport::Impl::OutStream : std::enable_shared_from_this<OutStream> {
 
   Impl* const impl;
   const NodeId peer;
+  const uint64_t incarnation;  // the peer's when this stream was opened (Impl::incarnation)
   const Endpoint endpoint;
   const int index;  // among the link's streams
   std::shared_ptr<asio::ip::tcp::socket> socket;

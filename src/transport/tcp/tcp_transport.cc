@@ -127,6 +127,16 @@ void TcpTransport::Impl::ReportLost(NodeId peer, const std::string& remote,
   if (on_peer_lost) on_peer_lost(peer, remote, reason);
 }
 
+void TcpTransport::Impl::ReportLost(NodeId peer, uint64_t seen, const std::string& remote,
+                                    const std::string& reason) {
+  if (peer != kNoNode && IncarnationOf(peer) != seen) {
+    DTRAIN_LOG(kConnections) << "a connection of node " << peer << "'s earlier process ended ("
+                             << reason << "); it was replaced";
+    return;
+  }
+  ReportLost(peer, remote, reason);
+}
+
 void TcpTransport::Impl::DropStranger(const std::string& remote, const std::string& reason) {
   if (shutting_down.load()) return;
   // Logged, but rate-limited: a scanner or a flood must not fill the job's output.
@@ -265,6 +275,21 @@ void TcpTransport::Send(NodeId peer, Message msg) {
   }
   if (LogEnabled(LogLevel::kMessages)) DTRAIN_LOG(kMessages) << "send " << Describe(msg);
   stream->Enqueue(std::move(msg));
+}
+
+void TcpTransport::ForgetPeer(NodeId peer) {
+  std::vector<std::shared_ptr<Impl::OutStream>> old;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    ++impl_->incarnation[peer];
+    if (auto it = impl_->links.find(peer); it != impl_->links.end()) {
+      old = std::move(it->second);
+      impl_->links.erase(it);
+    }
+    impl_->lost.erase(peer);
+    impl_->departed.erase(peer);
+  }
+  for (auto& stream : old) stream->Close();  // a closed stream reports nothing
 }
 
 bool TcpTransport::IsConnected(NodeId peer) const {

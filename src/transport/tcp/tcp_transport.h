@@ -120,6 +120,7 @@ class TcpTransport : public Transport {
   uint16_t Listen(const std::string& host, uint16_t port) override;
   void Connect(NodeId peer, const Endpoint& endpoint, NodeId self, Deadline deadline) override;
   void Send(NodeId peer, Message msg) override;
+  void ForgetPeer(NodeId peer) override;
   bool IsConnected(NodeId peer) const override;
   void Shutdown(Deadline deadline) override;
 

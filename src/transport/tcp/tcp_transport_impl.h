@@ -57,6 +57,9 @@ struct TcpTransport::Impl {
   std::condition_variable stopping;       // wakes reconnectors' pauses at shutdown
   std::set<NodeId> lost;
   std::set<NodeId> departed;  // said Bye: their closing is not a failure
+  // How often each peer's id was handed to a new process (ForgetPeer); a connection remembers the
+  // count when it learns its peer, and its loss is reported only while the count is unchanged.
+  std::map<NodeId, uint64_t> incarnation;
   NodeId self = kNoNode;
   bool stopped = false;
   std::atomic<bool> shutting_down{false};
@@ -64,6 +67,13 @@ struct TcpTransport::Impl {
   void StartThreads();
   void Accept();
   void ReportLost(NodeId peer, const std::string& remote, const std::string& reason);
+  // The same, from a connection that learnt its peer while `seen` was the peer's incarnation.
+  void ReportLost(NodeId peer, uint64_t seen, const std::string& remote, const std::string& reason);
+  uint64_t IncarnationOf(NodeId peer) const {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = incarnation.find(peer);
+    return it == incarnation.end() ? 0 : it->second;
+  }
   void DropStranger(const std::string& remote, const std::string& reason);
   std::atomic<uint64_t> strangers_dropped{0};
   void MarkDeparted(NodeId peer) {
