@@ -112,3 +112,13 @@ def test_a_stalled_worker_is_a_timeout_naming_what_it_waited_for(spawn, mode, se
     assert p.wait(30) == 3, p.output()
     out = p.output()
     assert "CAUGHT TimeoutError" in out and names in out, out
+
+
+def test_a_killed_worker_is_replaced_and_resumes_at_its_round(spawn):
+    """dtrain launch --max-restarts: rank 1 dies after pushing half of round 3; its replacement
+    gets the round from kv.rounds_done, and every round's pull stays exact (restart_worker.py)."""
+    out = run_ok(spawn, launch_argv(2, 2, program("restart_worker.py", 8, 3), "--max-restarts", "1"))
+    assert "rank 1 kills itself half-way through round 3" in out, out
+    assert "rank 1 replaces a lost worker: resuming at round 3" in out, out
+    assert "restart_worker OK rank 0, 8 rounds" in out and "restart_worker OK rank 1, 8 rounds" in out, out
+    assert "CHECK FAILED" not in out, out

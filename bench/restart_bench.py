@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""What a lost worker costs a parameter-server job under `dtrain launch --max-restarts`.
+
+Runs the main job (2 workers, 2 servers, dist_sync LeNet on Fashion-MNIST, fixed seed) twice: once
+undisturbed, once with worker 1 killed (SIGKILL) KILL_AFTER seconds into its training. Prints
+both runs' final Test_acc, and for the disturbed run the time from the kill to the replacement's
+"resuming at step" line (its process started, dataset loaded, rejoined) and to its first
+progress line (training again).
+
+    python3 bench/restart_bench.py [--epochs 2] [--kill-after 8] [--dtrain build/src/tools/dtrain]
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+def worker_pid(launcher_pid: int, rank: int) -> int | None:
+    """The pid of the job's worker `rank` (a dtrain-train whose DTRAIN_NODE_RANK is rank)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if not cmd or not cmd[0].endswith(b"dtrain-train"):
+            continue
+        if f"DTRAIN_NODE_RANK={rank}".encode() in env and b"DMLC_ROLE=worker" in env:
+            return int(pid)
+    return None
+
+
+def run(args: argparse.Namespace, kill: bool) -> dict:
+    argv = [args.dtrain, "launch", "-n", "2", "-s", "2", "--launcher", "local"]
+    if kill:
+        argv += ["--max-restarts", "2"]
+    argv += ["--", args.train, "--dataset", "fashion-mnist", "--network", "lenet", "--kvstore",
+             "dist_sync", "--epochs", str(args.epochs), "--seed", "7", "--log-interval", "50"]
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[tuple[float, str]] = []
+    killed_at: list[float] = []
+
+    def killer() -> None:
+        # KILL_AFTER seconds after worker 1 printed its first progress line.
+        while not any("[worker 1] Epoch[0] Batch" in l for _, l in lines):
+            if proc.poll() is not None:
+                return
+            time.sleep(0.05)
+        time.sleep(args.kill_after)
+        pid = worker_pid(proc.pid, 1)
+        if pid is not None:
+            killed_at.append(time.monotonic() - start)
+            os.kill(pid, signal.SIGKILL)
+
+    if kill:
+        threading.Thread(target=killer, daemon=True).start()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append((time.monotonic() - start, line.rstrip("\n")))
+    code = proc.wait(timeout=3600)
+    acc = {}
+    for _, l in lines:
+        m = re.match(r"\[worker (\d)\] Epoch (\d+): Test_acc ([0-9.]+)", l)
+        if m:
+            acc[(int(m.group(1)), int(m.group(2)))] = float(m.group(3))
+    result = {"code": code, "wall_s": lines[-1][0] if lines else 0.0,
+              "test_acc": acc.get((0, args.epochs - 1))}
+    if kill and killed_at:
+        t0 = killed_at[0]
+        after = [(t, l) for t, l in lines if t >= t0 and l.startswith("[worker 1]")]
+        resumed = next((t for t, l in after if "replaces a lost worker" in l), None)
+        training = next((t for t, l in after if "Batch [" in l and t > (resumed or 1e9)), None)
+        result.update({"killed_at_s": t0, "resumed_after_s": resumed and resumed - t0,
+                       "training_after_s": training and training - t0,
+                       "resume_line": next((l for t, l in after if "replaces" in l), None)})
+    if code != 0:
+        sys.stderr.write("\n".join(l for _, l in lines[-40:]) + "\n")
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--kill-after", type=float, default=8.0)
+    p.add_argument("--dtrain", default="build/src/tools/dtrain")
+    p.add_argument("--train", default="build/src/train/dtrain-train")
+    args = p.parse_args()
+    plain = run(args, kill=False)
+    print(f"undisturbed: exit {plain['code']}, {plain['wall_s']:.1f} s, "
+          f"Test_acc {plain['test_acc']}")
+    hit = run(args, kill=True)
+    print(f"worker 1 killed at {hit.get('killed_at_s', 0):.1f} s: exit {hit['code']}, "
+          f"{hit['wall_s']:.1f} s, Test_acc {hit['test_acc']}")
+    print(f"  replacement resumed {hit.get('resumed_after_s')} s after the kill "
+          f"({hit.get('resume_line')}); training again after {hit.get('training_after_s')} s")
+    if plain["test_acc"] is not None and hit["test_acc"] is not None:
+        print(f"  Test_acc difference: {100 * (hit['test_acc'] - plain['test_acc']):+.2f} points")
+    return 0 if plain["code"] == 0 and hit["code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
