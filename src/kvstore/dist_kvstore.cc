@@ -87,33 +87,21 @@ int DistKVStore::rank() const { return node_.self().rank; }
 void DistKVStore::Rejoin() {
   const int servers = node_.layout().num_servers;
   auto counts = std::make_shared<std::set<int64_t>>();
-  auto state = std::make_shared<OperationState>("asking where this worker's rank is", servers,
-                                                config_.request_timeout);
-  for (int s = 0; s < servers; ++s) {
-    Message msg;
-    msg.header.command = Command::kCommand;
-    msg.meta = nlohmann::json{{"cmd", "rejoin_state"}}.dump();
-    client_.Request(s, std::move(msg), Body{},
-                    [counts, state, s](const Message* reply, std::exception_ptr error) {
-                      if (reply) {
-                        auto meta = nlohmann::json::parse(reply->meta, nullptr, false);
-                        try {
-                          for (int64_t c : meta.at("counts").get<std::vector<int64_t>>()) {
-                            counts->insert(c);
-                          }
-                        } catch (const nlohmann::json::exception&) {
-                          error = std::make_exception_ptr(
-                              PeerError("malformed rejoin state from server " + std::to_string(s)));
-                        }
-                      }
-                      state->PartDone(error);
-                    });
-  }
-  state->Wait();
+  AskEveryServer("asking where this worker's rank is", {{"cmd", "rejoin_state"}},
+                 [counts](int s, const Message& reply) {
+                   auto meta = nlohmann::json::parse(reply.meta, nullptr, false);
+                   try {
+                     for (int64_t c : meta.at("counts").get<std::vector<int64_t>>()) {
+                       counts->insert(c);
+                     }
+                   } catch (const nlohmann::json::exception&) {
+                     throw PeerError("malformed rejoin state from server " + std::to_string(s));
+                   }
+                 });
   // Training pushes every key once a step, so the lost process had pushed each key of its last
   // step or not: its slots are at the most rounds, or one fewer, and it died in the step of the
   // fewer. Keys pushed once (a setup key, a metric) lag further behind and do not count. The
-  // callbacks ran on a transport thread; state->Wait() ordered them before this read.
+  // answers were read on transport threads; AskEveryServer's wait ordered them before this.
   past_setup_ = !counts->empty();
   if (past_setup_) {
     const int64_t most = *counts->rbegin();
@@ -221,6 +209,29 @@ std::string DistKVStore::ServersOf(const std::vector<ps::Slot>& slots) const {
   return out;
 }
 
+void DistKVStore::AskEveryServer(const std::string& what, const nlohmann::json& command,
+                                 std::function<void(int, const Message&)> read) {
+  const int servers = node_.layout().num_servers;
+  auto state = std::make_shared<OperationState>(what, servers, config_.request_timeout);
+  for (int s = 0; s < servers; ++s) {
+    Message msg;
+    msg.header.command = Command::kCommand;
+    msg.meta = command.dump();
+    client_.Request(s, std::move(msg), Body{},
+                    [state, read, s](const Message* reply, std::exception_ptr error) {
+                      if (reply) {
+                        try {
+                          read(s, *reply);
+                        } catch (const PeerError&) {
+                          error = std::current_exception();
+                        }
+                      }
+                      state->PartDone(error);
+                    });
+  }
+  state->Wait();
+}
+
 void DistKVStore::RequestAndWait(const std::string& what,
                                  std::vector<std::pair<int, Message>> requests) {
   if (requests.empty()) return;
@@ -254,29 +265,16 @@ std::string DistKVStore::SaveOptimizerState() {
   node_.ThrowIfFailed();
   const int servers = node_.layout().num_servers;
   auto parts = std::make_shared<std::vector<std::string>>(servers);
-  auto state = std::make_shared<OperationState>("fetching the optimizer state", servers,
-                                                config_.request_timeout);
-  for (int s = 0; s < servers; ++s) {
-    Message msg;
-    msg.header.command = Command::kCommand;
-    msg.meta = nlohmann::json{{"cmd", "get_optimizer_state"}}.dump();
-    client_.Request(
-        s, std::move(msg), Body{},
-        [parts, state, s](const Message* reply, std::exception_ptr error) {
-          if (reply) {
-            auto meta = nlohmann::json::parse(reply->meta, nullptr, false);
-            if (meta.is_object() && meta.contains("bytes") && meta["bytes"].is_number_unsigned() &&
-                meta["bytes"].get<uint64_t>() <= reply->body.size) {
-              (*parts)[s].assign(reply->body.data, meta["bytes"].get<uint64_t>());
-            } else {
-              error = std::make_exception_ptr(
-                  PeerError("malformed optimizer state from server " + std::to_string(s)));
-            }
-          }
-          state->PartDone(error);
-        });
-  }
-  state->Wait();
+  AskEveryServer("fetching the optimizer state", {{"cmd", "get_optimizer_state"}},
+                 [parts](int s, const Message& reply) {
+                   auto meta = nlohmann::json::parse(reply.meta, nullptr, false);
+                   if (!meta.is_object() || !meta.contains("bytes") ||
+                       !meta["bytes"].is_number_unsigned() ||
+                       meta["bytes"].get<uint64_t>() > reply.body.size) {
+                     throw PeerError("malformed optimizer state from server " + std::to_string(s));
+                   }
+                   (*parts)[s].assign(reply.body.data, meta["bytes"].get<uint64_t>());
+                 });
   std::string out = "DTKV";
   auto put = [&out](uint64_t v, size_t n) { out.append(reinterpret_cast<const char*>(&v), n); };
   put(static_cast<uint64_t>(servers), 4);

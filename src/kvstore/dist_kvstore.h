@@ -9,9 +9,11 @@
 // Threads: every method may be called from any thread; operations on one key keep their order.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -89,6 +91,11 @@ class DistKVStore : public KVStore {
   // A replacement for a lost worker: asks the servers where its rank is and tells them where it
   // resumes (server.h).
   void Rejoin();
+  // Sends the server command `command` (JSON, server.h) to every server and waits for every
+  // answer; read(server, answer) takes each on a transport thread and throws PeerError when it
+  // is malformed (the call then fails with it).
+  void AskEveryServer(const std::string& what, const nlohmann::json& command,
+                      std::function<void(int, const transport::Message&)> read);
   // Sends one request per slot to the servers and waits for all replies (Init, SetOptimizer).
   void RequestAndWait(const std::string& what,
                       std::vector<std::pair<int, transport::Message>> requests);

@@ -105,7 +105,6 @@ struct Scheduler::State {
   std::map<NodeId, Vacancy> vacant;
   std::map<NodeId, Rejoining> rejoining;
   std::vector<std::pair<control::Registration, Clock::time_point>> held;
-  int replacements = 0;
 
   bool Replaceable(NodeId id) const {
     return config.restart_wait.count() > 0 && phase == Phase::kRunning && layout.IsWorker(id) &&
@@ -114,6 +113,13 @@ struct Scheduler::State {
 
   // A server or worker of the job's table (the scheduler assigns it once every place is taken).
   bool IsMember(NodeId id) const { return id > 0 && static_cast<size_t>(id) < table.size(); }
+
+  // How the launcher's records name a member (job_status.h).
+  nlohmann::json ReportedNode(NodeId id) const {
+    return {{"role", RoleName(layout.RoleOf(id))},
+            {"rank", layout.RankOf(id)},
+            {"host", table[id].host}};
+  }
 
   std::string Name(NodeId id) const {
     if (id >= 0 && static_cast<size_t>(id) < table.size()) return table[id].Name();
@@ -241,10 +247,7 @@ struct Scheduler::State {
     DTRAIN_LOG(kWarning) << Name(id) << " was lost: " << reason << "; waiting up to "
                          << Seconds(config.restart_wait)
                          << " s for a replacement with its rank (DTRAIN_RESTART_WAIT_MS)";
-    report::Send(
-        {{"kind", "member_lost"},
-         {"node", {{"role", "worker"}, {"rank", layout.RankOf(id)}, {"host", table[id].host}}},
-         {"cause", reason}});
+    report::Send({{"kind", "member_lost"}, {"node", ReportedNode(id)}, {"cause", reason}});
     last_heard.erase(id);
     for (auto& [group, arrived] : barrier_arrivals) arrived.erase(id);
     vacant.emplace(id, std::move(v));
@@ -335,15 +338,11 @@ struct Scheduler::State {
     }
     const double after = SecondsSince(it->second.vacancy.since);
     rejoining.erase(it);
-    ++replacements;
     last_heard[id] = Clock::now();
     SendTo(id, Command::kStart);
     DTRAIN_LOG(kWarning) << table[id].Name() << " rejoined the job " << after
                          << " s after it was lost (a replacement, DTRAIN_RESTART_WAIT_MS)";
-    report::Send(
-        {{"kind", "member_rejoined"},
-         {"node", {{"role", "worker"}, {"rank", layout.RankOf(id)}, {"host", table[id].host}}},
-         {"seconds", after}});
+    report::Send({{"kind", "member_rejoined"}, {"node", ReportedNode(id)}, {"seconds", after}});
   }
 
   void OnReady(NodeId id) {
@@ -418,12 +417,7 @@ struct Scheduler::State {
     DTRAIN_LOG(kError) << name << " failed: " << reason << "; stopping the job";
     // The launcher names the failed node from this record, not from the line above.
     if (id >= 0 && static_cast<size_t>(id) < table.size()) {
-      report::Send({{"kind", "failure"},
-                    {"node",
-                     {{"role", RoleName(layout.RoleOf(id))},
-                      {"rank", layout.RankOf(id)},
-                      {"host", table[id].host}}},
-                    {"cause", reason}});
+      report::Send({{"kind", "failure"}, {"node", ReportedNode(id)}, {"cause", reason}});
     }
     control::Failure f{id, name, reason};
     const std::string encoded = control::EncodeFailure(f);
