@@ -1,26 +1,31 @@
 #!/usr/bin/env python3
-"""What a lost worker costs a parameter-server job under `dtrain launch --max-restarts`.
+"""What a lost worker or server costs a parameter-server job under `dtrain launch --max-restarts`.
 
-Runs the main job (2 workers, 2 servers, dist_sync LeNet on Fashion-MNIST, fixed seed) twice: once
-undisturbed, once with worker 1 killed (SIGKILL) KILL_AFTER seconds into its training. Prints
-both runs' final Test_acc, and for the disturbed run the time from the kill to the replacement's
-"resuming at step" line (its process started, dataset loaded, rejoined) and to its first
-progress line (training again).
+Runs the main job (2 workers, 2 servers, dist_sync LeNet on Fashion-MNIST, fixed seed, model saved
+with --save) several times: undisturbed without and with server checkpoints (--max-restarts turns
+them on; twice each, alternating, for the checkpoints' overhead), once with worker 1 killed
+(SIGKILL) KILL_AFTER seconds into its training, and once with server 1 killed. Prints each run's
+final Test_acc and wall time; for a killed worker the time from the kill to the replacement's
+"resuming at step" line and to its first progress line (training again); for a killed server
+the time to its restore and to the next progress line, and whether the saved model equals the
+undisturbed run's byte for byte (the checkpoint + replay path is exact on dist_sync).
 
     python3 bench/restart_bench.py [--epochs 2] [--kill-after 8] [--dtrain build/src/tools/dtrain]
 """
 import argparse
+import filecmp
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 
-def worker_pid(launcher_pid: int, rank: int) -> int | None:
-    """The pid of the job's worker `rank` (a dtrain-train whose DTRAIN_NODE_RANK is rank)."""
+def member_pid(role: str, rank: int) -> int | None:
+    """The pid of the job's `role` `rank` (a dtrain-train whose DTRAIN_NODE_RANK is rank)."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -33,17 +38,19 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
             continue
         if not cmd or not cmd[0].endswith(b"dtrain-train"):
             continue
-        if f"DTRAIN_NODE_RANK={rank}".encode() in env and b"DMLC_ROLE=worker" in env:
+        if f"DTRAIN_NODE_RANK={rank}".encode() in env and f"DMLC_ROLE={role}".encode() in env:
             return int(pid)
     return None
 
 
-def run(args: argparse.Namespace, kill: bool) -> dict:
+def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -> dict:
+    """kill: None, "worker" or "server" (rank 1 of that role is killed)."""
     argv = [args.dtrain, "launch", "-n", "2", "-s", "2", "--launcher", "local"]
-    if kill:
+    if restarts:
         argv += ["--max-restarts", "2"]
     argv += ["--", args.train, "--dataset", "fashion-mnist", "--network", "lenet", "--kvstore",
-             "dist_sync", "--epochs", str(args.epochs), "--seed", "7", "--log-interval", "50"]
+             "dist_sync", "--epochs", str(args.epochs), "--seed", "7", "--log-interval", "50",
+             "--save", save]
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[tuple[float, str]] = []
@@ -56,7 +63,7 @@ def run(args: argparse.Namespace, kill: bool) -> dict:
                 return
             time.sleep(0.05)
         time.sleep(args.kill_after)
-        pid = worker_pid(proc.pid, 1)
+        pid = member_pid(kill, 1)
         if pid is not None:
             killed_at.append(time.monotonic() - start)
             os.kill(pid, signal.SIGKILL)
@@ -74,7 +81,7 @@ def run(args: argparse.Namespace, kill: bool) -> dict:
             acc[(int(m.group(1)), int(m.group(2)))] = float(m.group(3))
     result = {"code": code, "wall_s": lines[-1][0] if lines else 0.0,
               "test_acc": acc.get((0, args.epochs - 1))}
-    if kill and killed_at:
+    if kill == "worker" and killed_at:
         t0 = killed_at[0]
         after = [(t, l) for t, l in lines if t >= t0 and l.startswith("[worker 1]")]
         resumed = next((t for t, l in after if "replaces a lost worker" in l), None)
@@ -82,6 +89,15 @@ def run(args: argparse.Namespace, kill: bool) -> dict:
         result.update({"killed_at_s": t0, "resumed_after_s": resumed and resumed - t0,
                        "training_after_s": training and training - t0,
                        "resume_line": next((l for t, l in after if "replaces" in l), None)})
+    if kill == "server" and killed_at:
+        t0 = killed_at[0]
+        after = [(t, l) for t, l in lines if t >= t0]
+        restored = next((t for t, l in after if l.startswith("[server 1]") and " restored " in l),
+                        None)
+        training = next((t for t, l in after if "Batch [" in l and t > (restored or 1e9)), None)
+        result.update({"killed_at_s": t0, "resumed_after_s": restored and restored - t0,
+                       "training_after_s": training and training - t0,
+                       "resume_line": next((l for t, l in after if " restored " in l), None)})
     if code != 0:
         sys.stderr.write("\n".join(l for _, l in lines[-40:]) + "\n")
     return result
@@ -94,17 +110,35 @@ def main() -> int:
     p.add_argument("--dtrain", default="build/src/tools/dtrain")
     p.add_argument("--train", default="build/src/train/dtrain-train")
     args = p.parse_args()
-    plain = run(args, kill=False)
-    print(f"undisturbed: exit {plain['code']}, {plain['wall_s']:.1f} s, "
-          f"Test_acc {plain['test_acc']}")
-    hit = run(args, kill=True)
-    print(f"worker 1 killed at {hit.get('killed_at_s', 0):.1f} s: exit {hit['code']}, "
-          f"{hit['wall_s']:.1f} s, Test_acc {hit['test_acc']}")
-    print(f"  replacement resumed {hit.get('resumed_after_s')} s after the kill "
-          f"({hit.get('resume_line')}); training again after {hit.get('training_after_s')} s")
-    if plain["test_acc"] is not None and hit["test_acc"] is not None:
-        print(f"  Test_acc difference: {100 * (hit['test_acc'] - plain['test_acc']):+.2f} points")
-    return 0 if plain["code"] == 0 and hit["code"] == 0 else 1
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="restart-bench-") as tmp:
+        runs = {}
+        for name, restarts in (("plain", False), ("checkpointed", True)) * 2:
+            r = run(args, None, restarts, f"{tmp}/{name}.pt")
+            runs.setdefault(name, []).append(r)
+            ok &= r["code"] == 0
+            print(f"undisturbed, {name}: exit {r['code']}, {r['wall_s']:.1f} s, "
+                  f"Test_acc {r['test_acc']}", flush=True)
+        plain = runs["plain"][0]
+        best = {k: min(r["wall_s"] for r in v) for k, v in runs.items()}
+        print(f"  server checkpoints' overhead (best of 2 each): "
+              f"{100 * (best['checkpointed'] / best['plain'] - 1):+.1f}% wall time", flush=True)
+        for victim in ("worker", "server"):
+            hit = run(args, victim, True, f"{tmp}/{victim}.pt")
+            ok &= hit["code"] == 0
+            print(f"{victim} 1 killed at {hit.get('killed_at_s', 0):.1f} s: exit {hit['code']}, "
+                  f"{hit['wall_s']:.1f} s, Test_acc {hit['test_acc']}")
+            print(f"  back {hit.get('resumed_after_s')} s after the kill "
+                  f"({hit.get('resume_line')}); training again after "
+                  f"{hit.get('training_after_s')} s")
+            if plain["test_acc"] is not None and hit["test_acc"] is not None:
+                print(f"  Test_acc difference: "
+                      f"{100 * (hit['test_acc'] - plain['test_acc']):+.2f} points")
+            if victim == "server":
+                same = filecmp.cmp(f"{tmp}/plain.pt", f"{tmp}/server.pt", shallow=False)
+                print(f"  final model equals the undisturbed run's byte for byte: {same}",
+                      flush=True)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ while (($#)); do
     *) echo "fuzz: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
-targets=(fuzz_wire_decoder fuzz_tcp_receive fuzz_control_decoder fuzz_negotiation_decoder)
+targets=(fuzz_wire_decoder fuzz_tcp_receive fuzz_control_decoder fuzz_negotiation_decoder
+  fuzz_checkpoint_decoder)
 
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_FUZZ=ON \
   -DDTRAIN_BUILD_TESTS=OFF -DDTRAIN_BUILD_BENCH=OFF >/dev/null

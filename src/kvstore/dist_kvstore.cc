@@ -10,6 +10,7 @@
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
+#include "ps/server_checkpoint.h"
 #include "report/timeline.h"
 
 namespace dtrain {
@@ -34,6 +35,17 @@ Body Slice(const Body& source, int64_t offset, int64_t length, DType dtype) {
   return b;
 }
 
+// A copy of `b` in a pooled buffer of this worker's own.
+Body OwnCopy(const Body& b) {
+  auto buffer = BufferPool::Default().Get(std::max<size_t>(b.size, 1));
+  std::memcpy(buffer.get(), b.data, b.size);
+  Body out;
+  out.data = buffer.get();
+  out.size = b.size;
+  out.owner = std::move(buffer);
+  return out;
+}
+
 Body WholeArray(const Array& a) {
   Body b;
   b.owner = a.owner();
@@ -48,11 +60,17 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
                          std::unique_ptr<transport::Transport> transport, bool exit_on_failure)
     : type_(std::move(type)),
       sync_(type_.find("async") == std::string::npos),
+      log_pushes_(sync_ && config.ServersReplaceable()),
       config_(config),
       node_(config, Role::kWorker, std::move(transport), ps::Node::Options{exit_on_failure}),
       client_(node_),
       partition_(config.num_servers, config.bigarray_bound, config.chunk_bytes,
                  config.partition_bytes) {
+  if (config.ServersReplaceable()) {
+    client_.EnableReplay(config.replay_log_bytes, log_pushes_);
+    node_.SetServerReplacedHandlers([this](int server) { client_.Hold(server); },
+                                    [this](int server) { OnServerRestarted(server); });
+  }
   try {
     node_.Start();
     if (node_.rejoined()) Rejoin();
@@ -87,12 +105,17 @@ int DistKVStore::rank() const { return node_.self().rank; }
 void DistKVStore::Rejoin() {
   const int servers = node_.layout().num_servers;
   auto counts = std::make_shared<std::set<int64_t>>();
+  auto pushed = std::make_shared<std::vector<ps::SlotRounds>>();
   AskEveryServer("asking where this worker's rank is", {{"cmd", "rejoin_state"}},
-                 [counts](int s, const Message& reply) {
+                 [counts, pushed](int s, const Message& reply) {
                    auto meta = nlohmann::json::parse(reply.meta, nullptr, false);
                    try {
                      for (int64_t c : meta.at("counts").get<std::vector<int64_t>>()) {
                        counts->insert(c);
+                     }
+                     for (const auto& e : meta.at("pushed")) {
+                       pushed->push_back({e.at(0).get<uint64_t>(), e.at(1).get<uint32_t>(),
+                                          e.at(2).get<int64_t>()});
                      }
                    } catch (const nlohmann::json::exception&) {
                      throw PeerError("malformed rejoin state from server " + std::to_string(s));
@@ -107,6 +130,10 @@ void DistKVStore::Rejoin() {
     const int64_t most = *counts->rbegin();
     rounds_done_ = *counts->lower_bound(most - 1);
   }
+  // Where each slot's rounds resume (the server's "rejoin" below): the push log counts from there.
+  for (const ps::SlotRounds& s : *pushed) {
+    client_.StartLogAt(s.key, s.part, std::min(s.rounds, rounds_done_));
+  }
   std::vector<std::pair<int, Message>> requests;
   for (int s = 0; s < servers; ++s) {
     Message msg;
@@ -116,6 +143,41 @@ void DistKVStore::Rejoin() {
   }
   RequestAndWait("resuming at round " + std::to_string(rounds_done_), std::move(requests));
   DTRAIN_LOG(kConnections) << "replacing a lost worker: resuming at round " << rounds_done_;
+  if (log_pushes_) {
+    // The lost process's pushes since the servers' last checkpoints are gone with it: new
+    // checkpoints at once keep the window where a lost server could not be restored short.
+    AskEveryServer("asking for checkpoints", {{"cmd", "checkpoint_now"}},
+                   [](int, const Message&) {});
+  }
+}
+
+void DistKVStore::OnServerRestarted(int server) {
+  auto state = std::make_shared<OperationState>(
+      "asking server " + std::to_string(server) + "'s replacement where it resumes", 1,
+      config_.request_timeout);
+  auto restored = std::make_shared<std::map<std::pair<uint64_t, uint32_t>, int64_t>>();
+  Message msg;
+  msg.header.command = Command::kCommand;
+  msg.meta = R"({"cmd":"restored_rounds"})";
+  client_.RequestPastHold(
+      server, std::move(msg), [state, restored](const Message* reply, std::exception_ptr error) {
+        if (reply) {
+          try {
+            for (const ps::SlotRounds& s : ps::DecodeSlotRounds(reply->meta)) {
+              (*restored)[{s.key, s.part}] = s.rounds;
+            }
+          } catch (const ProtocolError& e) {
+            error = std::make_exception_ptr(PeerError(std::string("its answer: ") + e.what()));
+          }
+        }
+        state->PartDone(error);
+      });
+  try {
+    state->Wait();
+  } catch (const Error& e) {
+    return client_.FailAll(e.what());
+  }
+  client_.Resume(server, *restored);
 }
 int DistKVStore::num_workers() const { return node_.layout().num_workers; }
 
@@ -399,7 +461,11 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
                           std::string(DTypeName(info.dtype)));
   }
   Body source = command == Command::kPull ? Body{} : Summed(info, values);
-  if (compression.enabled()) source = Compressed(info, source, compression);
+  if (compression.enabled()) {
+    source = Compressed(info, source, compression);
+  } else if (log_pushes_ && command != Command::kPull && values.size() == 1) {
+    source = OwnCopy(source);  // kept in the push log after the caller's array changes
+  }
   const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
   auto state = Track(std::string(op) + " of key " + KeyLabel(key) + info.servers,
                      static_cast<int>(info.slots.size()));
@@ -442,7 +508,8 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
       }
       state->PartDone(error);
     };
-    client_.Request(slot.server, std::move(msg), std::move(reply_into), std::move(done));
+    client_.Request(slot.server, std::move(msg), std::move(reply_into), std::move(done),
+                    /*log_push=*/log_pushes_ && command != Command::kPull);
   }
   return Operation(state);
 }

@@ -91,6 +91,9 @@ class DistKVStore : public KVStore {
   // A replacement for a lost worker: asks the servers where its rank is and tells them where it
   // resumes (server.h).
   void Rejoin();
+  // A lost server's replacement has started: asks it which rounds it restored and has the client
+  // send it what it lacks (worker_client.h). On its own thread; fails the client if it cannot.
+  void OnServerRestarted(int server);
   // Sends the server command `command` (JSON, server.h) to every server and waits for every
   // answer; read(server, answer) takes each on a transport thread and throws PeerError when it
   // is malformed (the call then fails with it).
@@ -102,6 +105,9 @@ class DistKVStore : public KVStore {
 
   const std::string type_;
   const bool sync_;
+  // Pushes are kept for a restored server (dist_sync with replaceable servers): their bodies must
+  // be this worker's copies, never the caller's arrays.
+  const bool log_pushes_;
   const Config config_;
   ps::Node node_;
   ps::WorkerClient client_;

@@ -41,8 +41,10 @@ int RunServer(const Config& config) {
     node.SetWorkerFinishedHandler([&server](int rank) { server.OnWorkerFinished(rank); });
     node.SetWorkerReplacedHandler([&server](int rank) { server.OnWorkerReplaced(rank); });
     node.SetBodyLimit([&server](const transport::Header& h) { return server.BodyLimit(h); });
+    node.SetJoinedHandler([&server] { server.OnJoined(); });
     node.Start();
     const int code = node.WaitForTermination();
+    if (code == 0) server.FinalCheckpoint();
     node.Shutdown();
     return code;
   } catch (const std::exception& e) {

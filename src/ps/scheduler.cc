@@ -62,7 +62,7 @@ constexpr NodeId kRefusedLink = 1 << 30;
 // longer than the scheduler takes to see a dead process, short enough for a stray worker.
 constexpr Duration kHoldRegistration{5000};
 
-// A worker lost while the job waits for replacements (DTRAIN_RESTART_WAIT_MS).
+// A member lost while the job waits for replacements (DTRAIN_RESTART_WAIT_MS).
 struct Vacancy {
   Clock::time_point since;  // when it was lost
   std::string why;          // how it was lost
@@ -71,8 +71,8 @@ struct Vacancy {
 // A replacement that has registered and is connecting to the servers.
 struct Rejoining {
   Vacancy vacancy;
-  bool ready = false;              // it has connected to every server
-  std::set<NodeId> servers_ready;  // servers connected to it
+  bool ready = false;            // it has connected to every peer
+  std::set<NodeId> peers_ready;  // peers (servers of a worker, workers of a server) connected
 };
 
 double SecondsSince(Clock::time_point t) {
@@ -107,8 +107,19 @@ struct Scheduler::State {
   std::vector<std::pair<control::Registration, Clock::time_point>> held;
 
   bool Replaceable(NodeId id) const {
-    return config.restart_wait.count() > 0 && phase == Phase::kRunning && layout.IsWorker(id) &&
-           finished.count(id) == 0;
+    return phase == Phase::kRunning && finished.count(id) == 0 &&
+           ((layout.IsWorker(id) && config.restart_wait.count() > 0) ||
+            (layout.IsServer(id) && config.ServersReplaceable()));
+  }
+
+  bool RoleReplaceable(Role role) const {
+    return role == Role::kWorker ? config.restart_wait.count() > 0 : config.ServersReplaceable();
+  }
+
+  // The peers a member of `role` talks to, who connect to its replacement.
+  static Role PeerRole(Role role) { return role == Role::kWorker ? Role::kServer : Role::kWorker; }
+  NodeId IdOf(Role role, int rank) const {
+    return role == Role::kServer ? layout.ServerId(rank) : layout.WorkerId(rank);
   }
 
   // A server or worker of the job's table (the scheduler assigns it once every place is taken).
@@ -170,12 +181,13 @@ struct Scheduler::State {
       return;
     }
     if (reg.role == Role::kScheduler) return Refuse(reg, "a job has only one scheduler");
-    if (phase == Phase::kRunning && reg.role == Role::kWorker && config.restart_wait.count() > 0) {
+    if (phase == Phase::kRunning && reg.role != Role::kScheduler && RoleReplaceable(reg.role)) {
       if (VacancyFor(reg) != vacant.end()) return TakeVacancy(reg);
       // A replacement can register before the loss of the process it replaces is seen here (the
-      // launcher sees the exit first): held until a worker is lost, or refused after a while.
-      DTRAIN_LOG(kConnections) << "holding the registration of a worker at " << reg.host << ":"
-                               << reg.port << " until a worker of its rank is lost";
+      // launcher sees the exit first): held until a member is lost, or refused after a while.
+      DTRAIN_LOG(kConnections) << "holding the registration of a " << RoleName(reg.role) << " at "
+                               << reg.host << ":" << reg.port << " until a " << RoleName(reg.role)
+                               << " of its rank is lost";
       held.emplace_back(reg, Clock::now());
       return;
     }
@@ -270,31 +282,37 @@ struct Scheduler::State {
       return true;
     });
     for (const auto& reg : refused) {
-      Refuse(reg, "the job already has its " + std::to_string(layout.num_workers) +
-                      " worker(s) (DMLC_NUM_WORKER), and none of them was lost within " +
+      const bool server = reg.role == Role::kServer;
+      Refuse(reg, "the job already has its " + std::to_string(Expected(reg.role)) + " " +
+                      RoleName(reg.role) + "(s) (DMLC_NUM_" + (server ? "SERVER" : "WORKER") +
+                      "), and none of them was lost within " +
                       std::to_string(kHoldRegistration.count() / 1000) +
                       " s for this one to replace");
     }
   }
 
   std::map<NodeId, Vacancy>::iterator VacancyFor(const control::Registration& reg) {
-    if (reg.requested_rank < 0) return vacant.begin();
-    if (reg.requested_rank >= layout.num_workers) return vacant.end();
-    return vacant.find(layout.WorkerId(reg.requested_rank));
+    if (reg.requested_rank < 0) {
+      return std::find_if(vacant.begin(), vacant.end(),
+                          [&](const auto& v) { return layout.RoleOf(v.first) == reg.role; });
+    }
+    if (reg.requested_rank >= Expected(reg.role)) return vacant.end();
+    return vacant.find(IdOf(reg.role, reg.requested_rank));
   }
 
   void TakeVacancy(const control::Registration& reg) {
     auto it = VacancyFor(reg);
     if (it == vacant.end()) {
-      return Refuse(reg, "the job is running and worker " + std::to_string(reg.requested_rank) +
-                             " (DTRAIN_NODE_RANK) is not lost: only a lost worker's rank can be "
+      return Refuse(reg, "the job is running and " + std::string(RoleName(reg.role)) + " " +
+                             std::to_string(reg.requested_rank) +
+                             " (DTRAIN_NODE_RANK) is not lost: only a lost member's rank can be "
                              "taken by a replacement");
     }
     const NodeId id = it->first;
     Rejoining r{std::move(it->second), false, {}};
     vacant.erase(it);
-    table[id] = NodeInfo{id, Role::kWorker, layout.RankOf(id), reg.host, reg.port};
-    DTRAIN_LOG(kConnections) << "a replacement for " << RoleName(Role::kWorker) << " "
+    table[id] = NodeInfo{id, reg.role, layout.RankOf(id), reg.host, reg.port};
+    DTRAIN_LOG(kConnections) << "a replacement for " << RoleName(reg.role) << " "
                              << layout.RankOf(id) << " registered from " << reg.host << ":"
                              << reg.port << ", " << SecondsSince(r.vacancy.since)
                              << " s after it was lost";
@@ -315,31 +333,43 @@ struct Scheduler::State {
                {barriers_completed[Group::kWorkers], barriers_completed[Group::kAll]}));
     SendTo(id, Command::kNodeTable, control::EncodeNodeTable(table));
     const std::string replacement = control::EncodeNodeTable({table[id]});
-    for (int s = 0; s < layout.num_servers; ++s) {
-      SendTo(layout.ServerId(s), Command::kNodeReplaced, replacement);
-    }
+    for (NodeId peer : Peers(reg.role)) SendTo(peer, Command::kNodeReplaced, replacement);
   }
 
-  void OnReplacedReady(NodeId server, const std::string& meta) {
-    if (!layout.IsServer(server)) return;
+  std::vector<NodeId> Peers(Role role) const {
+    std::vector<NodeId> out;
+    const Role peer = PeerRole(role);
+    for (int r = 0; r < Expected(peer); ++r) out.push_back(IdOf(peer, r));
+    return out;
+  }
+
+  void OnReplacedReady(NodeId peer, const std::string& meta) {
     const NodeId id = static_cast<NodeId>(std::strtol(meta.c_str(), nullptr, 10));
     auto it = rejoining.find(id);
-    if (it == rejoining.end()) return;
-    it->second.servers_ready.insert(server);
+    if (it == rejoining.end() || !IsMember(peer) ||
+        layout.RoleOf(peer) != PeerRole(layout.RoleOf(id))) {
+      return;
+    }
+    it->second.peers_ready.insert(peer);
     StartReplacement(id);
   }
 
-  // Every server reaches the replacement and it reaches them: it may send its first request.
+  // Every peer reaches the replacement and it reaches them: it may send its first request (a
+  // worker), or be sent requests (a server: the workers are told it started).
   void StartReplacement(NodeId id) {
     auto it = rejoining.find(id);
+    const Role role = layout.RoleOf(id);
     if (it == rejoining.end() || !it->second.ready ||
-        static_cast<int>(it->second.servers_ready.size()) < layout.num_servers) {
+        static_cast<int>(it->second.peers_ready.size()) < Expected(PeerRole(role))) {
       return;
     }
     const double after = SecondsSince(it->second.vacancy.since);
     rejoining.erase(it);
     last_heard[id] = Clock::now();
     SendTo(id, Command::kStart);
+    if (role == Role::kServer) {
+      for (NodeId w : Peers(role)) SendTo(w, Command::kReplacementStarted, std::to_string(id));
+    }
     DTRAIN_LOG(kWarning) << table[id].Name() << " rejoined the job " << after
                          << " s after it was lost (a replacement, DTRAIN_RESTART_WAIT_MS)";
     report::Send({{"kind", "member_rejoined"}, {"node", ReportedNode(id)}, {"seconds", after}});

@@ -11,8 +11,11 @@
 // instead: the job waits that long for a replacement to register with the same rank (or any rank,
 // if it asks for none). The replacement learns how many barriers the job has completed (kRejoin),
 // gets the node table, and starts once every server has connected to it (kNodeReplaced,
-// kReplacedReady); the servers keep its rank's place in every round meanwhile (server.h). A
-// vacancy still open at the deadline fails the job, naming the worker and why it was lost.
+// kReplacedReady); the servers keep its rank's place in every round meanwhile (server.h). With
+// DTRAIN_CHECKPOINT_DIR as well, a lost server leaves a vacancy the same way: its replacement
+// restores its checkpoint, every worker connects to it, and once it has started the workers are
+// told (kReplacementStarted) and repeat the rounds since its checkpoint. A vacancy still open at
+// the deadline fails the job, naming the member and why it was lost.
 //
 // All decisions are made on the thread that calls Run(); transport threads only queue events.
 #pragma once

@@ -12,6 +12,7 @@
 #include "compression/codec.h"
 #include "dtrain/common/array.h"
 #include "dtrain/common/error.h"
+#include "ps/server_slot.h"
 #include "report/reporter.h"
 #include "report/timeline.h"
 
@@ -54,30 +55,6 @@ Header ReplyTo(const Header& request, uint32_t flags) {
 
 }  // namespace
 
-struct Server::SlotState {
-  std::mutex mutex;
-  uint64_t key = 0;
-  uint32_t part = 0;
-  int64_t length = 0;
-  DType dtype = DType::kFloat32;
-  bool sync = true;
-  Body value;  // current value: weights, or the last merged sum
-
-  // dist_sync round state.
-  Body merged;
-  int pushed_count = 0;
-  std::vector<char> pushed;                   // per worker rank
-  std::vector<Header> waiting;                // requests answered when the round completes
-  std::vector<std::deque<Message>> deferred;  // per worker: messages held for later rounds
-  // Per worker rank: pushes summed into rounds, and (a replacement's) pushes of rounds its lost
-  // process had already pushed into, still to come (absorbed, not summed).
-  std::vector<int64_t> contributed;
-  std::vector<int64_t> absorb;
-
-  size_t bytes() const { return static_cast<size_t>(length) * DTypeSize(dtype); }
-  uint64_t optimizer_index() const { return (key << 20) | part; }
-};
-
 Server::Server(Node& node, const Config& config)
     : node_(node), config_(config), reduction_pool_(config.reduction_threads) {
   report_id_ = report::AddPeriodic([this]() -> nlohmann::json {
@@ -85,7 +62,15 @@ Server::Server(Node& node, const Config& config)
   });
 }
 
-Server::~Server() { report::RemovePeriodic(report_id_); }
+Server::~Server() {
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mutex_);
+    checkpoint_stop_ = true;
+  }
+  checkpoint_cv_.notify_all();
+  if (checkpoint_thread_.joinable()) checkpoint_thread_.join();
+  report::RemovePeriodic(report_id_);
+}
 
 void Server::Reply(const Header& request, Body body) {
   bytes_out_.fetch_add(static_cast<int64_t>(body.size), std::memory_order_relaxed);
@@ -190,23 +175,26 @@ void Server::HandleInit(Message&& msg) {
     auto [it, inserted] = slots_.try_emplace({h.key, h.part}, std::move(slot));
     if (!inserted) return ReplyError(h, SlotName(h.key, h.part) + " is already initialised");
   }
-  Reply(h);
+  AcknowledgeOnceCheckpointed(h);
 }
 
 void Server::HandleSetOptimizer(const Message& msg) {
-  OptimizerSpec spec = OptimizerSpec::FromJson(msg.meta);
+  InstallOptimizer(msg.meta);
+  DTRAIN_LOG(kConnections) << "optimizer set: " << msg.meta;
+  AcknowledgeOnceCheckpointed(msg.header);
+}
+
+void Server::InstallOptimizer(const std::string& spec_json) {
+  OptimizerSpec spec = OptimizerSpec::FromJson(spec_json);
   std::shared_ptr<Optimizer> optimizer = CreateOptimizer(spec);
   // A big slot's update is split over the reduction threads, as its sums are: on one GPU worker
   // with one server, the update of ResNet-18's 11 M weights on one core was most of a step.
   optimizer->SetParallelFor([this](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
     ForSlotElements(n, fn);
   });
-  {
-    std::lock_guard<std::mutex> lock(optimizer_mutex_);
-    optimizer_ = std::move(optimizer);
-  }
-  DTRAIN_LOG(kConnections) << "optimizer set: " << msg.meta;
-  Reply(msg.header);
+  std::lock_guard<std::mutex> lock(optimizer_mutex_);
+  optimizer_ = std::move(optimizer);
+  optimizer_spec_ = spec_json;
 }
 
 std::shared_ptr<Optimizer> Server::CurrentOptimizer() {
@@ -233,6 +221,7 @@ void Server::HandleCommand(const Message& msg) {
     }
     return HandleRejoinCommand(msg, cmd, round);
   }
+  if (cmd == "restored_rounds" || cmd == "checkpoint_now") return HandleCheckpointCommand(msg, cmd);
   if (cmd != "get_optimizer_state" && cmd != "set_optimizer_state") {
     return ReplyError(h, "unknown command '" + cmd + "'");
   }
@@ -268,7 +257,7 @@ void Server::HandleCommand(const Message& msg) {
     std::unique_lock<std::shared_mutex> lock(optimizer_state_mutex_);
     optimizer->LoadState(state);  // InvalidArgument -> error reply
   }
-  Reply(h);
+  AcknowledgeOnceCheckpointed(h);
 }
 
 void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int64_t round) {
@@ -276,6 +265,7 @@ void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int
   if (!node_.layout().IsWorker(h.sender)) return ReplyError(h, "only workers rejoin");
   const int worker = node_.layout().RankOf(h.sender);
   std::set<int64_t> counts;
+  nlohmann::json pushed = nlohmann::json::array();  // [key, part, rounds pushed] per sync slot
   int64_t slots = 0;
   {
     std::shared_lock<std::shared_mutex> lock(slots_mutex_);
@@ -286,6 +276,7 @@ void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int
       int64_t& contributed = slot->contributed[worker];
       if (cmd == "rejoin_state") {
         counts.insert(contributed);
+        pushed.push_back({slot->key, slot->part, contributed});
       } else if (contributed > round) {
         slot->absorb[worker] = contributed - round;
         contributed = round;
@@ -298,7 +289,7 @@ void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int
   }
   Message reply;
   reply.header = ReplyTo(h, transport::kFlagResponse);
-  reply.meta = nlohmann::json{{"counts", counts}, {"slots", slots}}.dump();
+  reply.meta = nlohmann::json{{"counts", counts}, {"slots", slots}, {"pushed", pushed}}.dump();
   try {
     node_.Send(h.sender, std::move(reply));
   } catch (const Error&) {
@@ -360,6 +351,10 @@ void Server::HandleData(Message&& msg) {
                                std::to_string(slot->length) + " " +
                                std::string(DTypeName(slot->dtype)));
     }
+  }
+  if (h.command != Command::kPull && !checkpoint_folder_.empty() &&
+      !pushed_since_checkpoint_.load(std::memory_order_relaxed)) {
+    pushed_since_checkpoint_.store(true, std::memory_order_relaxed);
   }
   std::lock_guard<std::mutex> lock(slot->mutex);
   if (slot->sync) {
@@ -501,6 +496,7 @@ void Server::CompleteRound(SlotState& slot) {
   slot.waiting.clear();
   std::fill(slot.pushed.begin(), slot.pushed.end(), 0);
   slot.pushed_count = 0;
+  ++slot.rounds;
 }
 
 void Server::DrainDeferred(SlotState& slot) {

@@ -18,6 +18,19 @@
 // process had already pushed for that round absorbs the replacement's push of it (answered with the
 // round's result, never summed again), so no gradient counts twice and none is missing.
 //
+// Checkpoints (DTRAIN_CHECKPOINT_DIR, server_checkpoint.h): when the server joins, after every
+// change of what it holds (an init, an optimizer or its state: acknowledged only once a checkpoint
+// holds them, so a restore never lacks a slot), every DTRAIN_SERVER_CHECKPOINT_S while pushes come,
+// when a worker asks ("checkpoint_now": its replay log is half full) and at the end, the server
+// pauses every slot at once (each at a whole round), takes its values (shared, copy on write) and
+// the optimizer's state, and writes them on a thread of its own; then it tells every worker each
+// slot's rounds ("checkpointed"), and the workers drop what they kept of those rounds. A
+// replacement for a lost server (DTRAIN_RESTART_COUNT > 0) restores its rank's checkpoint before it
+// answers anyone, and says where each slot resumes
+// ("restored_rounds"); each worker then repeats its pushes of the rounds since, in order, so the
+// values become exactly what they would have been (dist_sync). A dist_async server resumes from
+// the checkpoint's values: the pushes applied since are lost (docs/reliability.md).
+//
 // Values are never copied to answer a pull: the reply shares the stored buffer, and an update that
 // finds the buffer still being sent writes into a fresh one (copy on write).
 //
@@ -25,16 +38,20 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <thread>
+#include <vector>
 
 #include "common/config/config.h"
 #include "common/thread_pool.h"
 #include "dtrain/optim/optimizer.h"
 #include "ps/node/node.h"
+#include "ps/server_checkpoint.h"
 #include "transport/message.h"
 
 namespace dtrain::ps {
@@ -54,6 +71,12 @@ class Server {
   void OnWorkerFinished(int worker_rank);
   // A lost worker's replacement is about to connect: drop what the lost process left waiting.
   void OnWorkerReplaced(int worker_rank);
+  // The node knows its rank (before it answers anyone). With DTRAIN_CHECKPOINT_DIR: a replacement
+  // restores its rank's checkpoint (throws Error if there is none or it is corrupt), an original
+  // member removes what an earlier job left there; then checkpoints start.
+  void OnJoined();
+  // At the job's end: the last checkpoint, written before returning. Logs, never throws.
+  void FinalCheckpoint();
 
  private:
   struct SlotState;
@@ -64,10 +87,25 @@ class Server {
   // as body: the optimizer's state, to save with a model and restore on resume.
   void HandleCommand(const transport::Message& msg);
   // {"cmd": "rejoin_state"}: {"counts": the distinct numbers of rounds the sender's rank has
-  // pushed into the sync slots here, "slots": n}; {"cmd": "rejoin", "round": r}: the sender
-  // resumes at round r.
+  // pushed into the sync slots here, "slots": n, "pushed": [[key, part, rounds]...]}; {"cmd":
+  // "rejoin", "round": r}: the sender resumes at round r.
   void HandleRejoinCommand(const transport::Message& msg, const std::string& cmd, int64_t round);
   void HandleData(transport::Message&& msg);
+  // {"cmd": "restored_rounds"}: each slot's rounds in the restored checkpoint (a replacement);
+  // {"cmd": "checkpoint_now"}: a checkpoint soon (the asker's replay log fills up).
+  void HandleCheckpointCommand(const transport::Message& msg, const std::string& cmd);
+  // Checkpoints (server_checkpointing.cc).
+  void CheckpointLoop();
+  void RequestCheckpoint();
+  // Answers `request` (an init, an optimizer) once a checkpoint holds its change; at once without
+  // checkpoints.
+  void AcknowledgeOnceCheckpointed(const transport::Header& request);
+  // Every slot paused at once: values, rounds and the optimizer's state.
+  ServerCheckpoint Capture(std::vector<SlotRounds>* rounds);
+  // Captures, writes and (announce) tells the workers each slot's rounds; logs a failure.
+  void WriteAndAnnounce(bool announce);
+  void Restore(const ServerCheckpoint& checkpoint);
+  void InstallOptimizer(const std::string& spec_json);
   // Sync mode, slot lock held.
   void SyncMessage(SlotState& slot, int worker, transport::Message&& msg);
   void Accumulate(SlotState& slot, int worker, transport::Message&& msg);
@@ -108,6 +146,20 @@ class Server {
   std::atomic<int64_t> bytes_in_{0};
   std::atomic<int64_t> bytes_out_{0};
   int report_id_ = 0;
+
+  // Checkpoints; checkpoint_mutex_ guards the flags and serialises writes.
+  std::string checkpoint_folder_;  // "" without DTRAIN_CHECKPOINT_DIR
+  std::string optimizer_spec_;     // guarded by optimizer_mutex_
+  std::mutex checkpoint_mutex_;
+  std::mutex checkpoint_write_mutex_;
+  std::condition_variable checkpoint_cv_;
+  bool checkpoint_requested_ = false;
+  bool checkpoint_stop_ = false;
+  std::atomic<bool> pushed_since_checkpoint_{false};
+  std::atomic<bool> checkpoint_written_{false};
+  std::vector<transport::Header> acknowledge_after_checkpoint_;  // guarded by checkpoint_mutex_
+  std::vector<SlotRounds> restored_rounds_;  // a replacement's, from its checkpoint
+  std::thread checkpoint_thread_;
 };
 
 }  // namespace dtrain::ps

@@ -40,10 +40,11 @@ enum class Command : uint16_t {
   kFinish = 18,       // worker -> scheduler: this worker is done with the job
   kTerminate = 19,    // scheduler -> node: the job is over, exit cleanly
   kAbort = 20,        // scheduler -> node: the job failed and must stop (meta: reason)
-  // Replacing a lost worker (DTRAIN_RESTART_WAIT_MS, scheduler.h).
+  // Replacing a lost member (DTRAIN_RESTART_WAIT_MS, scheduler.h).
   kRejoin = 21,         // scheduler -> replacement, before its node table: barriers completed
-  kNodeReplaced = 22,   // scheduler -> servers: a worker's replacement (meta: one-node table)
-  kReplacedReady = 23,  // server -> scheduler: connected to the replacement (meta: its id)
+  kNodeReplaced = 22,   // scheduler -> peers of a replacement: who it is (meta: one-node table)
+  kReplacedReady = 23,  // peer -> scheduler: connected to the replacement (meta: its id)
+  kReplacementStarted = 24,  // scheduler -> workers: a server's replacement started (meta: id)
   // Data, between workers and servers.
   kInit = 32,          // create a slot (meta: JSON with shape/offset); body: initial value
   kPush = 33,          // body: this worker's contribution to the slot

@@ -53,6 +53,7 @@ bool IsKnownCommand(uint16_t raw) {
     case Command::kRejoin:
     case Command::kNodeReplaced:
     case Command::kReplacedReady:
+    case Command::kReplacementStarted:
     case Command::kInit:
     case Command::kPush:
     case Command::kPull:
@@ -100,6 +101,8 @@ std::string_view CommandName(Command c) {
       return "node-replaced";
     case Command::kReplacedReady:
       return "replaced-ready";
+    case Command::kReplacementStarted:
+      return "replacement-started";
     case Command::kInit:
       return "init";
     case Command::kPush:

@@ -24,6 +24,28 @@ std::vector<std::string> Launch(int workers, int servers, std::vector<std::strin
   return argv;
 }
 
+// A 2x2 job of 12 dist_sync rounds under --max-restarts 1, kv_check_worker given `kill_args`.
+std::vector<std::string> SyncJobWithOneRestart(std::vector<std::string> kill_args) {
+  std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"),
+                                   "launch",
+                                   "-n",
+                                   "2",
+                                   "-s",
+                                   "2",
+                                   "--max-restarts",
+                                   "1",
+                                   "--launcher",
+                                   "local",
+                                   "--",
+                                   BinaryPath("tests/programs/kv_check_worker"),
+                                   "--scenario",
+                                   "sync",
+                                   "--rounds",
+                                   "12"};
+  argv.insert(argv.end(), kill_args.begin(), kill_args.end());
+  return argv;
+}
+
 TEST(LaunchJob, TwoWorkersTwoServersSyncSucceedsWithPrefixedOutput) {
   TempDir dir;
   Subprocess launch(
@@ -58,26 +80,7 @@ TEST(LaunchJob, AWorkerDyingStopsTheJobAndNamesIt) {
 TEST(LaunchJob, AKilledWorkerIsReplacedAndEveryRoundStaysExact) {
   TempDir dir;
   for (const char* rank : {"1", "0"}) {
-    std::vector<std::string> argv = {BinaryPath("src/tools/dtrain"),
-                                     "launch",
-                                     "-n",
-                                     "2",
-                                     "-s",
-                                     "2",
-                                     "--max-restarts",
-                                     "1",
-                                     "--launcher",
-                                     "local",
-                                     "--",
-                                     BinaryPath("tests/programs/kv_check_worker"),
-                                     "--scenario",
-                                     "sync",
-                                     "--rounds",
-                                     "12",
-                                     "--kill-at-round",
-                                     "5",
-                                     "--die-rank",
-                                     rank};
+    const auto argv = SyncJobWithOneRestart({"--kill-at-round", "5", "--die-rank", rank});
     Subprocess launch(argv, {}, dir.path() + "/launch-" + rank + ".log");
     auto code = launch.Wait(kHangGuardMs);
     ASSERT_TRUE(code.has_value()) << launch.Output();
@@ -92,6 +95,40 @@ TEST(LaunchJob, AKilledWorkerIsReplacedAndEveryRoundStaysExact) {
         << out;
     EXPECT_NE(out.find(w + "rank " + rank + " replaces a lost worker: resuming at round 5"),
               std::string::npos)
+        << out;
+    EXPECT_NE(out.find("[worker 0] sync OK: rank 0 of 2, 12 rounds"), std::string::npos) << out;
+    EXPECT_NE(out.find("[worker 1] sync OK: rank 1 of 2, 12 rounds"), std::string::npos) << out;
+    EXPECT_NE(out.find("rejoined the job"), std::string::npos) << out;
+    EXPECT_EQ(out.find("CHECK FAILED"), std::string::npos) << out;
+  }
+}
+
+// --max-restarts with server checkpoints: worker 0 kills server 1 half-way through round 5; the
+// server's replacement restores its last checkpoint, both workers repeat the rounds since, and
+// every worker's every pull is still the exact sum of that round's pushes (kv_check_worker checks
+// in-band). Once with one checkpoint (the first push's: every round since is repeated) and once
+// with checkpoints every 20 ms (repeats race with checkpoints and their trims of the logs).
+TEST(LaunchJob, AKilledServerIsRestoredFromItsCheckpointAndEveryRoundStaysExact) {
+  TempDir dir;
+  for (const char* interval : {"1000", "0.02"}) {
+    const auto argv = SyncJobWithOneRestart({"--round-pause-ms", "20", "--kill-at-round", "5",
+                                             "--die-rank", "0", "--kill-server", "1"});
+    const std::string checkpoints = dir.path() + "/checkpoints-" + interval;
+    Subprocess launch(
+        argv, {{"DTRAIN_SERVER_CHECKPOINT_S", interval}, {"DTRAIN_CHECKPOINT_DIR", checkpoints}},
+        dir.path() + "/launch-" + interval + ".log");
+    auto code = launch.Wait(kHangGuardMs);
+    ASSERT_TRUE(code.has_value()) << launch.Output();
+    const std::string out = launch.Output();
+    EXPECT_EQ(*code, 0) << out;
+    EXPECT_NE(out.find("[worker 0] rank 0 killed server 1 half-way through round 5"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("[server 1] "), std::string::npos) << out;
+    EXPECT_NE(out.find("starting a replacement with its rank (restart 1 of 1, --max-restarts)"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("slot(s) from " + checkpoints + "/server-1 at rounds"), std::string::npos)
         << out;
     EXPECT_NE(out.find("[worker 0] sync OK: rank 0 of 2, 12 rounds"), std::string::npos) << out;
     EXPECT_NE(out.find("[worker 1] sync OK: rank 1 of 2, 12 rounds"), std::string::npos) << out;

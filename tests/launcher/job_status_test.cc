@@ -77,6 +77,22 @@ TEST(JobStatus, EveryNodeWithItsStateRatesAndTraffic) {
   EXPECT_EQ((*NodeNamed(after, "worker 0"))["state"], "finished");
 }
 
+TEST(JobStatus, AServersCheckpointsAreCountedWithTheLastOnesSize) {
+  JobStatus status(kStart);
+  status.ProcessStarted(kServer0, "127.0.0.1", 41, kStart);
+  for (int i = 1; i <= 3; ++i) {
+    status.Apply(kServer0, {{"kind", "checkpoint"}, {"bytes", 1000 * i}, {"ms", 2.5}},
+                 kStart + i * kSecond);
+  }
+  const nlohmann::json j = status.ToJson(kStart + 4 * kSecond);
+  const nlohmann::json* server = NodeNamed(j, "server 0");
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ((*server)["checkpoints"], 3);
+  EXPECT_EQ((*server)["checkpoint_bytes"], 3000);
+  EXPECT_THAT(status.Summary(kStart + 4 * kSecond),
+              Contains(HasSubstr("3 checkpoint(s), the last 3000 bytes")));
+}
+
 TEST(JobStatus, TheSlowestWorkerIsAStragglerOnlyWhenMoreThanTenPercentBehind) {
   JobStatus status(kStart);
   status.Apply(kWorker0, Progress(1000, 100), kStart);

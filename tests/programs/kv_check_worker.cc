@@ -12,6 +12,11 @@
 //       rank 1's first process pushes half of round 5's keys and kills itself (SIGKILL); under
 //       dtrain launch --max-restarts its replacement resumes at kv.rounds_done() and every
 //       worker's pulls must still be exact (no push counted twice or lost)
+//   kv_check_worker --scenario sync --kill-at-round 5 --die-rank 0 --kill-server 1
+//       rank 0 pushes half of round 5's keys and kills server 1 (SIGKILL; found by its
+//       environment, /proc); under dtrain launch --max-restarts with DTRAIN_CHECKPOINT_DIR the
+//       server's replacement restores its checkpoint, the workers repeat the rounds since, and
+//       every pull must still be exact
 #include <signal.h>
 #include <unistd.h>
 
@@ -40,6 +45,7 @@ struct Options {
   int die_after = 3;
   int round_pause_ms = 0;  // sync: a pause before each round, to keep a job running a while
   int kill_at_round = -1;  // sync: see the top of the file
+  int kill_server = -1;    // sync: the server rank die_rank kills instead of itself
   std::string dir;
   std::vector<int64_t> sizes = {1, 7, 1000, 70000, 250000, 1200000};
 };
@@ -47,6 +53,28 @@ struct Options {
 int Fail(const std::string& what) {
   std::fprintf(stderr, "CHECK FAILED: %s\n", what.c_str());
   return 2;
+}
+
+// The pid of this job's server `rank` (same DMLC_PS_ROOT_PORT as ours), from /proc; -1 if none.
+pid_t FindServer(int rank) {
+  const char* port = std::getenv("DMLC_PS_ROOT_PORT");
+  if (port == nullptr) return -1;
+  const std::vector<std::string> wanted = {"DMLC_ROLE=server",
+                                           "DTRAIN_NODE_RANK=" + std::to_string(rank),
+                                           std::string("DMLC_PS_ROOT_PORT=") + port};
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t found = 0;
+    for (const auto& w : wanted) {
+      found += env.find(std::string(1, '\0') + w + std::string(1, '\0')) != std::string::npos ||
+               env.rfind(w + std::string(1, '\0'), 0) == 0;
+    }
+    if (found == wanted.size()) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
 }
 
 float PushedValue(int rank, int round, Key key, int64_t i) {
@@ -108,7 +136,23 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
   }
   for (int round = first_round; round < o.rounds; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(o.round_pause_ms));
-    if (first_life && kv.rank() == o.die_rank && round == o.kill_at_round) {
+    const bool kill_now = first_life && kv.rank() == o.die_rank && round == o.kill_at_round;
+    size_t pushed_already = 0;  // keys of this round pushed before killing a server
+    if (kill_now && o.kill_server >= 0) {
+      for (; pushed_already < keys.size() / 2; ++pushed_already) {
+        const size_t k = pushed_already;
+        Array value({o.sizes[k]});
+        auto v = value.floats();
+        for (int64_t i = 0; i < o.sizes[k]; ++i) v[i] = PushedValue(kv.rank(), round, keys[k], i);
+        kv.Push(keys[k], {value});
+      }
+      const pid_t server = FindServer(o.kill_server);
+      if (server <= 0) return Fail("cannot find server " + std::to_string(o.kill_server));
+      ::kill(server, SIGKILL);
+      std::printf("rank %d killed server %d half-way through round %d\n", kv.rank(), o.kill_server,
+                  round);
+      std::fflush(stdout);
+    } else if (kill_now) {
       // Half of the round pushed, then gone without a word: the round is half-pushed.
       for (size_t k = 0; k < keys.size() / 2; ++k) {
         Array value({o.sizes[k]});
@@ -128,7 +172,9 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
       for (int64_t i = 0; i < o.sizes[k]; ++i) v[i] = PushedValue(kv.rank(), round, keys[k], i);
       outs.push_back(Array({o.sizes[k]}));
       auto devices = DeviceValues(value, o.devices);
-      if (round % 2 == 0) {
+      if (k < pushed_already) {
+        ops.push_back(kv.Pull(keys[k], {outs.back()}));
+      } else if (round % 2 == 0) {
         ops.push_back(kv.PushPull(keys[k], devices, {outs.back()}));
       } else {
         kv.Push(keys[k], devices);
@@ -265,6 +311,7 @@ int main(int argc, char** argv) {
   app.add_option("--die-rank", o.die_rank);
   app.add_option("--die-after", o.die_after);
   app.add_option("--kill-at-round", o.kill_at_round);
+  app.add_option("--kill-server", o.kill_server);
   app.add_option("--dir", o.dir);
   app.add_option("--round-pause-ms", o.round_pause_ms);
   CLI11_PARSE(app, argc, argv);

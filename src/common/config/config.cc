@@ -146,6 +146,15 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
   r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
   r.Millis("DTRAIN_RESTART_WAIT_MS", &c.restart_wait, 0);
+  if (auto v = r.Integer("DTRAIN_RESTART_COUNT", 0, 1 << 20))
+    c.restart_count = static_cast<int>(*v);
+  if (auto v = r.Text("DTRAIN_CHECKPOINT_DIR")) c.checkpoint_dir = *v;
+  if (auto v = r.Decimal("DTRAIN_SERVER_CHECKPOINT_S", 0.001, 1e6)) {
+    c.server_checkpoint_interval = Duration(static_cast<int64_t>(*v * 1000));
+  }
+  if (auto v = r.Integer("DTRAIN_REPLAY_LOG_MB", 1, int64_t{1} << 20)) {
+    c.replay_log_bytes = static_cast<size_t>(*v) << 20;
+  }
   if (auto v = r.Integer("DTRAIN_STREAMS_PER_PEER", 1, 16))
     c.streams_per_peer = static_cast<int>(*v);
   if (auto v = r.Integer("DTRAIN_IO_THREADS", 1, 64)) c.io_threads = static_cast<int>(*v);
@@ -231,6 +240,9 @@ std::string Config::Describe() const {
       << " DTRAIN_TCP_LOCAL_CONGESTION=" << tcp_local_congestion
       << " DTRAIN_FAILURE_EXIT_MS=" << failure_exit_grace.count()
       << " DTRAIN_RESTART_WAIT_MS=" << restart_wait.count()
+      << " DTRAIN_CHECKPOINT_DIR=" << (checkpoint_dir.empty() ? "(unset)" : checkpoint_dir)
+      << " DTRAIN_SERVER_CHECKPOINT_S=" << server_checkpoint_interval.count() / 1000.0
+      << " DTRAIN_REPLAY_LOG_MB=" << (replay_log_bytes >> 20)
       << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes
       << " DTRAIN_SAME_HOST=" << same_host_direct
       << " DTRAIN_JOB_SECRET=" << (job_secret.empty() ? "(unset)" : "(set)")

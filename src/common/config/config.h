@@ -102,6 +102,19 @@ struct Config {
   // and the servers wait this long for a replacement with its rank (`dtrain launch --max-restarts`
   // starts one and sets this to 60000 unless it is set).
   Duration restart_wait{0};
+  // DTRAIN_RESTART_COUNT: how many replacements the launcher started before this process (0: an
+  // original member). A server with one restores its rank's checkpoint (server.h).
+  int restart_count = 0;
+  // DTRAIN_CHECKPOINT_DIR: where servers write checkpoints ("" by default: none; `dtrain launch
+  // --max-restarts` sets one). With it and restart_wait, a lost server is replaced too.
+  std::string checkpoint_dir;
+  // DTRAIN_SERVER_CHECKPOINT_S: seconds between a server's checkpoints (decimals allowed).
+  Duration server_checkpoint_interval{30000};
+  // DTRAIN_REPLAY_LOG_MB: what a worker keeps of its pushes since its servers' last checkpoints,
+  // to repeat them to a restored server; at half of it the worker asks for a checkpoint.
+  size_t replay_log_bytes = size_t{512} << 20;
+  // A lost server is replaced (and workers keep what they push for it) rather than failing the job.
+  bool ServersReplaceable() const { return restart_wait.count() > 0 && !checkpoint_dir.empty(); }
   // Defaults depend on the cores (FromEnvironment): half of them, 1 to 4. On a 2-core machine the
   // workers' compute needs both cores and every extra network thread costs wake-ups.
   int streams_per_peer = 2;              // DTRAIN_STREAMS_PER_PEER: TCP connections per peer

@@ -156,6 +156,10 @@ std::optional<FailureRecord> JobStatus::Apply(const NodeKey& from, const nlohman
       std::snprintf(text, sizeof(text), "; rejoined %.2f s after the loss", seconds);
       replaced.restarts.back() += text;
     }
+  } else if (kind == "checkpoint") {
+    ++n.checkpoints;
+    Read(record, "bytes", &n.checkpoint_bytes);
+    Read(record, "ms", &n.checkpoint_ms);
   } else if (kind == "summary") {
     Read(record, "steps", &n.steps);
     Read(record, "samples", &n.samples);
@@ -197,7 +201,9 @@ nlohmann::json JobStatus::ToJson(int64_t now_us) const {
         {"last_heard_s_ago", n.last_heard_us ? nlohmann::json((now_us - n.last_heard_us) / 1e6)
                                              : nlohmann::json(nullptr)},
         {"errors", n.errors},
-        {"restarts", n.restarts}};
+        {"restarts", n.restarts},
+        {"checkpoints", n.checkpoints},
+        {"checkpoint_bytes", n.checkpoint_bytes}};
     if (key.role == Role::kWorker) {
       j["steps"] = n.steps;
       j["samples"] = n.samples;
@@ -260,6 +266,13 @@ std::vector<std::string> JobStatus::Summary(int64_t now_us) const {
     lines.push_back("  " + key.Name() + (n.host.empty() ? "" : " on " + n.host) + ": " +
                     (n.exit.empty() ? n.state : n.exit));
     for (const auto& r : n.restarts) lines.push_back("    restarted " + r);
+    if (n.checkpoints > 0) {
+      char text[160];
+      std::snprintf(text, sizeof(text), "    %lld checkpoint(s), the last %lld bytes in %.1f ms",
+                    static_cast<long long>(n.checkpoints),
+                    static_cast<long long>(n.checkpoint_bytes), n.checkpoint_ms);
+      lines.push_back(text);
+    }
   }
   if (first_failure_) {
     lines.push_back("  the job's cause: " + first_failure_->Text());

@@ -65,6 +65,10 @@ struct NodeStatus {
   // Replacements started for it (dtrain launch --max-restarts): "at 12.3 s: killed by signal 9;
   // rejoined 1.8 s later".
   std::vector<std::string> restarts;
+  // Servers with DTRAIN_CHECKPOINT_DIR: checkpoints written, and the last one's size and time.
+  int64_t checkpoints = 0;
+  int64_t checkpoint_bytes = 0;
+  double checkpoint_ms = 0;
 };
 
 class JobStatus {

@@ -40,7 +40,7 @@ th { background: #eee; }
 <p id="failure"></p>
 <table id="nodes"><thead><tr><th>node</th><th>host</th><th>pid</th><th>state</th>
 <th>last heard</th><th>steps/s</th><th>samples/s</th><th>waiting</th><th>traffic in / out</th>
-<th>exit</th></tr></thead><tbody></tbody></table>
+<th>restarts, checkpoints</th><th>exit</th></tr></thead><tbody></tbody></table>
 <h2>Errors</h2><ul id="errors"></ul>
 <script>
 function cell(row, text) { const td = document.createElement('td'); td.textContent = text; row.appendChild(td); }
@@ -66,6 +66,9 @@ async function refresh() {
       cell(row, n.samples_per_s !== undefined ? n.samples_per_s.toFixed(1) : '');
       cell(row, n.wait_s !== undefined ? n.wait_s.toFixed(1) + ' s' : '');
       cell(row, n.bytes_in !== undefined ? mb(n.bytes_in) + ' / ' + mb(n.bytes_out) : '');
+      cell(row, (n.restarts || []).map(r => 'restarted ' + r).join('; ') +
+                (n.checkpoints ? (n.restarts && n.restarts.length ? '; ' : '') + n.checkpoints +
+                 ' checkpoint(s), the last ' + mb(n.checkpoint_bytes) : ''));
       cell(row, n.exit);
       body.appendChild(row);
     }

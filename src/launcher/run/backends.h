@@ -21,4 +21,8 @@ int RunMpiJob(const LaunchOptions& options);
 int RunSlurmJob(const LaunchOptions& options);
 int RunSgeJob(const LaunchOptions& options);
 
+// DTRAIN_CHECKPOINT_DIR is set (by the user, or by `dtrain launch --max-restarts`): the servers
+// write checkpoints, so a lost server can be replaced like a lost worker.
+bool ServerCheckpointsOn();
+
 }  // namespace dtrain::launcher

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "auth/job_auth.h"
 #include "common/config/config.h"
@@ -15,6 +17,12 @@
 #include "launcher/watch/local_job.h"
 
 namespace dtrain::launcher {
+
+bool ServerCheckpointsOn() {
+  const char* dir = std::getenv("DTRAIN_CHECKPOINT_DIR");
+  return dir != nullptr && *dir != '\0';
+}
+
 namespace {
 
 constexpr int kUsageExitCode = 2;
@@ -61,6 +69,7 @@ int RunLocalJob(const LaunchOptions& options) {
   supervision.kill_grace = options.kill_grace;
   supervision.service_grace = options.service_grace;
   supervision.max_restarts = options.max_restarts;
+  supervision.replace_servers = ServerCheckpointsOn();
   supervision.output_dir = options.output_dir;
   SetUpReports(options, &plan, &supervision);
   return SuperviseLocalJob(plan, supervision);
@@ -82,16 +91,34 @@ void EnsureJobSecret() {
   ::setenv("DTRAIN_JOB_SECRET", auth::NewNonce().c_str(), 1);
 }
 
+// --max-restarts with servers and no DTRAIN_CHECKPOINT_DIR: a fresh folder for this job's
+// server checkpoints (each server makes its own under it, on its host). Returns it, to be
+// removed at the end by the local backend; "" when the user chose one or there are no restarts.
+std::string EnsureCheckpointDir(const LaunchOptions& options) {
+  if (options.max_restarts <= 0 || options.num_servers <= 0) return {};
+  if (std::getenv("DTRAIN_CHECKPOINT_DIR") != nullptr) return {};
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("dtrain-checkpoints-" + auth::NewNonce().substr(0, 12)))
+                              .string();
+  ::setenv("DTRAIN_CHECKPOINT_DIR", dir.c_str(), 1);
+  return dir;
+}
+
 int RunBackend(const LaunchOptions& options) {
   EnsureJobSecret();
   // Set in our environment, it reaches every process as the secret does: the scheduler and the
-  // servers then wait for a lost worker's replacement instead of failing the job.
+  // servers then wait for a lost member's replacement instead of failing the job.
   if (options.max_restarts > 0 && std::getenv("DTRAIN_RESTART_WAIT_MS") == nullptr) {
     ::setenv("DTRAIN_RESTART_WAIT_MS", "60000", 1);
   }
+  const std::string made_checkpoint_dir = EnsureCheckpointDir(options);
   switch (options.launcher) {
-    case LauncherKind::kLocal:
-      return RunLocalJob(options);
+    case LauncherKind::kLocal: {
+      const int code = RunLocalJob(options);
+      std::error_code ec;
+      if (!made_checkpoint_dir.empty()) std::filesystem::remove_all(made_checkpoint_dir, ec);
+      return code;
+    }
     case LauncherKind::kSsh:
       return RunSshJob(options);
     case LauncherKind::kMpi:

@@ -168,6 +168,7 @@ int RunSshJob(const LaunchOptions& options) {
   supervision.kill_grace = options.kill_grace;
   supervision.service_grace = options.service_grace;
   supervision.max_restarts = options.max_restarts;
+  supervision.replace_servers = ServerCheckpointsOn();
   supervision.output_dir = options.output_dir;
   return SuperviseLocalJob(plan, supervision);
 }

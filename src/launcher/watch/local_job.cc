@@ -118,10 +118,13 @@ class Supervisor : public JobWatch {
     }
   }
 
-  // --max-restarts: a parameter-server worker's failure, before anything else failed, while
-  // restarts are left. The scheduler and servers wait for the replacement (DTRAIN_RESTART_WAIT_MS).
+  // --max-restarts: a parameter-server worker's (or, with checkpoints, server's) failure, before
+  // anything else failed, while restarts are left. The others wait for the replacement
+  // (DTRAIN_RESTART_WAIT_MS).
   bool MayReplace(const Child& c) const {
-    return c.spec.role == Role::kWorker && plan_.num_servers > 0 && failures_.empty() &&
+    const bool replaceable =
+        c.spec.role == Role::kWorker || (c.spec.role == Role::kServer && options().replace_servers);
+    return replaceable && plan_.num_servers > 0 && failures_.empty() &&
            restarts_ < options().max_restarts;
   }
 

@@ -8,7 +8,8 @@
 //     128 from an ssh client), else the first. One line names it on stderr, the whole group gets
 //     SIGTERM, then SIGKILL after kill_grace, and the launcher exits with the cause's code (128 +
 //     signal for a signal);
-//   - with max_restarts, a failed worker of a parameter-server job is replaced instead (below);
+//   - with max_restarts, a failed worker of a parameter-server job (and with replace_servers, a
+//     failed server) is replaced instead (below);
 //   - the launcher gets SIGINT, SIGTERM or SIGHUP: the same teardown, exit 128 + that signal; a
 //     second one while stopping sends SIGKILL at once;
 //   - every worker exited 0: the scheduler and servers get service_grace to exit by themselves
@@ -51,6 +52,8 @@ struct SupervisorOptions {
   // in all, instead of stopping the job; the scheduler's wait (DTRAIN_RESTART_WAIT_MS) bounds
   // how long the others wait for it.
   int max_restarts = 0;
+  // Servers are replaced too (their checkpoints are on: DTRAIN_CHECKPOINT_DIR).
+  bool replace_servers = false;
   std::optional<std::string> output_dir;  // also write DIR/<role>-<rank>.log
   // After a process exits, how long its last output may take to arrive through the pipes before
   // its exit is reported anyway (a grandchild may hold the pipe open).

@@ -81,6 +81,14 @@ void Node::SetWorkerReplacedHandler(std::function<void(int)> handler) {
   worker_replaced_ = std::move(handler);
 }
 
+void Node::SetServerReplacedHandlers(std::function<void(int)> replaced,
+                                     std::function<void(int)> restarted) {
+  server_replaced_ = std::move(replaced);
+  server_restarted_ = std::move(restarted);
+}
+
+void Node::SetJoinedHandler(std::function<void()> handler) { joined_ = std::move(handler); }
+
 void Node::AddFailureListener(std::function<void(const std::string&)> listener) {
   std::lock_guard<std::mutex> lock(mutex_);
   failure_listeners_.push_back(std::move(listener));
@@ -140,6 +148,7 @@ void Node::Start() {
   report::Send({{"kind", "state"}, {"state", "running"}, {"address", self_.Address()}});
   DTRAIN_LOG(kConnections) << "joined as " << self_.Name() << " in a job of " << layout_.num_servers
                            << " server(s) and " << layout_.num_workers << " worker(s)";
+  if (joined_) joined_();
 
   // Workers send requests to every server and servers answer every worker.
   for (const NodeInfo& peer : table_) {
@@ -226,10 +235,10 @@ void Node::OnControl(Message&& msg) {
       break;
     }
     case Command::kRejoin: {
-      // Ahead of the node table, on the same stream: this process replaces a lost worker. Its
+      // Ahead of the node table, on the same stream: this process replaces a lost member. Its
       // barriers continue the job's count, so the first one it calls is the one the others are
       // at or will reach next.
-      if (have_table_ || role_ != Role::kWorker) return;
+      if (have_table_) return;
       const auto r = control::DecodeRejoin(msg.meta);
       barrier_done_[Group::kWorkers] = barrier_sent_[Group::kWorkers] = r.workers_barriers;
       barrier_done_[Group::kAll] = barrier_sent_[Group::kAll] = r.all_barriers;
@@ -239,6 +248,9 @@ void Node::OnControl(Message&& msg) {
     case Command::kNodeReplaced:
       lock.unlock();
       return OnNodeReplaced(msg.meta);
+    case Command::kReplacementStarted:
+      lock.unlock();
+      return OnReplacementStarted(msg.meta);
     case Command::kStart:
       started_ = true;
       break;
@@ -279,9 +291,12 @@ void Node::OnControl(Message&& msg) {
 
 void Node::OnNodeReplaced(const std::string& meta) {
   auto nodes = control::DecodeNodeTable(meta);
-  if (role_ != Role::kServer || nodes.size() != 1 || !layout_.IsWorker(nodes[0].id) ||
-      nodes[0].role != Role::kWorker || nodes[0].rank != layout_.RankOf(nodes[0].id)) {
-    throw ProtocolError("a node-replaced message must name one worker, by its id and rank");
+  // Servers hear of workers' replacements; workers of servers', where servers can be replaced.
+  const Role peer_role = role_ == Role::kServer ? Role::kWorker : Role::kServer;
+  const bool allowed = role_ == Role::kServer || config_.ServersReplaceable();
+  if (!allowed || nodes.size() != 1 || layout_.RoleOf(nodes[0].id) != peer_role ||
+      nodes[0].role != peer_role || nodes[0].rank != layout_.RankOf(nodes[0].id)) {
+    throw ProtocolError("a node-replaced message must name one peer, by its id and rank");
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (shut_down_ || failure_) return;
@@ -289,9 +304,9 @@ void Node::OnNodeReplaced(const std::string& meta) {
 }
 
 void Node::ConnectToReplacement(NodeInfo replacement) {
-  DTRAIN_LOG(kConnections) << "connecting to the replacement of worker " << replacement.rank
-                           << " at " << replacement.Address();
-  if (worker_replaced_) worker_replaced_(replacement.rank);
+  DTRAIN_LOG(kConnections) << "connecting to the replacement of " << replacement.Name();
+  if (replacement.role == Role::kWorker && worker_replaced_) worker_replaced_(replacement.rank);
+  if (replacement.role == Role::kServer && server_replaced_) server_replaced_(replacement.rank);
   transport_->ForgetPeer(replacement.id);
   {
     std::lock_guard<std::mutex> lock(table_mutex_);
@@ -303,9 +318,20 @@ void Node::ConnectToReplacement(NodeInfo replacement) {
     SendControl(Command::kReplacedReady, std::to_string(replacement.id));
   } catch (const Error& e) {
     // The scheduler's wait for the replacement ends the job if it cannot join.
-    DTRAIN_LOG(kWarning) << "cannot connect to the replacement of worker " << replacement.rank
-                         << " at " << replacement.Address() << ": " << e.what();
+    DTRAIN_LOG(kWarning) << "cannot connect to the replacement of " << replacement.Name() << ": "
+                         << e.what();
   }
+}
+
+void Node::OnReplacementStarted(const std::string& meta) {
+  const NodeId id = static_cast<NodeId>(std::strtol(meta.c_str(), nullptr, 10));
+  if (role_ != Role::kWorker || !layout_.IsServer(id) || !config_.ServersReplaceable()) {
+    throw ProtocolError("a replacement-started message must name a server, to a worker");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_down_ || failure_ || !server_restarted_) return;
+  replacement_connectors_.emplace_back(
+      [this, rank = layout_.RankOf(id)] { server_restarted_(rank); });
 }
 
 void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string& reason) {
@@ -320,7 +346,10 @@ void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string&
     std::lock_guard<std::mutex> lock(mutex_);
     if (terminated_ || shut_down_) return;
     name = NameOf(peer);
-    if (role_ == Role::kServer && layout_.IsWorker(peer) && config_.restart_wait.count() > 0) {
+    const bool replaceable =
+        (role_ == Role::kServer && layout_.IsWorker(peer) && config_.restart_wait.count() > 0) ||
+        (role_ == Role::kWorker && layout_.IsServer(peer) && config_.ServersReplaceable());
+    if (replaceable) {
       // The scheduler decides: it waits for a replacement, or fails the job when none comes.
       DTRAIN_LOG(kWarning) << name << " was lost (" << reason
                            << "); the job waits for its replacement (DTRAIN_RESTART_WAIT_MS)";

@@ -59,6 +59,15 @@ class Node {
   // Servers: called when a lost worker's replacement is about to connect (DTRAIN_RESTART_WAIT_MS),
   // before this server connects to it; what the lost process left behind must go.
   void SetWorkerReplacedHandler(std::function<void(int worker_rank)> handler);
+  // Workers, when servers are replaceable (Config::ServersReplaceable): `replaced` is called when a
+  // lost server's replacement is about to be connected to (before it is), `restarted` once the
+  // scheduler has started it (it restored its checkpoint and connected to every worker), on a
+  // thread of its own that may block (bounded).
+  void SetServerReplacedHandlers(std::function<void(int server_rank)> replaced,
+                                 std::function<void(int server_rank)> restarted);
+  // Called (on the caller of Start) once the node table is in, before any peer is connected to;
+  // an exception from it fails Start.
+  void SetJoinedHandler(std::function<void()> handler);
   // Called once, on the first failure, from whichever thread found it.
   void AddFailureListener(std::function<void(const std::string& why)> listener);
 
@@ -67,7 +76,7 @@ class Node {
   void Start();
 
   const NodeInfo& self() const { return self_; }
-  // Workers: this process replaces a lost worker of a running job (the scheduler said so).
+  // This process replaces a lost member of a running job (the scheduler said so).
   bool rejoined() const { return rejoined_; }
   const JobLayout& layout() const { return layout_; }
   const Config& config() const { return config_; }
@@ -101,10 +110,12 @@ class Node {
   void WaitUntil(const std::function<bool()>& pred, const Deadline& deadline,
                  const std::string& what);
   void SendControl(transport::Command command, std::string meta = {});
-  // Servers: a worker's replacement; connects to it (on a thread of its own) and tells the
-  // scheduler.
+  // A replaced peer (a worker's for a server, a server's for a worker); connects to it (on a
+  // thread of its own) and tells the scheduler.
   void OnNodeReplaced(const std::string& meta);
   void ConnectToReplacement(NodeInfo replacement);
+  // Workers: the scheduler started a lost server's replacement (meta: its id).
+  void OnReplacementStarted(const std::string& meta);
 
   const Config config_;
   const Role role_;
@@ -116,6 +127,9 @@ class Node {
   std::vector<std::function<void(const std::string&)>> failure_listeners_;
   std::function<void(int)> worker_finished_;
   std::function<void(int)> worker_replaced_;
+  std::function<void(int)> server_replaced_;
+  std::function<void(int)> server_restarted_;
+  std::function<void()> joined_;
 
   NodeInfo self_;
   JobLayout layout_;

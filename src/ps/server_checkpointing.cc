@@ -1,0 +1,224 @@
+// Server: its checkpoints and their restoration (the model is in server.h).
+#include <chrono>
+#include <shared_mutex>
+
+#include "common/logging.h"
+#include "dtrain/common/deadline.h"
+#include "dtrain/common/error.h"
+#include "ps/server.h"
+#include "ps/server_slot.h"
+#include "report/reporter.h"
+#include "report/timeline.h"
+
+namespace dtrain::ps {
+
+using transport::Command;
+using transport::Message;
+
+void Server::OnJoined() {
+  if (config_.checkpoint_dir.empty()) {
+    if (node_.rejoined()) {
+      throw ConfigError(
+          "this server replaces a lost one but has no DTRAIN_CHECKPOINT_DIR to "
+          "restore it from");
+    }
+    return;
+  }
+  checkpoint_folder_ = CheckpointFolder(config_.checkpoint_dir, node_.self().rank);
+  if (node_.rejoined()) {
+    std::optional<ServerCheckpoint> checkpoint = ReadCheckpoint(checkpoint_folder_);
+    if (!checkpoint) {
+      throw Error("server " + std::to_string(node_.self().rank) +
+                  " cannot be restored: no checkpoint in " + checkpoint_folder_ +
+                  " (it was lost before its first one, which follows the first push)");
+    }
+    Restore(*checkpoint);
+    checkpoint_written_ = true;
+  } else {
+    RemoveCheckpoint(checkpoint_folder_);  // an earlier job's, never to be restored into this one
+    WriteAndAnnounce(/*announce=*/false);  // empty: even a server with no slots can be restored
+  }
+  checkpoint_thread_ = std::thread([this] { CheckpointLoop(); });
+}
+
+void Server::Restore(const ServerCheckpoint& checkpoint) {
+  if (!checkpoint.optimizer_spec.empty()) {
+    InstallOptimizer(checkpoint.optimizer_spec);
+    if (!checkpoint.optimizer_state.empty()) {
+      std::unique_lock<std::shared_mutex> lock(optimizer_state_mutex_);
+      CurrentOptimizer()->LoadState(checkpoint.optimizer_state);
+    }
+  }
+  const int workers = node_.layout().num_workers;
+  int64_t least = -1, most = 0;
+  std::unique_lock<std::shared_mutex> lock(slots_mutex_);
+  for (const CheckpointSlot& c : checkpoint.slots) {
+    auto slot = std::make_unique<SlotState>();
+    slot->key = c.key;
+    slot->part = c.part;
+    slot->length = c.length;
+    slot->dtype = c.dtype;
+    slot->sync = c.sync;
+    slot->value = c.value;
+    slot->rounds = c.rounds;
+    slot->pushed.assign(workers, 0);
+    slot->deferred.resize(workers);
+    slot->contributed.assign(workers, c.rounds);
+    slot->absorb.assign(workers, 0);
+    if (c.sync) {
+      restored_rounds_.push_back({c.key, c.part, c.rounds});
+      least = least < 0 ? c.rounds : std::min(least, c.rounds);
+      most = std::max(most, c.rounds);
+    }
+    slots_[{c.key, c.part}] = std::move(slot);
+  }
+  DTRAIN_LOG(kWarning) << "restored " << checkpoint.slots.size() << " slot(s) from "
+                       << checkpoint_folder_ << " at rounds " << std::max<int64_t>(least, 0) << "-"
+                       << most
+                       << (checkpoint.optimizer_spec.empty() ? "" : ", with the optimizer's state")
+                       << "; the workers repeat the rounds since";
+}
+
+void Server::HandleCheckpointCommand(const Message& msg, const std::string& cmd) {
+  const transport::Header& h = msg.header;
+  if (!node_.layout().IsWorker(h.sender)) return ReplyError(h, cmd + " is for workers");
+  if (cmd == "checkpoint_now") {
+    if (!checkpoint_folder_.empty()) RequestCheckpoint();
+    return Reply(h);
+  }
+  Message reply;
+  reply.header = h;
+  reply.header.flags = transport::kFlagResponse;
+  reply.header.compression = Compression::kNone;
+  reply.meta = EncodeSlotRounds(cmd, restored_rounds_);  // set before the node answers anyone
+  try {
+    node_.Send(h.sender, std::move(reply));
+  } catch (const Error&) {
+  }
+}
+
+void Server::RequestCheckpoint() {
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mutex_);
+    checkpoint_requested_ = true;
+  }
+  checkpoint_cv_.notify_all();
+}
+
+void Server::AcknowledgeOnceCheckpointed(const transport::Header& request) {
+  if (checkpoint_folder_.empty()) return Reply(request);
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mutex_);
+    acknowledge_after_checkpoint_.push_back(request);
+    checkpoint_requested_ = true;
+  }
+  checkpoint_cv_.notify_all();
+}
+
+void Server::CheckpointLoop() {
+  std::unique_lock<std::mutex> lock(checkpoint_mutex_);
+  while (!checkpoint_stop_) {
+    checkpoint_cv_.wait_for(lock, config_.server_checkpoint_interval,
+                            [this] { return checkpoint_stop_ || checkpoint_requested_; });
+    if (checkpoint_stop_) return;
+    const bool asked = checkpoint_requested_;
+    checkpoint_requested_ = false;
+    if (!asked && !pushed_since_checkpoint_.load()) continue;  // nothing changed
+    lock.unlock();
+    WriteAndAnnounce(/*announce=*/true);
+    lock.lock();
+  }
+}
+
+void Server::FinalCheckpoint() {
+  if (checkpoint_folder_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mutex_);
+    checkpoint_stop_ = true;
+  }
+  checkpoint_cv_.notify_all();
+  if (checkpoint_thread_.joinable()) checkpoint_thread_.join();
+  WriteAndAnnounce(/*announce=*/false);  // the workers have left
+}
+
+ServerCheckpoint Server::Capture(std::vector<SlotRounds>* rounds) {
+  ServerCheckpoint checkpoint;
+  std::shared_lock<std::shared_mutex> slots_lock(slots_mutex_);
+  // Every slot at once, each between two rounds: the values and the optimizer's state agree.
+  // Slot locks are otherwise taken one at a time, so taking them all in map order cannot deadlock.
+  std::vector<std::unique_lock<std::mutex>> paused;
+  paused.reserve(slots_.size());
+  for (auto& [id, slot] : slots_) paused.emplace_back(slot->mutex);
+  pushed_since_checkpoint_.store(false);
+  for (auto& [id, slot] : slots_) {
+    CheckpointSlot c;
+    c.key = slot->key;
+    c.part = slot->part;
+    c.dtype = slot->dtype;
+    c.length = slot->length;
+    c.sync = slot->sync;
+    c.rounds = slot->rounds;
+    c.value = slot->value;  // shared: the next update copies first (ApplyGradient)
+    c.value.size = slot->bytes();
+    if (slot->sync) rounds->push_back({slot->key, slot->part, slot->rounds});
+    checkpoint.slots.push_back(std::move(c));
+  }
+  std::shared_ptr<Optimizer> optimizer;
+  {
+    std::lock_guard<std::mutex> lock(optimizer_mutex_);
+    checkpoint.optimizer_spec = optimizer_spec_;
+    optimizer = optimizer_;
+  }
+  if (optimizer) {
+    std::unique_lock<std::shared_mutex> lock(optimizer_state_mutex_);
+    checkpoint.optimizer_state = optimizer->SaveState();
+  }
+  return checkpoint;
+}
+
+void Server::WriteAndAnnounce(bool announce) {
+  std::lock_guard<std::mutex> write_lock(checkpoint_write_mutex_);
+  const auto begin = Clock::now();
+  timeline::Span span("checkpoint", "server", timeline::Args());
+  // Taken before the capture: the changes they acknowledge were made before they were queued.
+  std::vector<transport::Header> acknowledge;
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mutex_);
+    acknowledge.swap(acknowledge_after_checkpoint_);
+  }
+  std::vector<SlotRounds> rounds;
+  ServerCheckpoint checkpoint = Capture(&rounds);
+  const double paused_ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+  size_t bytes = 0;
+  try {
+    bytes = WriteCheckpoint(checkpoint_folder_, checkpoint);
+  } catch (const std::exception& e) {
+    // The previous checkpoint stays; the workers keep their pushes since (and ask again).
+    DTRAIN_LOG(kWarning) << "cannot write a checkpoint: " << e.what();
+    pushed_since_checkpoint_.store(true);
+    for (const transport::Header& h : acknowledge) {
+      ReplyError(h, std::string("the server cannot write its checkpoint: ") + e.what());
+    }
+    return;
+  }
+  for (const transport::Header& h : acknowledge) Reply(h);
+  checkpoint_written_.store(true);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+  DTRAIN_LOG(kConnections) << "checkpoint of " << checkpoint.slots.size() << " slot(s), " << bytes
+                           << " bytes, written in " << ms << " ms (pushes paused " << paused_ms
+                           << " ms)";
+  report::Send({{"kind", "checkpoint"}, {"bytes", bytes}, {"ms", ms}});
+  if (!announce) return;
+  Message notice;
+  notice.header.command = Command::kCommand;
+  notice.meta = EncodeSlotRounds("checkpointed", rounds);
+  for (int w = 0; w < node_.layout().num_workers; ++w) {
+    try {
+      node_.Send(node_.layout().WorkerId(w), notice);
+    } catch (const Error&) {
+      // A lost worker: its replacement keeps what it pushes from its start anyway.
+    }
+  }
+}
+
+}  // namespace dtrain::ps

@@ -1,0 +1,42 @@
+// Server::SlotState: what a server keeps per slot (server.h has the model), shared by the files
+// that implement Server (server.cc: rounds; server_checkpointing.cc: checkpoints).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "dtrain/common/dtype.h"
+#include "ps/server.h"
+#include "transport/message.h"
+
+namespace dtrain::ps {
+
+struct Server::SlotState {
+  std::mutex mutex;
+  uint64_t key = 0;
+  uint32_t part = 0;
+  int64_t length = 0;
+  DType dtype = DType::kFloat32;
+  bool sync = true;
+  transport::Body value;  // current value: weights, or the last merged sum
+
+  // dist_sync round state.
+  transport::Body merged;
+  int pushed_count = 0;
+  std::vector<char> pushed;                // per worker rank
+  std::vector<transport::Header> waiting;  // requests answered when the round completes
+  std::vector<std::deque<transport::Message>>
+      deferred;  // per worker: messages held for later rounds
+  // Per worker rank: pushes summed into rounds, and (a replacement's) pushes of rounds its lost
+  // process had already pushed into, still to come (absorbed, not summed).
+  std::vector<int64_t> contributed;
+  std::vector<int64_t> absorb;
+  int64_t rounds = 0;  // dist_sync rounds applied to value
+
+  size_t bytes() const { return static_cast<size_t>(length) * DTypeSize(dtype); }
+  uint64_t optimizer_index() const { return (key << 20) | part; }
+};
+
+}  // namespace dtrain::ps
