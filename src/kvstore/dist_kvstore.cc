@@ -388,17 +388,11 @@ void DistKVStore::LoadOptimizerState(const std::string& blob) {
 
 Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) const {
   if (values.size() == 1) return WholeArray(values[0]);
-  const size_t bytes = values[0].nbytes();
-  auto buffer = BufferPool::Default().Get(bytes);
-  std::memcpy(buffer.get(), values[0].data(), bytes);
+  Body sum = OwnCopy(WholeArray(values[0]));
   for (size_t i = 1; i < values.size(); ++i) {
-    AddInto(buffer.get(), values[i].data(), values[i].size(), info.dtype);
+    AddInto(sum.data, values[i].data(), values[i].size(), info.dtype);
   }
-  Body b;
-  b.data = buffer.get();
-  b.size = bytes;
-  b.owner = std::move(buffer);
-  return b;
+  return sum;
 }
 
 Body DistKVStore::Compressed(const KeyInfo& info, const Body& source,

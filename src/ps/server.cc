@@ -63,20 +63,16 @@ Server::Server(Node& node, const Config& config)
 }
 
 Server::~Server() {
-  {
-    std::lock_guard<std::mutex> lock(checkpoint_mutex_);
-    checkpoint_stop_ = true;
-  }
-  checkpoint_cv_.notify_all();
-  if (checkpoint_thread_.joinable()) checkpoint_thread_.join();
+  StopCheckpoints();
   report::RemovePeriodic(report_id_);
 }
 
-void Server::Reply(const Header& request, Body body) {
+void Server::Reply(const Header& request, Body body, std::string meta) {
   bytes_out_.fetch_add(static_cast<int64_t>(body.size), std::memory_order_relaxed);
   Message msg;
   msg.header = ReplyTo(request, transport::kFlagResponse);
   msg.body = std::move(body);
+  msg.meta = std::move(meta);
   try {
     node_.Send(request.sender, std::move(msg));
   } catch (const Error& e) {
@@ -159,17 +155,9 @@ void Server::HandleInit(Message&& msg) {
                              std::to_string(length) + " elements but carries " +
                              std::to_string(msg.body.size) + " bytes");
   }
-  auto slot = std::make_unique<SlotState>();
-  slot->key = h.key;
-  slot->part = h.part;
-  slot->length = length;
-  slot->dtype = h.dtype;
-  slot->sync = meta["sync"].get<bool>();
-  slot->value = msg.body.owner ? std::move(msg.body) : NewBuffer(0);
-  slot->pushed.assign(node_.layout().num_workers, 0);
-  slot->deferred.resize(node_.layout().num_workers);
-  slot->contributed.assign(node_.layout().num_workers, 0);
-  slot->absorb.assign(node_.layout().num_workers, 0);
+  auto slot = std::make_unique<SlotState>(h.key, h.part, length, h.dtype, meta["sync"].get<bool>(),
+                                          msg.body.owner ? std::move(msg.body) : NewBuffer(0),
+                                          node_.layout().num_workers, 0);
   {
     std::unique_lock<std::shared_mutex> lock(slots_mutex_);
     auto [it, inserted] = slots_.try_emplace({h.key, h.part}, std::move(slot));
@@ -287,13 +275,7 @@ void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int
     DTRAIN_LOG(kConnections) << node_.NameOf(h.sender) << " resumes at round " << round;
     return Reply(h);
   }
-  Message reply;
-  reply.header = ReplyTo(h, transport::kFlagResponse);
-  reply.meta = nlohmann::json{{"counts", counts}, {"slots", slots}, {"pushed", pushed}}.dump();
-  try {
-    node_.Send(h.sender, std::move(reply));
-  } catch (const Error&) {
-  }
+  Reply(h, {}, nlohmann::json{{"counts", counts}, {"slots", slots}, {"pushed", pushed}}.dump());
 }
 
 void Server::OnWorkerReplaced(int worker_rank) {

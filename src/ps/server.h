@@ -97,6 +97,8 @@ class Server {
   // Checkpoints (server_checkpointing.cc).
   void CheckpointLoop();
   void RequestCheckpoint();
+  // Ends CheckpointLoop (no more periodic or requested checkpoints) and joins its thread.
+  void StopCheckpoints();
   // Answers `request` (an init, an optimizer) once a checkpoint holds its change; at once without
   // checkpoints.
   void AcknowledgeOnceCheckpointed(const transport::Header& request);
@@ -119,7 +121,7 @@ class Server {
   void ApplyGradient(SlotState& slot, const transport::Body& grad, Optimizer* optimizer);
   std::shared_ptr<Optimizer> CurrentOptimizer();
 
-  void Reply(const transport::Header& request, transport::Body body = {});
+  void Reply(const transport::Header& request, transport::Body body = {}, std::string meta = {});
   void ReplyError(const transport::Header& request, const std::string& error);
   void ReplyValue(SlotState& slot, const transport::Header& request);
   void Add(char* dst, const char* src, int64_t n, DType dtype);
@@ -156,7 +158,6 @@ class Server {
   bool checkpoint_requested_ = false;
   bool checkpoint_stop_ = false;
   std::atomic<bool> pushed_since_checkpoint_{false};
-  std::atomic<bool> checkpoint_written_{false};
   std::vector<transport::Header> acknowledge_after_checkpoint_;  // guarded by checkpoint_mutex_
   std::vector<SlotRounds> restored_rounds_;  // a replacement's, from its checkpoint
   std::thread checkpoint_thread_;

@@ -30,10 +30,10 @@ void Server::OnJoined() {
     if (!checkpoint) {
       throw Error("server " + std::to_string(node_.self().rank) +
                   " cannot be restored: no checkpoint in " + checkpoint_folder_ +
-                  " (it was lost before its first one, which follows the first push)");
+                  " (every server writes one when it joins: is DTRAIN_CHECKPOINT_DIR the same "
+                  "folder as the lost server's, on this host?)");
     }
     Restore(*checkpoint);
-    checkpoint_written_ = true;
   } else {
     RemoveCheckpoint(checkpoint_folder_);  // an earlier job's, never to be restored into this one
     WriteAndAnnounce(/*announce=*/false);  // empty: even a server with no slots can be restored
@@ -53,18 +53,8 @@ void Server::Restore(const ServerCheckpoint& checkpoint) {
   int64_t least = -1, most = 0;
   std::unique_lock<std::shared_mutex> lock(slots_mutex_);
   for (const CheckpointSlot& c : checkpoint.slots) {
-    auto slot = std::make_unique<SlotState>();
-    slot->key = c.key;
-    slot->part = c.part;
-    slot->length = c.length;
-    slot->dtype = c.dtype;
-    slot->sync = c.sync;
-    slot->value = c.value;
-    slot->rounds = c.rounds;
-    slot->pushed.assign(workers, 0);
-    slot->deferred.resize(workers);
-    slot->contributed.assign(workers, c.rounds);
-    slot->absorb.assign(workers, 0);
+    auto slot = std::make_unique<SlotState>(c.key, c.part, c.length, c.dtype, c.sync, c.value,
+                                            workers, c.rounds);
     if (c.sync) {
       restored_rounds_.push_back({c.key, c.part, c.rounds});
       least = least < 0 ? c.rounds : std::min(least, c.rounds);
@@ -86,15 +76,7 @@ void Server::HandleCheckpointCommand(const Message& msg, const std::string& cmd)
     if (!checkpoint_folder_.empty()) RequestCheckpoint();
     return Reply(h);
   }
-  Message reply;
-  reply.header = h;
-  reply.header.flags = transport::kFlagResponse;
-  reply.header.compression = Compression::kNone;
-  reply.meta = EncodeSlotRounds(cmd, restored_rounds_);  // set before the node answers anyone
-  try {
-    node_.Send(h.sender, std::move(reply));
-  } catch (const Error&) {
-  }
+  Reply(h, {}, EncodeSlotRounds(cmd, restored_rounds_));  // set before the node answers anyone
 }
 
 void Server::RequestCheckpoint() {
@@ -130,14 +112,18 @@ void Server::CheckpointLoop() {
   }
 }
 
-void Server::FinalCheckpoint() {
-  if (checkpoint_folder_.empty()) return;
+void Server::StopCheckpoints() {
   {
     std::lock_guard<std::mutex> lock(checkpoint_mutex_);
     checkpoint_stop_ = true;
   }
   checkpoint_cv_.notify_all();
   if (checkpoint_thread_.joinable()) checkpoint_thread_.join();
+}
+
+void Server::FinalCheckpoint() {
+  if (checkpoint_folder_.empty()) return;
+  StopCheckpoints();
   WriteAndAnnounce(/*announce=*/false);  // the workers have left
 }
 
@@ -202,7 +188,6 @@ void Server::WriteAndAnnounce(bool announce) {
     return;
   }
   for (const transport::Header& h : acknowledge) Reply(h);
-  checkpoint_written_.store(true);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
   DTRAIN_LOG(kConnections) << "checkpoint of " << checkpoint.slots.size() << " slot(s), " << bytes
                            << " bytes, written in " << ms << " ms (pushes paused " << paused_ms

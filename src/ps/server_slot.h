@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "dtrain/common/dtype.h"
@@ -14,6 +15,22 @@
 namespace dtrain::ps {
 
 struct Server::SlotState {
+  // A slot of `workers` ranks whose value has had `rounds` dist_sync rounds applied (a restored
+  // checkpoint's; 0 for a new key): every rank has contributed to each of them.
+  SlotState(uint64_t key, uint32_t part, int64_t length, DType dtype, bool sync,
+            transport::Body value, int workers, int64_t rounds)
+      : key(key),
+        part(part),
+        length(length),
+        dtype(dtype),
+        sync(sync),
+        value(std::move(value)),
+        pushed(workers, 0),
+        deferred(workers),
+        contributed(workers, rounds),
+        absorb(workers, 0),
+        rounds(rounds) {}
+
   std::mutex mutex;
   uint64_t key = 0;
   uint32_t part = 0;
