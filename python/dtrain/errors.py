@@ -25,6 +25,11 @@ class HorovodInternalError(RuntimeError):
     mode catch. dtrain's PeerError and TimeoutError are both kinds of it."""
 
 
+class RemovedFromJob(Error):
+    """An elastic job's launcher no longer has a place for this worker (its host left the
+    discovery script's output): dtrain.torch.elastic.run ends the process with exit code 0."""
+
+
 class PeerError(Error, HorovodInternalError):
     """Another node of the job died, was cut off, or sent something it must not."""
 

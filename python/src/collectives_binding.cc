@@ -42,6 +42,14 @@ void RegisterCollectives(py::module_& m) {
   m.def("collectives_init", &coll::Init, py::call_guard<py::gil_scoped_release>());
   m.def("collectives_shutdown", &coll::Shutdown, py::call_guard<py::gil_scoped_release>());
   m.def("collectives_is_initialized", &coll::IsInitialized);
+  m.def("collectives_is_elastic", &coll::IsElastic);
+  m.def(
+      "elastic_hosts_changed",
+      [](double timeout_s) {
+        return coll::ElasticHostsChanged(Duration(static_cast<int64_t>(timeout_s * 1000)));
+      },
+      py::call_guard<py::gil_scoped_release>(), py::arg("timeout_s") = 10.0,
+      "Whether an elastic job's workers came or went since this worker's membership formed");
   m.def("collectives_backend",
         [] { return coll::Backend() == coll::BackendKind::kMpi ? "mpi" : "gloo"; });
   m.def("collectives_rank", &coll::Rank);

@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "dtrain/collectives/collectives.h"
 #include "dtrain/common/error.h"
 
 namespace py = pybind11;
@@ -26,6 +27,8 @@ void RegisterErrors(py::module_& m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const collectives::RemovedFromJob& e) {
+      Raise("RemovedFromJob", e.what());
     } catch (const InvalidArgument& e) {
       Raise("InvalidArgument", e.what());
     } catch (const ConfigError& e) {

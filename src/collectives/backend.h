@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collectives/config.h"
+#include "collectives/gloo/rendezvous_store.h"
 #include "common/elementwise.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/dtype.h"
@@ -95,7 +96,9 @@ Reduction ReductionOf(ReduceOp op);
 
 // Both throw ConfigError for a bad layout and PeerError/TimeoutError when the rendezvous fails.
 std::unique_ptr<Communicator> CreateMpiBackend(const CollectivesConfig& config);
-std::unique_ptr<Communicator> CreateGlooBackend(const CollectivesConfig& config);
+// `server`: rank 0's gloo rendezvous when it is open already (an elastic job's), else null.
+std::unique_ptr<Communicator> CreateGlooBackend(const CollectivesConfig& config,
+                                                std::unique_ptr<RendezvousServer> server = nullptr);
 std::unique_ptr<Communicator> CreateBackend(const CollectivesConfig& config);
 
 }  // namespace dtrain::collectives

@@ -7,6 +7,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/config.h"
+#include "collectives/elastic/elastic_membership.h"
 #include "collectives/engine/engine.h"
 #include "collectives/nccl/device_communicator.h"
 #include "collectives/process_sets.h"
@@ -46,10 +47,20 @@ std::shared_ptr<Engine> EngineOf(int process_set) {
 void Init() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_engine) return;
-  const CollectivesConfig config = CollectivesConfig::FromEnvironment();
+  CollectivesConfig config = CollectivesConfig::FromEnvironment();
   if (config.verbose > LogVerbosity()) SetLogVerbosity(config.verbose);
+  std::unique_ptr<RendezvousServer> rendezvous;
+  if (config.elastic) {
+    ElasticPlace place = JoinElasticMembership(config);
+    config.rank = place.rank;
+    config.size = place.size;
+    config.rendezvous_host = place.rendezvous_host;
+    config.rendezvous_port = place.rendezvous_port;
+    rendezvous = std::move(place.server);
+  }
   DTRAIN_LOG(kConnections) << "collectives: " << config.Describe();
-  auto backend = std::shared_ptr<Communicator>(CreateBackend(config));
+  auto backend = std::shared_ptr<Communicator>(
+      config.elastic ? CreateGlooBackend(config, std::move(rendezvous)) : CreateBackend(config));
   g_engine = std::make_shared<Engine>(backend, config);
   g_sets = std::make_shared<ProcessSetTable>(g_engine, backend, config);
   g_backend = std::move(backend);
@@ -73,6 +84,12 @@ void Shutdown() {
   // The sets' communicators lean on the job's (its rendezvous, its MPI): they go first.
   if (sets) sets->ShutdownAll();
   if (engine) engine->Shutdown();
+}
+
+bool IsElastic() { return ProcessConfig().allreduce.elastic; }
+
+bool ElasticHostsChanged(Duration timeout) {
+  return IsElastic() && AskLauncherHostsChanged(timeout);
 }
 
 bool IsInitialized() {

@@ -56,7 +56,19 @@ CollectivesConfig CollectivesConfig::FromConfig(const Config& config) {
   c.node_host = config.node_host;
   c.gloo_algorithm = a.gloo_algorithm;
   c.shared_memory = a.gloo_shared_memory;
-  if (c.backend == BackendKind::kGloo) CheckGlooLayout(config, &c);
+  c.elastic = a.elastic;
+  c.elastic_timeout = a.elastic_timeout;
+  c.report_address = config.report_address;
+  c.report_token = config.report_token;
+  if (c.elastic) {
+    if (c.backend != BackendKind::kGloo || c.report_address.empty()) {
+      throw ConfigError(
+          "DTRAIN_ELASTIC=1 needs the gloo backend and the launcher that assigns the ranks: start "
+          "the job with `dtrain launch -s 0 --host-discovery-script SCRIPT`");
+    }
+  } else if (c.backend == BackendKind::kGloo) {
+    CheckGlooLayout(config, &c);
+  }
   if (a.gpu_operations == "nccl" && !NcclBuilt()) {
     throw ConfigError(
         "HOROVOD_GPU_OPERATIONS=NCCL, but this dtrain was built without NCCL (no nccl.h and "

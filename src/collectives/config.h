@@ -40,6 +40,13 @@ struct CollectivesConfig : CollectiveTuning {
   // Never printed.
   std::string job_secret;
 
+  // DTRAIN_ELASTIC: an elastic job's worker; rank, size and the rendezvous come from the launcher
+  // (elastic/elastic_membership.h) at Init, not from the layout variables.
+  bool elastic = false;
+  Duration elastic_timeout{600000};  // DTRAIN_ELASTIC_TIMEOUT_S
+  std::string report_address;        // DTRAIN_REPORT_ADDR: where the launcher listens
+  std::string report_token;          // DTRAIN_REPORT_TOKEN
+
   // HOROVOD_GPU_OPERATIONS: CUDA arrays go over NCCL (NCCL, the default where NCCL was built);
   // with GLOO or MPI the front ends copy them to host memory and the backend reduces them there.
   bool nccl = false;

@@ -1,23 +1,20 @@
 #include "report/reporter.h"
 
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "common/config/config.h"
 #include "common/logging.h"
+#include "report/launcher_link.h"
 
 namespace dtrain::report {
 namespace {
@@ -26,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxQueuedBytes = size_t{64} << 20;
 constexpr std::chrono::milliseconds kConnectTimeout(3000);
-constexpr std::chrono::milliseconds kHelloTimeout(3000);
+constexpr std::chrono::milliseconds kWriteTimeout(10000);
 constexpr std::chrono::seconds kPeriod(1);
 
 int64_t SystemMicros(std::chrono::system_clock::time_point t) {
@@ -125,52 +122,22 @@ class Reporter {
 
   // Connects and says hello; false (logged once) when the launcher cannot be reached.
   bool Connect() {
-    const auto colon = address_.rfind(':');
-    if (colon == std::string::npos) return Fail("DTRAIN_REPORT_ADDR is not host:port");
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* result = nullptr;
-    if (::getaddrinfo(address_.substr(0, colon).c_str(), address_.substr(colon + 1).c_str(), &hints,
-                      &result) != 0 ||
-        result == nullptr) {
-      return Fail("cannot resolve " + address_);
-    }
-    fd_ = ::socket(result->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int rc = fd_ < 0 ? -1 : ::connect(fd_, result->ai_addr, result->ai_addrlen);
-    ::freeaddrinfo(result);
-    if (fd_ < 0) return Fail(std::strerror(errno));
-    if (rc != 0 && errno != EINPROGRESS) return Fail(std::strerror(errno));
-    if (!WaitFor(POLLOUT, kConnectTimeout)) return Fail("no answer within 3 s");
-    int error = 0;
-    socklen_t len = sizeof(error);
-    ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len);
-    if (error != 0) return Fail(std::strerror(error));
-    nlohmann::json hello;
+    nlohmann::json identity;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      hello = identity_;
+      identity = identity_;
     }
-    hello["kind"] = "hello";
-    hello["token"] = token_;
     const auto t0 = std::chrono::system_clock::now();
-    if (!WriteAll(hello.dump() + "\n")) return Fail("the launcher closed the connection");
-    // The launcher answers with its clock: the offset, to within half the round trip.
-    std::string reply;
-    char c = 0;
-    const auto give_up = Clock::now() + kHelloTimeout;
-    while (reply.size() < 256) {
-      if (!WaitFor(POLLIN,
-                   std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now()))) {
-        return Fail("no hello from the launcher");
-      }
-      if (::read(fd_, &c, 1) != 1) return Fail("the launcher refused this process");
-      if (c == '\n') break;
-      reply += c;
+    try {
+      link_ =
+          std::make_unique<LauncherLink>(address_, token_, std::move(identity), kConnectTimeout);
+    } catch (const std::exception& e) {
+      return Fail(e.what());
     }
+    // The launcher answers with its clock: the offset, to within half the round trip.
     const auto t1 = std::chrono::system_clock::now();
-    auto answer = nlohmann::json::parse(reply, nullptr, false);
-    if (answer.is_object() && answer.contains("now_us") && answer["now_us"].is_number_integer()) {
+    const nlohmann::json& answer = link_->hello_reply();
+    if (answer.contains("now_us") && answer["now_us"].is_number_integer()) {
       const int64_t middle = (SystemMicros(t0) + SystemMicros(t1)) / 2;
       offset_us_.store(answer["now_us"].get<int64_t>() - middle, std::memory_order_relaxed);
     }
@@ -179,8 +146,7 @@ class Reporter {
 
   bool Fail(const std::string& why) {
     DTRAIN_LOG(kConnections) << "not reporting to the launcher at " << address_ << ": " << why;
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    link_.reset();
     std::lock_guard<std::mutex> lock(mutex_);
     failed_ = true;
     queue_.clear();
@@ -189,29 +155,13 @@ class Reporter {
     return false;
   }
 
-  bool WaitFor(short events, std::chrono::milliseconds timeout) {
-    pollfd p{fd_, events, 0};
-    const int ms = static_cast<int>(std::max<int64_t>(0, timeout.count()));
-    int rc;
-    do {
-      rc = ::poll(&p, 1, ms);
-    } while (rc < 0 && errno == EINTR);
-    return rc == 1 && (p.revents & events) != 0;
-  }
-
   bool WriteAll(const std::string& data) {
-    size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-      if (n > 0) {
-        done += static_cast<size_t>(n);
-      } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-        if (!WaitFor(POLLOUT, std::chrono::milliseconds(10000))) return false;
-      } else {
-        return false;
-      }
+    try {
+      link_->Write(data, kWriteTimeout);
+      return true;
+    } catch (const std::exception&) {
+      return false;
     }
-    return true;
   }
 
   void Run() {
@@ -285,7 +235,7 @@ class Reporter {
   bool failed_ = false;
   std::map<int, std::function<nlohmann::json()>> periodic_;
   int next_id_ = 1;
-  int fd_ = -1;  // the sender thread's
+  std::unique_ptr<LauncherLink> link_;  // the sender thread's
   std::atomic<int64_t> offset_us_{0};
 };
 

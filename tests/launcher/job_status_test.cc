@@ -93,6 +93,17 @@ TEST(JobStatus, AServersCheckpointsAreCountedWithTheLastOnesSize) {
               Contains(HasSubstr("3 checkpoint(s), the last 3000 bytes")));
 }
 
+TEST(JobStatus, AnElasticJobsMembershipChangesAreListedInOrderWithTheirTime) {
+  JobStatus status(kStart);
+  status.JobReset("worker 1 (pid 7) killed by signal 9: slot retired", kStart + 2 * kSecond);
+  status.JobReset("membership 2: 2 rank(s): worker 0, worker 2", kStart + 3 * kSecond);
+  const nlohmann::json j = status.ToJson(kStart + 4 * kSecond);
+  ASSERT_EQ(j["resets"].size(), 2u);
+  EXPECT_EQ(j["resets"][0], "at 2.0 s: worker 1 (pid 7) killed by signal 9: slot retired");
+  EXPECT_THAT(status.Summary(kStart + 4 * kSecond),
+              Contains("  elastic at 3.0 s: membership 2: 2 rank(s): worker 0, worker 2"));
+}
+
 TEST(JobStatus, TheSlowestWorkerIsAStragglerOnlyWhenMoreThanTenPercentBehind) {
   JobStatus status(kStart);
   status.Apply(kWorker0, Progress(1000, 100), kStart);

@@ -124,5 +124,36 @@ TEST(LaunchOptions, HelpIsNotAnError) {
   EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("--num-workers"));
 }
 
+TEST(LaunchOptions, AnElasticJobTakesItsBoundsFromMinAndMaxNpOrFromN) {
+  LaunchOptions o = Parse({"-s", "0", "--host-discovery-script", "./hosts.sh", "--min-np", "2",
+                           "--max-np", "4", "--elastic-timeout", "30", "--", "python", "t.py"});
+  EXPECT_EQ(*o.host_discovery_script, "./hosts.sh");
+  EXPECT_EQ(o.min_np, 2);
+  EXPECT_EQ(o.max_np, 4);
+  EXPECT_EQ(o.elastic_timeout.count(), 30000);
+  EXPECT_EQ(o.num_servers, 0);
+  LaunchOptions n = Parse({"-n", "3", "-s", "0", "--host-discovery-script", "x", "--", "t"});
+  EXPECT_EQ(n.min_np, 3);
+  EXPECT_EQ(n.max_np, 3);
+  EXPECT_EQ(n.elastic_timeout.count(), 600000);
+}
+
+TEST(LaunchOptions, ElasticFlagsThatCannotWorkAreRefused) {
+  EXPECT_THAT(ErrorOf({"-n", "2", "--min-np", "1", "--", "t"}),
+              HasSubstr("add --host-discovery-script"));
+  EXPECT_THAT(ErrorOf({"--host-discovery-script", "x", "--", "t"}), HasSubstr("add -s 0"));
+  EXPECT_THAT(ErrorOf({"-s", "0", "--host-discovery-script", "x", "--min-np", "3", "--max-np", "2",
+                       "--", "t"}),
+              HasSubstr("--min-np 3 is more than --max-np 2"));
+  EXPECT_THAT(ErrorOf({"-s", "0", "--host-discovery-script", "", "--", "t"}),
+              HasSubstr("must not be empty"));
+  EXPECT_THAT(ErrorOf({"-s", "0", "--host-discovery-script", "x", "--launcher", "mpi", "--", "t"}),
+              HasSubstr("not elastic yet"));
+  EXPECT_THAT(
+      ErrorOf({"-s", "0", "--host-discovery-script", "x", "--elastic-timeout", "0", "--", "t"}),
+      HasSubstr("--elastic-timeout must be between"));
+  EXPECT_THAT(ErrorOf({"-s", "0", "--", "t"}), HasSubstr("--num-workers is required"));
+}
+
 }  // namespace
 }  // namespace dtrain::launcher

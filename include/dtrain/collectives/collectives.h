@@ -46,6 +46,7 @@
 
 #include "dtrain/common/array.h"
 #include "dtrain/common/deadline.h"
+#include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
 
@@ -80,10 +81,27 @@ class Handle {
 
 // Starts the backend and the engine once per process; later calls are no-ops. Throws ConfigError
 // for a bad environment and PeerError/TimeoutError when the rendezvous fails.
+//
+// In an elastic job (DTRAIN_ELASTIC=1, set by `dtrain launch --host-discovery-script`), every
+// Init after a Shutdown joins the job's next membership: the launcher gives this worker its rank
+// and the size (Horovod's reset). Throws RemovedFromJob when the launcher says this worker leaves.
 void Init();
 // Stops the engine (waits for what is in flight) and the backend. Called at exit if not before.
 void Shutdown();
 bool IsInitialized();
+
+// An elastic job no longer has a place for this worker (its host left the discovery script's
+// output): the process should end, with exit code 0.
+class RemovedFromJob : public Error {
+ public:
+  using Error::Error;
+};
+// Whether this process runs in an elastic job (DTRAIN_ELASTIC=1).
+bool IsElastic();
+// An elastic job's workers came or went since this worker's membership formed: Horovod's
+// "hosts updated", asked of the launcher at a commit. False outside an elastic job. Throws
+// PeerError or TimeoutError when the launcher cannot be asked within `timeout`.
+bool ElasticHostsChanged(Duration timeout = Duration(10000));
 
 BackendKind Backend();
 int Rank();

@@ -23,6 +23,7 @@ from .compression import Compression as Compression  # noqa: F401
 from .compression import Compressor as Compressor  # noqa: F401
 from .compression import FP16Compressor as FP16Compressor  # noqa: F401
 from .compression import NoneCompressor as NoneCompressor  # noqa: F401
+from . import elastic as elastic  # noqa: F401  (hvd.elastic: elastic.py)
 from .functions import broadcast_optimizer_state as broadcast_optimizer_state  # noqa: F401
 from .functions import broadcast_parameters as broadcast_parameters  # noqa: F401
 from .ops import *  # noqa: F401,F403
@@ -38,5 +39,5 @@ from .trainer import Trainer as Trainer  # noqa: F401
 
 __all__ = list(_ops_all) + list(_autograd_all) + list(_scatter_all) + list(_process_sets_all) + [
     "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-    "sparse_allreduce_async", "SyncBatchNorm", "Trainer",
+    "sparse_allreduce_async", "SyncBatchNorm", "Trainer", "elastic",
 ]

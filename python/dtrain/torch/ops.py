@@ -74,6 +74,10 @@ def shutdown() -> None:
     """Stops the collectives (waits for what is in flight); also done at exit."""
     _forget_sets()
     _dtrain.collectives_shutdown()
+    # A later init() (an elastic job's reset) starts a new job for the names: every rank, new
+    # ones included, numbers its unnamed collectives from 0 again.
+    _handles.clear()
+    _unnamed.clear()
 
 
 def is_initialized() -> bool:

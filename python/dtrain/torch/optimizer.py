@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
+from .. import _dtrain
 from .compression import Compression
 from .ops import (
     Average, Sum, _AllOf, _handle, _handles, _reduce_op, allgather_async, allreduce_async_,
@@ -78,8 +79,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs: list[Any] = []
         self._synchronized = False
         self._should_synchronize = True
-        if _set_size(pid) > 1:
+        # An elastic job may grow from one worker: its hooks are there from the start.
+        if _set_size(pid) > 1 or _dtrain.collectives_is_elastic():
             self._register_hooks()
+
+    def _forget_pending(self) -> None:
+        """Drops the reductions of a step the job broke under (dtrain.torch.elastic rolls back
+        to the last commit): their handles died with the collectives."""
+        self._handles.clear()
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
+        self._synchronized = False
 
     def set_backward_passes_per_step(self, passes: int) -> None:
         """Horovod's: how many backward passes accumulate locally before a reduction."""

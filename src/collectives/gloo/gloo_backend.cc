@@ -72,7 +72,9 @@ gloo::AllreduceOptions::Func ReduceFunction(DType dtype, Reduction how) {
 class GlooBackend final : public Communicator, private LeaderChannel {
  public:
   // The whole job: joins the mesh (gloo_setup.h).
-  explicit GlooBackend(const CollectivesConfig& config) : GlooBackend(JoinGloo(config), config) {}
+  // `server`: rank 0's rendezvous, already open (an elastic job's), or null.
+  GlooBackend(const CollectivesConfig& config, std::unique_ptr<RendezvousServer> server)
+      : GlooBackend(JoinGloo(config, std::move(server)), config) {}
 
   // A process set: `members` (ranks of the job, ascending, this one among them) connect a gloo
   // context of their own over the job's rendezvous and devices, under `prefix` in the store.
@@ -623,8 +625,9 @@ class GlooBackend final : public Communicator, private LeaderChannel {
 
 }  // namespace
 
-std::unique_ptr<Communicator> CreateGlooBackend(const CollectivesConfig& config) {
-  return std::make_unique<GlooBackend>(config);
+std::unique_ptr<Communicator> CreateGlooBackend(const CollectivesConfig& config,
+                                                std::unique_ptr<RendezvousServer> server) {
+  return std::make_unique<GlooBackend>(config, std::move(server));
 }
 
 }  // namespace dtrain::collectives

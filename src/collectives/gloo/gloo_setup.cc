@@ -37,7 +37,8 @@ std::string Hostname() {
 
 std::string ArrivedKey(int rank) { return "arrived/" + std::to_string(rank); }
 
-void OpenStore(GlooMembership& m, const CollectivesConfig& config) {
+void OpenStore(GlooMembership& m, const CollectivesConfig& config,
+               std::unique_ptr<RendezvousServer> server) {
   if (!config.file_store_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(config.file_store_dir, ec);
@@ -47,7 +48,9 @@ void OpenStore(GlooMembership& m, const CollectivesConfig& config) {
     m.local_store = std::make_unique<gloo::rendezvous::HashStore>();
     m.rendezvous = "(none: a job of one)";
   } else {
-    if (config.rank == 0) {
+    if (server) {
+      m.server = std::move(server);
+    } else if (config.rank == 0) {
       m.server = std::make_unique<RendezvousServer>(
           config.rendezvous_port, config.size, config.job_secret, Duration(10000),
           config.rendezvous_host, config.heartbeat_timeout);
@@ -116,7 +119,8 @@ void LearnPeers(GlooMembership& m, const CollectivesConfig& config) {
 
 }  // namespace
 
-std::unique_ptr<GlooMembership> JoinGloo(const CollectivesConfig& config) {
+std::unique_ptr<GlooMembership> JoinGloo(const CollectivesConfig& config,
+                                         std::unique_ptr<RendezvousServer> server) {
   IgnoreSigpipe();
   auto m = std::make_unique<GlooMembership>();
   gloo::transport::tcp::attr attr;
@@ -129,7 +133,7 @@ std::unique_ptr<GlooMembership> JoinGloo(const CollectivesConfig& config) {
     attr.iface = config.interface;
   }
   m->address = attr.hostname.empty() ? "interface " + attr.iface : attr.hostname;
-  OpenStore(*m, config);
+  OpenStore(*m, config, std::move(server));
   WaitForEveryone(*m, config);
   try {
     m->device = gloo::transport::tcp::CreateDevice(attr);

@@ -59,6 +59,9 @@ struct GlooMembership {
 
 // Joins the mesh as config.rank of config.size. Throws TimeoutError naming the ranks that did not
 // arrive within DTRAIN_CONNECT_TIMEOUT_MS, PeerError when the pairs cannot be connected.
-std::unique_ptr<GlooMembership> JoinGloo(const CollectivesConfig& config);
+// `server`: rank 0's rendezvous, already listening (an elastic job's rank 0 opened it to tell the
+// launcher its port), or null to open it here.
+std::unique_ptr<GlooMembership> JoinGloo(const CollectivesConfig& config,
+                                         std::unique_ptr<RendezvousServer> server = nullptr);
 
 }  // namespace dtrain::collectives

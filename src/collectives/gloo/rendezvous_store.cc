@@ -417,6 +417,12 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
   return Frame(out);
 }
 
+uint16_t RendezvousServer::port() const {
+  std::error_code ec;
+  const auto endpoint = impl_->acceptor.local_endpoint(ec);
+  return ec ? 0 : endpoint.port();
+}
+
 RendezvousServer::RendezvousServer(uint16_t port, int size, std::string job_secret,
                                    Duration hello_timeout, const std::string& host,
                                    Duration heartbeat_timeout)

@@ -51,6 +51,9 @@ class RendezvousServer {
                    Duration heartbeat_timeout = Duration(0));
   ~RendezvousServer();  // stops serving and closes every connection
 
+  // The port it listens on (the one the system chose, for `port` 0).
+  uint16_t port() const;
+
   RendezvousServer(const RendezvousServer&) = delete;
   RendezvousServer& operator=(const RendezvousServer&) = delete;
 

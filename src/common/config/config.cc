@@ -80,6 +80,9 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
                               {"auto", "ring", "ring_chunked", "halving_doubling", "bcube"})
                          .value_or("");
   if (auto v = r.Boolean("DTRAIN_GLOO_SHM")) a.gloo_shared_memory = *v;
+  if (auto v = r.Boolean("DTRAIN_ELASTIC")) a.elastic = *v;
+  if (auto v = r.Integer("DTRAIN_ELASTIC_TIMEOUT_S", 1, 1 << 24))
+    a.elastic_timeout = Duration(*v * 1000);
   if (auto v = r.Choice("HOROVOD_GPU_OPERATIONS", {"NCCL", "GLOO", "MPI", "nccl", "gloo", "mpi"})) {
     a.gpu_operations = (*v == "NCCL" || *v == "nccl") ? "nccl" : "host";
   }
@@ -186,7 +189,8 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   // need; the dist kvstores still refuse such a job when they are created.
   const bool allreduce_worker =
       c.role == Role::kWorker && r.Text("DMLC_NUM_SERVER").value_or("") == "0";
-  if (c.role) {
+  // An elastic job's worker learns the job's size from the launcher (collectives/elastic).
+  if (c.role && !(allreduce_worker && c.allreduce.elastic)) {
     c.RequireDistributed(std::string("DMLC_ROLE=") + RoleName(*c.role),
                          /*servers_needed=*/!allreduce_worker);
   }

@@ -56,6 +56,10 @@ struct AllreduceSettings {
   std::string gloo_file_store;     // DTRAIN_GLOO_FILE_STORE
   std::string gloo_algorithm;      // DTRAIN_GLOO_ALGORITHM ("" = auto)
   bool gloo_shared_memory = true;  // DTRAIN_GLOO_SHM
+  // DTRAIN_ELASTIC=1 (set by `dtrain launch --host-discovery-script`): the launcher assigns the
+  // rank and the job's size at every Init (collectives/elastic), not DTRAIN_NODE_RANK.
+  bool elastic = false;
+  Duration elastic_timeout{600000};  // DTRAIN_ELASTIC_TIMEOUT_S: the longest wait for a membership
   // HOROVOD_GPU_OPERATIONS: "nccl", "host" (Horovod's GLOO or MPI: CUDA tensors staged through
   // host memory) or "" (unset: NCCL where it was built).
   std::string gpu_operations;

@@ -117,7 +117,7 @@ std::vector<std::string> ExtractCommand(std::vector<std::string> rest) {
 }
 
 struct RawFlags {
-  int num_workers = 0;
+  int num_workers = -1;  // -1: not given
   std::optional<int> num_servers;
   std::string launcher = "local";
   std::optional<std::string> hostfile, sync_dst_dir, interface, ssh_opts;
@@ -126,6 +126,9 @@ struct RawFlags {
   int64_t kill_grace_ms = 3000;
   int64_t service_grace_ms = 30000;
   int max_restarts = 0;
+  std::optional<std::string> host_discovery_script;
+  std::optional<int> min_np, max_np;
+  int64_t elastic_timeout_s = 600;
   std::optional<int> status_port;
   std::string status_host = "127.0.0.1";
   int64_t status_linger_s = 0;
@@ -150,8 +153,8 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
       "dist_sync\n"
       "Over ssh: dtrain launch -n 2 -H hosts --launcher ssh --sync-dst-dir /tmp/job -- "
       "python train.py");
-  app->add_option("-n,--num-workers", f->num_workers, "number of workers (required, >= 1)")
-      ->required();
+  app->add_option("-n,--num-workers", f->num_workers,
+                  "number of workers (required, >= 1, except in an elastic job)");
   app->add_option("-s,--num-servers", f->num_servers,
                   "number of servers (default: N); 0: an allreduce job without servers");
   app->add_option("--launcher", f->launcher,
@@ -191,6 +194,19 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
                   "by a new process with its rank, up to N times in all; the job waits for it "
                   "(DTRAIN_RESTART_WAIT_MS, 60000 by default) and it resumes where its rank was "
                   "(default 0: the first failure stops the job)");
+  app->add_option("--host-discovery-script", f->host_discovery_script,
+                  "an elastic allreduce job (-s 0, Horovod's elastic mode): run SCRIPT every "
+                  "second; it prints the hosts that may run workers, one `HOST:SLOTS` a line. "
+                  "Workers start on free slots (up to --max-np); a worker that fails retires its "
+                  "slot and the others go on from their last commit (dtrain.torch.elastic)");
+  app->add_option(
+      "--min-np", f->min_np,
+      "elastic: the fewest workers to train with (default -n, else 1); below it the "
+      "job waits --elastic-timeout for the discovery script to offer slots, then fails");
+  app->add_option("--max-np", f->max_np, "elastic: the most workers (default -n, else no bound)");
+  app->add_option("--elastic-timeout", f->elastic_timeout_s,
+                  "elastic: seconds the job may wait for enough slots, or for a worker to join a "
+                  "new membership (default 600, Horovod's)");
   app->add_option("--status-port", f->status_port,
                   "serve a live status page of the job at http://HOST:PORT/ (JSON at "
                   "/api/status); 0 picks a free port");
@@ -200,6 +216,32 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
                   "keep serving the status page this long after the job ended (default 0)");
   app->add_flag("--no-summary", f->no_summary, "no end-of-job summary");
   return app;
+}
+
+// --host-discovery-script and its companions. -n is optional: the defaults of --min-np and
+// --max-np.
+void ParseElastic(const RawFlags& f, LaunchOptions* o) {
+  if (f.host_discovery_script->empty()) {
+    throw UsageError("--host-discovery-script must not be empty");
+  }
+  if (f.num_servers.value_or(1) != 0) {
+    throw UsageError(
+        "--host-discovery-script starts an elastic allreduce job: add -s 0 (the "
+        "workers of a parameter-server job are replaced with --max-restarts instead)");
+  }
+  if (f.num_workers != -1) CheckRange("-n/--num-workers", f.num_workers, 1, kMaxProcessesPerRole);
+  const int n = std::max(f.num_workers, 0);
+  o->min_np = f.min_np.value_or(n > 0 ? n : 1);
+  o->max_np = f.max_np.value_or(n > 0 ? n : kMaxProcessesPerRole);
+  CheckRange("--min-np", o->min_np, 1, kMaxProcessesPerRole);
+  CheckRange("--max-np", o->max_np, 1, kMaxProcessesPerRole);
+  if (o->min_np > o->max_np) {
+    throw UsageError("--min-np " + std::to_string(o->min_np) + " is more than --max-np " +
+                     std::to_string(o->max_np));
+  }
+  CheckRange("--elastic-timeout", f.elastic_timeout_s, 1, kMaxGraceMs / 1000);
+  o->elastic_timeout = Duration(f.elastic_timeout_s * 1000);
+  o->host_discovery_script = f.host_discovery_script;
 }
 
 }  // namespace
@@ -241,9 +283,23 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   }
 
   LaunchOptions o;
-  CheckRange("-n/--num-workers", f.num_workers, 1, kMaxProcessesPerRole);
-  o.num_workers = f.num_workers;
-  o.num_servers = f.num_servers.value_or(f.num_workers);
+  if (f.host_discovery_script) {
+    ParseElastic(f, &o);
+  } else {
+    if (f.min_np || f.max_np) {
+      throw UsageError(
+          "--min-np and --max-np belong to an elastic job: add "
+          "--host-discovery-script SCRIPT (and -s 0)");
+    }
+    if (f.num_workers == -1) {
+      throw UsageError(
+          "-n/--num-workers is required (an elastic job takes "
+          "--host-discovery-script instead)");
+    }
+    CheckRange("-n/--num-workers", f.num_workers, 1, kMaxProcessesPerRole);
+  }
+  o.num_workers = std::max(f.num_workers, 0);
+  o.num_servers = f.num_servers.value_or(o.num_workers);
   CheckRange("-s/--num-servers", o.num_servers, 0, kMaxProcessesPerRole);
   o.launcher = ParseLauncher(f.launcher);
   o.env_all = ParseEnvArgs("--env", f.env_all, getenv_fn);
@@ -276,6 +332,20 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
     throw UsageError(std::string("--max-restarts works with --launcher local and ssh, which "
                                  "start each process themselves; --launcher ") +
                      LauncherName(o.launcher) + " starts them through its own tool");
+  }
+  if (o.host_discovery_script) {
+    if (o.launcher != LauncherKind::kLocal) {
+      throw UsageError(
+          std::string("--host-discovery-script works with --launcher local (every "
+                      "slot the script offers must be this machine's) for now; --launcher ") +
+          LauncherName(o.launcher) + " is not elastic yet");
+    }
+    if (o.max_restarts > 0) {
+      throw UsageError(
+          "--max-restarts and --host-discovery-script: an elastic job replaces "
+          "nothing; its workers go on without a failed one, and new slots from the "
+          "discovery script add workers");
+    }
   }
   if (f.status_port) {
     CheckRange("--status-port", *f.status_port, 0, 65535);

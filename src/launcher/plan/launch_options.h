@@ -59,6 +59,13 @@ struct LaunchOptions {
   // fails is replaced by a new process with its rank, in all (local and ssh launchers).
   int max_restarts = 0;
 
+  // --host-discovery-script: an elastic allreduce job (Horovod's elastic mode; elastic_job.h).
+  // The script prints `HOST[:SLOTS]` lines; workers run on free slots, between min_np and max_np.
+  std::optional<std::string> host_discovery_script;
+  int min_np = 0;                    // --min-np
+  int max_np = 0;                    // --max-np
+  Duration elastic_timeout{600000};  // --elastic-timeout (seconds on the command line)
+
   // The job's reports (report_sink.h): --status-port (and --status-host, --status-linger-s) serve
   // the live status page; --no-summary drops the end-of-job summary.
   std::optional<uint16_t> status_port;

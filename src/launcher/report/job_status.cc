@@ -73,6 +73,13 @@ void JobStatus::ProcessStarted(const NodeKey& key, const std::string& host, int6
   n.pid = pid;
 }
 
+void JobStatus::JobReset(const std::string& what, int64_t now_us) {
+  if (resets_.size() >= 1000) return;
+  char at[32];
+  std::snprintf(at, sizeof(at), "at %.1f s: ", static_cast<double>(now_us - start_us_) / 1e6);
+  resets_.push_back(at + what);
+}
+
 void JobStatus::ProcessRestarted(const NodeKey& key, const std::string& why, int64_t pid,
                                  int64_t now_us) {
   NodeStatus& n = Node(key);
@@ -223,6 +230,7 @@ nlohmann::json JobStatus::ToJson(int64_t now_us) const {
                         {"samples_per_s", total},
                         {"nodes", std::move(nodes)},
                         {"errors", errors_},
+                        {"resets", resets_},
                         {"dropped_records", dropped_}};
   if (first_failure_) {
     out["failure"] = {{"node", first_failure_->node.Name()},
@@ -274,6 +282,7 @@ std::vector<std::string> JobStatus::Summary(int64_t now_us) const {
       lines.push_back(text);
     }
   }
+  for (const auto& r : resets_) lines.push_back("  elastic " + r);
   if (first_failure_) {
     lines.push_back("  the job's cause: " + first_failure_->Text());
   }

@@ -83,11 +83,16 @@ class JobStatus {
 
   // Its process failed ("killed by signal 9") and the launcher started a replacement.
   void ProcessRestarted(const NodeKey& key, const std::string& why, int64_t pid, int64_t now_us);
+  // An elastic job's membership changed (elastic_job.h): "membership 2: 2 rank(s): worker 0,
+  // worker 2", or a worker's failure that retired its slot. Kept in order, the first 1000.
+  void JobReset(const std::string& what, int64_t now_us);
   // One record from a process that said hello as `from`. Returns the failure it reports, if it
   // is one. Records that do not fit are counted (dropped()).
   std::optional<FailureRecord> Apply(const NodeKey& from, const nlohmann::json& record,
                                      int64_t now_us);
 
+  // An elastic job went on without the failed worker: its failure is no longer the job's cause.
+  void ForgetFailure() { first_failure_.reset(); }
   // The first failure reported, if any.
   const std::optional<FailureRecord>& first_failure() const { return first_failure_; }
   // The worker with the lowest samples/s when it is more than 10% below the fastest.
@@ -109,6 +114,7 @@ class JobStatus {
   std::map<NodeKey, NodeStatus> nodes_;
   std::optional<FailureRecord> first_failure_;
   std::vector<std::string> errors_;  // "worker 1: ..." in arrival order
+  std::vector<std::string> resets_;  // "at 12.3 s: membership 2: ...", in order
   uint64_t dropped_ = 0;
 };
 

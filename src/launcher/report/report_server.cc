@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <set>
 
@@ -100,14 +101,16 @@ struct ReportServer::Impl : std::enable_shared_from_this<ReportServer::Impl> {
     asio::streambuf buffer;        // a member's
     asio::steady_timer hello_timer;
     std::weak_ptr<Impl> owner;
-    std::optional<NodeKey> node;  // after a good hello
-    std::string peer;
-    std::string reply;
+    std::optional<NodeKey> node;     // after a good hello
+    std::string peer;                // "address:port", for messages
+    std::string peer_address;        // the address alone
+    std::deque<std::string> outbox;  // lines to write, the first one being written
 
     void Start() {
       asio::error_code ec;
       auto endpoint = socket.remote_endpoint(ec);
-      peer = ec ? "?" : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+      peer_address = ec ? "" : endpoint.address().to_string();
+      peer = ec ? "?" : peer_address + ":" + std::to_string(endpoint.port());
       hello_timer.expires_after(kHelloDeadline);
       hello_timer.async_wait([self = shared_from_this()](const asio::error_code& e) {
         if (!e && !self->node) self->Refuse("no hello within 5 s");
@@ -165,14 +168,39 @@ struct ReportServer::Impl : std::enable_shared_from_this<ReportServer::Impl> {
         }
         node = key;
         hello_timer.cancel();
-        reply = nlohmann::json{{"now_us", NowMicros()}}.dump() + "\n";
-        asio::async_write(socket, asio::buffer(reply),
-                          [self = shared_from_this()](const asio::error_code&, size_t) {});
+        Write(nlohmann::json{{"now_us", NowMicros()}}.dump() + "\n");
         impl->on_record(*node, record);
+        return true;
+      }
+      const auto kind = record.find("kind");
+      if (kind != record.end() && kind->is_string() &&
+          kind->get<std::string>().rfind("elastic_", 0) == 0) {
+        if (impl->on_request) {
+          std::weak_ptr<Connection> weak = shared_from_this();
+          impl->on_request(*node, peer_address, record, [weak](const nlohmann::json& answer) {
+            if (auto self = weak.lock()) self->Write(answer.dump() + "\n");
+          });
+        }
         return true;
       }
       impl->on_record(*node, record);
       return true;
+    }
+
+    // Queues a line; one write at a time, in order.
+    void Write(std::string line) {
+      if (!socket.is_open()) return;
+      outbox.push_back(std::move(line));
+      if (outbox.size() == 1) WriteFirst();
+    }
+
+    void WriteFirst() {
+      asio::async_write(socket, asio::buffer(outbox.front()),
+                        [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                          if (ec) return;
+                          self->outbox.pop_front();
+                          if (!self->outbox.empty()) self->WriteFirst();
+                        });
     }
 
     void Refuse(const std::string& why) {
@@ -223,6 +251,7 @@ struct ReportServer::Impl : std::enable_shared_from_this<ReportServer::Impl> {
   RecordFn on_record;
   TextFn on_text;
   SayFn say;
+  RequestFn on_request;
   std::set<std::shared_ptr<Connection>> connections;
   int refusals = 0;
 };
@@ -237,5 +266,7 @@ ReportServer::ReportServer(asio::io_context& io, ReportChannel channel, RecordFn
 ReportServer::~ReportServer() { Stop(); }
 
 void ReportServer::Stop() { impl_->Stop(); }
+
+void ReportServer::set_on_request(RequestFn fn) { impl_->on_request = std::move(fn); }
 
 }  // namespace dtrain::launcher

@@ -49,6 +49,13 @@ class ReportServer {
   using TextFn = std::function<void(const NodeKey& from, std::string_view line)>;
   // `say` writes a line about a refused connection ("dtrain launch: ...").
   using SayFn = std::function<void(const std::string&)>;
+  // Answers a request on the connection it came on (a JSON object, one line); does nothing once
+  // that connection is closed.
+  using ReplyFn = std::function<void(const nlohmann::json& answer)>;
+  // Records whose "kind" starts with "elastic_" are requests (collectives/elastic): they go here
+  // instead of to on_record, with the address the connection came from.
+  using RequestFn = std::function<void(const NodeKey& from, const std::string& peer_address,
+                                       const nlohmann::json& request, ReplyFn reply)>;
 
   ReportServer(asio::io_context& io, ReportChannel channel, RecordFn on_record, TextFn on_text,
                SayFn say);
@@ -56,6 +63,7 @@ class ReportServer {
 
   // Stops accepting and closes every connection.
   void Stop();
+  void set_on_request(RequestFn fn);
 
   struct Impl;
 

@@ -46,6 +46,8 @@ class JobReports {
   JobStatus& status() { return status_; }
   // Called with every failure record as it arrives (the first one names the job's cause).
   void set_on_failure(std::function<void(const FailureRecord&)> fn) { on_failure_ = std::move(fn); }
+  // Requests of the processes (report_server.h's RequestFn).
+  void set_on_request(ReportServer::RequestFn fn) { server_->set_on_request(std::move(fn)); }
 
   // The job is over: stops listening, writes the timeline, prints the summary. Returns how long
   // the status page should still be served (the event loop keeps running for it).

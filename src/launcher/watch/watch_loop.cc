@@ -58,6 +58,10 @@ int JobWatch::Run() {
     reports_->set_on_failure([this](const FailureRecord& f) {
       if (phase_ < Phase::kStopping) OnFailureRecord(f);
     });
+    reports_->set_on_request([this](const NodeKey& from, const std::string& peer_address,
+                                    const nlohmann::json& request, ReportServer::ReplyFn reply) {
+      if (phase_ < Phase::kStopping) OnRequest(from, peer_address, request, std::move(reply));
+    });
   }
   if (!CreateProcesses()) return 1;
   StartAll();
@@ -113,6 +117,24 @@ void JobWatch::StartAll() {
     if (p->pid == 0) p->reaped = p->reported = true;
   }
   if (failed) BeginStop();
+}
+
+bool JobWatch::StartLater(WatchedProcess* p) {
+  processes_.push_back(p);
+  StartedProcess started;
+  try {
+    started = group_.Start(p->spec);
+  } catch (const std::exception& e) {
+    Say("cannot start " + p->name + ": " + e.what());
+    p->reaped = p->reported = true;
+    return false;
+  }
+  p->pid = started.pid;
+  if (auto node = p->Node(); node && reports_) {
+    reports_->status().ProcessStarted(*node, p->spec.host, p->pid, NowMicros());
+  }
+  OnStarted(p, std::move(started));
+  return true;
 }
 
 bool JobWatch::StartAgain(WatchedProcess* p, const std::string& why) {

@@ -106,6 +106,10 @@ class JobWatch {
   virtual void OnFinish() {}
   // A process reported the node the job fails for (job_status.h); the first one is the cause.
   virtual void OnFailureRecord(const FailureRecord& failure) {}
+  // A process asked the launcher something (report_server.h: an "elastic_*" record) while the
+  // job runs; `reply` answers it. By default, unanswered.
+  virtual void OnRequest(const NodeKey& from, const std::string& peer_address,
+                         const nlohmann::json& request, ReportServer::ReplyFn reply) {}
 
   // --- for the subclasses ---
 
@@ -120,6 +124,9 @@ class JobWatch {
   std::unique_ptr<PipeReader> ReadPipe(WatchedProcess* p, UniqueFd fd, PipeReader::DataFn on_data,
                                        std::function<void()> on_end);
 
+  // Adds p while the job runs and starts it (an elastic job's new worker); false, after a message,
+  // if it cannot be started (p then counts as gone).
+  bool StartLater(WatchedProcess* p);
   // Starts p's spec again as a new process (a replacement; `why` says what ended the last one):
   // its old pipes are closed, its exit forgotten, OnStarted reads the new ones. False, after a
   // message, if it cannot be started.

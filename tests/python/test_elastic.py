@@ -1,0 +1,111 @@
+"""Horovod's elastic mode (dtrain.torch.elastic, `dtrain launch --host-discovery-script`), as a
+user runs it: a real launcher, real worker processes, a worker killed with SIGKILL mid-epoch and
+one added when the discovery script offers a new slot."""
+
+import glob
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import DTRAIN, job_env, program
+
+
+def events(log_dir):
+    out = []
+    for path in glob.glob(os.path.join(log_dir, "events-*.jsonl")):
+        with open(path) as f:
+            for line in f:
+                if line.endswith("\n"):
+                    out.append(json.loads(line))
+    return sorted(out, key=lambda e: e["t"])
+
+
+def wait_for(what, predicate, launcher, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        if launcher.proc.poll() is not None:
+            pytest.fail("the job ended (exit %s) before %s:\n%s"
+                        % (launcher.proc.returncode, what, launcher.output()))
+        time.sleep(0.1)
+    pytest.fail("no %s within %s s:\n%s" % (what, timeout, launcher.output()))
+
+
+def elastic_argv(script, *flags):
+    return [DTRAIN, "launch", "-s", "0", "--host-discovery-script", script, *flags, "--",
+            *program("elastic_worker.py", 0.03)]
+
+
+def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spawn, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    log_dir = str(tmp_path)
+    launcher = spawn(elastic_argv("cat %s" % hosts, "--min-np", "2", "--max-np", "3",
+                                  "--elastic-timeout", "60"),
+                     job_env({"ELASTIC_LOG_DIR": log_dir}))
+
+    def steps_of_size(n, after=0.0):
+        return [e for e in events(log_dir) if e["kind"] == "step" and e["size"] == n
+                and e["t"] > after]
+
+    def at_least(count, n, after=0.0):
+        found = steps_of_size(n, after)
+        return found if len(found) >= count else None
+
+    first = wait_for("3 ranks training", lambda: at_least(30, 3), launcher)
+    victim = max(e["pid"] for e in first if e["rank"] != 0)
+    killed_at = time.time()
+    os.kill(victim, signal.SIGKILL)
+
+    after_kill = wait_for("2 ranks training after the kill",
+                          lambda: at_least(10, 2, killed_at), launcher)
+    assert victim not in {e["pid"] for e in after_kill}
+    # They went back to their last commit (every 4 batches, and at each epoch's end): the first
+    # step of 2 ranks follows a committed batch count.
+    assert (after_kill[0]["batch"] - 1) % 4 == 0, after_kill[0]
+    hosts.write_text("localhost:4\n")  # one more slot: a new worker
+    added_at = time.time()
+    again = wait_for("3 ranks training again",
+                     lambda: at_least(120, 3, added_at), launcher)
+    pids = {e["pid"] for e in again}
+    assert victim not in pids and len(pids) == 3
+
+    (tmp_path / "stop").write_text("")
+    code = launcher.wait(120)
+    out = launcher.output()
+    assert code == 0, out
+    finals = [e for e in events(log_dir) if e["kind"] == "final"]
+    assert len(finals) == 3, out
+    # The newcomer got rank 0's weights (sync) and every step since was averaged over all:
+    # every rank ends with the same weights, close to the truth.
+    assert all(f["weights"] == finals[0]["weights"] for f in finals), finals
+    for got, want in zip(finals[0]["weights"], [1.0, -2.0, 3.0, 0.5]):
+        assert abs(got - want) < 0.1, finals[0]
+    assert "the job's cause" not in out, out  # the failure was recovered from
+    assert "its slot on localhost is retired" in out, out
+    assert "membership" in out, out
+
+
+def test_a_job_below_min_np_fails_after_the_elastic_timeout(spawn, tmp_path):
+    launcher = spawn(elastic_argv("echo localhost:1", "--min-np", "2", "--max-np", "2",
+                                  "--elastic-timeout", "3"),
+                     job_env({"ELASTIC_LOG_DIR": str(tmp_path)}))
+    code = launcher.wait(60)
+    out = launcher.output()
+    assert code != 0, out
+    assert "fewer than --min-np 2" in out and "--elastic-timeout" in out, out
+
+
+def test_a_failing_discovery_script_is_named(spawn, tmp_path):
+    launcher = spawn(elastic_argv("echo oops >&2; exit 3", "--min-np", "1",
+                                  "--elastic-timeout", "2"),
+                     job_env({"ELASTIC_LOG_DIR": str(tmp_path)}))
+    code = launcher.wait(60)
+    out = launcher.output()
+    assert code != 0, out
+    assert "the host discovery script failed (exit code 3)" in out, out
