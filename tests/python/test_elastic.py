@@ -5,12 +5,14 @@ one added when the discovery script offers a new slot."""
 import glob
 import json
 import os
+import re
 import signal
 import time
 
 import pytest
 
 from conftest import DTRAIN, job_env, program
+from test_observability import fetch_json, render, status_url
 
 
 def events(log_dir):
@@ -46,8 +48,9 @@ def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spaw
     hosts.write_text("localhost:3\n")
     log_dir = str(tmp_path)
     launcher = spawn(elastic_argv("cat %s" % hosts, "--min-np", "2", "--max-np", "3",
-                                  "--elastic-timeout", "60"),
+                                  "--elastic-timeout", "60", "--status-port", "0"),
                      job_env({"ELASTIC_LOG_DIR": log_dir}))
+    url = status_url(launcher)
 
     def steps_of_size(n, after=0.0):
         return [e for e in events(log_dir) if e["kind"] == "step" and e["size"] == n
@@ -74,6 +77,15 @@ def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spaw
                      lambda: at_least(120, 3, added_at), launcher)
     pids = {e["pid"] for e in again}
     assert victim not in pids and len(pids) == 3
+
+    # The status page lists every membership and the retired slot, in order.
+    resets = fetch_json(url)["resets"]
+    what = [r.split(": ", 1)[1].split(":")[0] for r in resets]
+    assert what[0] == "membership 1" and what[2:] == ["membership 2", "membership 3"], resets
+    assert re.fullmatch(r"worker \d \(pid %d\) was killed by signal 9 \(SIGKILL\)" % victim,
+                        what[1]), resets
+    dom, _ = render(url, tmp_path)
+    assert "membership 3: 3 rank(s)" in dom, dom
 
     (tmp_path / "stop").write_text("")
     code = launcher.wait(120)

@@ -42,6 +42,7 @@ th { background: #eee; }
 <th>last heard</th><th>steps/s</th><th>samples/s</th><th>waiting</th><th>traffic in / out</th>
 <th>restarts, checkpoints</th><th>exit</th></tr></thead><tbody></tbody></table>
 <h2>Errors</h2><ul id="errors"></ul>
+<h2>Memberships (elastic)</h2><ul id="resets"></ul>
 <script>
 function cell(row, text) { const td = document.createElement('td'); td.textContent = text; row.appendChild(td); }
 function mb(b) { return (b / 1048576).toFixed(1) + ' MB'; }
@@ -75,6 +76,9 @@ async function refresh() {
     const errors = document.getElementById('errors');
     errors.innerHTML = '';
     for (const e of s.errors) { const li = document.createElement('li'); li.textContent = e; errors.appendChild(li); }
+    const resets = document.getElementById('resets');
+    resets.innerHTML = '';
+    for (const e of s.resets || []) { const li = document.createElement('li'); li.textContent = e; resets.appendChild(li); }
   } catch (e) {
     document.getElementById('summary').textContent = 'the launcher does not answer: the job has ended';
   }

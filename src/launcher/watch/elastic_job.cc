@@ -145,7 +145,8 @@ class ElasticSupervisor : public JobWatch {
   // Starts a worker on every free slot, up to max_np. `now`: while the job runs (else the
   // workers are only created, for StartAll). False when one cannot be created.
   bool Reconcile(bool now) {
-    if (ever_started_ && Live().empty()) return true;  // the job is ending
+    // Training is over once a worker finished: its slot is not free for a newcomer.
+    if (finished_ || (ever_started_ && Live().empty())) return true;
     int members = static_cast<int>(Members().size());
     for (const std::string& host : hosts_order_) {
       int used = retired_[host];

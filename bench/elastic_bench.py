@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""What losing and regaining a worker costs an elastic allreduce job (Horovod's elastic mode).
+
+Runs examples/python/horovod_elastic_mnist.py (LeNet, Fashion-MNIST, fixed seed) under
+`dtrain launch -s 0 --host-discovery-script --min-np 2 --max-np 3` twice: undisturbed on 3 slots,
+and with the youngest worker killed (SIGKILL) KILL_AFTER seconds in, then one more slot offered
+by the discovery script ADD_AFTER seconds after the kill (a new worker joins at the next commit).
+Prints each run's final Test_acc and wall time, and for the disturbed run the time from the kill
+to the survivors' new membership (the launcher's "membership 2" line) and to rank 0's "Reset"
+line (training again), and from the new slot to the membership of 3.
+
+    python3 bench/elastic_bench.py [--epochs 2] [--kill-after 10] [--add-after 8]
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def run(args: argparse.Namespace, disturb: bool) -> dict:
+    tmp = tempfile.mkdtemp(prefix="dtrain-elastic-bench-")
+    hosts = os.path.join(tmp, "hosts")
+    with open(hosts, "w") as f:
+        f.write("localhost:3\n")
+    argv = [args.dtrain, "launch", "-s", "0", "--host-discovery-script", f"cat {hosts}",
+            "--min-np", "2", "--max-np", "3", "--", sys.executable,
+            os.path.join(REPO, "examples", "python", "horovod_elastic_mnist.py"),
+            "--epochs", str(args.epochs)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(args.build, "python"), os.path.join(REPO, "examples", "python")]),
+        OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    start = time.time()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append((time.time(), line.rstrip("\n")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    result: dict = {}
+    try:
+        if disturb:
+            time.sleep(args.kill_after)
+            workers = children(proc.pid)
+            victim = max(workers)  # the youngest: never rank 0, the oldest
+            result["killed_at"] = time.time()
+            os.kill(victim, signal.SIGKILL)
+            time.sleep(args.add_after)
+            with open(hosts, "w") as f:
+                f.write("localhost:4\n")
+            result["added_at"] = time.time()
+        code = proc.wait(timeout=args.timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(5)
+    result["code"] = code
+    result["wall_s"] = time.time() - start
+    accs = [float(m.group(1)) for _, line in lines
+            if (m := re.search(r"Epoch \d+: Test_acc ([0-9.]+)", line))]
+    result["test_acc"] = accs[-1] if accs else None
+
+    def first_after(t: float, pattern: str) -> float | None:
+        for when, line in lines:
+            if when >= t and re.search(pattern, line):
+                return when - t
+        return None
+
+    if disturb:
+        k, a = result["killed_at"], result["added_at"]
+        result["to_membership_s"] = first_after(k, r"membership 2: 2 rank")
+        result["to_training_s"] = first_after(k, r"Reset: 2 rank")
+        result["add_to_membership_s"] = first_after(a, r"membership 3: 3 rank")
+    if code != 0:
+        print("\n".join(line for _, line in lines[-40:]), file=sys.stderr)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--kill-after", type=float, default=10.0)
+    ap.add_argument("--add-after", type=float, default=8.0)
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--dtrain", default=None)
+    args = ap.parse_args()
+    args.dtrain = args.dtrain or os.path.join(args.build, "src", "tools", "dtrain")
+    plain = run(args, disturb=False)
+    print("undisturbed: exit %s, %.1f s, Test_acc %s" % (plain["code"], plain["wall_s"],
+                                                          plain["test_acc"]), flush=True)
+    hit = run(args, disturb=True)
+    print("killed + added: exit %s, %.1f s, Test_acc %s; kill -> membership of 2 %.2f s, "
+          "-> training again %.2f s; new slot -> membership of 3 %.2f s"
+          % (hit["code"], hit["wall_s"], hit["test_acc"], hit["to_membership_s"] or -1,
+             hit["to_training_s"] or -1, hit["add_to_membership_s"] or -1), flush=True)
+    if plain["test_acc"] is not None and hit["test_acc"] is not None:
+        print("Test_acc difference: %.2f points" % (100 * (hit["test_acc"] - plain["test_acc"])))
+
+
+if __name__ == "__main__":
+    main()
