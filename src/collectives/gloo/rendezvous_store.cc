@@ -146,7 +146,8 @@ struct RendezvousServer::Impl {
   size_t stored_bytes = 0;
   std::vector<LostRank> lost;  // ranks that closed without a goodbye or went silent, in order
   std::set<std::shared_ptr<Connection>> connections;
-  // Read by the destructor's thread: whether a rank was lost, and how many ranks are connected.
+  // Read by the destructor's thread: whether a rank was lost, and how many ranks are connected
+  // and have not said goodbye.
   std::atomic<bool> any_lost{false};
   std::atomic<int> ranks_connected{0};
 };
@@ -224,7 +225,8 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
   }
 
   void RankLeft() {
-    if (!goodbye) server->Lose(rank, peer, "left the job (its connection closed)");
+    if (goodbye) return;  // counted out at its goodbye
+    server->Lose(rank, peer, "left the job (its connection closed)");
     --server->ranks_connected;
   }
 
@@ -407,6 +409,9 @@ std::vector<char> RendezvousServer::Impl::Serve(Connection& c, std::span<const c
       out.U8(kOk);
       break;
     case kGoodbye:
+      // A rank that leaves asks nothing more: rank 0's server need not linger for it (and it
+      // waits for the server to stop, ~RendezvousClient).
+      if (!c.goodbye && c.rank >= 0) --ranks_connected;
       c.goodbye = true;
       out.U8(kOk);
       break;
