@@ -230,7 +230,7 @@ class TorchState(ObjectState):
                 handler.value.reset()
 
 
-class ElasticSampler(torch.utils.data.Sampler):  # type: ignore[type-arg]
+class ElasticSampler(torch.utils.data.Sampler[int]):
     """Horovod's ElasticSampler: this rank's share of the samples the epoch has not processed
     yet, re-split whenever the membership changes. Call ``record_batch(i, batch_size)`` after
     each batch (TorchState keeps the processed samples across a reset) and ``set_epoch`` at the
