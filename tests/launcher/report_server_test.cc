@@ -125,6 +125,38 @@ class ReportServerTest : public ::testing::Test {
   std::string said_;
 };
 
+TEST_F(ReportServerTest, ElasticRequestsAreAnsweredOnTheirConnectionAsTheHellosNode) {
+  std::vector<std::pair<NodeKey, std::string>> asked;  // under mutex_
+  asio::post(io_, [this, &asked] {
+    server_->set_on_request([this, &asked](const NodeKey& from, const std::string& peer,
+                                           const nlohmann::json& request,
+                                           ReportServer::ReplyFn reply) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        asked.emplace_back(from, peer);
+        changed_.notify_all();
+      }
+      reply({{"kind", "answer"}, {"to", request["kind"]}});
+      reply({{"kind", "second"}});  // answers queue: both arrive, in order
+    });
+  });
+  Client c(port_);
+  ASSERT_TRUE(c.connected());
+  c.Send(Hello("worker", 3, token_));
+  ASSERT_FALSE(c.ReadLine().empty());  // the hello's answer
+  c.Send(R"({"kind":"elastic_hosts","role":"worker","rank":0})"
+         "\n");
+  const auto first = nlohmann::json::parse(c.ReadLine(), nullptr, false);
+  EXPECT_EQ(first.value("to", ""), "elastic_hosts");
+  EXPECT_EQ(nlohmann::json::parse(c.ReadLine(), nullptr, false).value("kind", ""), "second");
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].first, (NodeKey{Role::kWorker, 3}));  // the hello's, not the record's
+  EXPECT_EQ(asked[0].second, "127.0.0.1");
+  // Requests are not records.
+  for (const auto& [from, record] : records_) EXPECT_EQ(record["kind"], "hello");
+}
+
 TEST_F(ReportServerTest, AMemberIsHeardAsTheNodeItsHelloNames) {
   Client c(port_);
   ASSERT_TRUE(c.connected());

@@ -49,7 +49,8 @@ def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spaw
     log_dir = str(tmp_path)
     launcher = spawn(elastic_argv("cat %s" % hosts, "--min-np", "2", "--max-np", "3",
                                   "--elastic-timeout", "60", "--status-port", "0"),
-                     job_env({"ELASTIC_LOG_DIR": log_dir}))
+                     job_env({"ELASTIC_LOG_DIR": log_dir,
+                              "DTRAIN_TIMELINE": str(tmp_path / "job.json")}))
     url = status_url(launcher)
 
     def steps_of_size(n, after=0.0):
@@ -99,6 +100,14 @@ def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spaw
     for got, want in zip(finals[0]["weights"], [1.0, -2.0, 3.0, 0.5]):
         assert abs(got - want) < 0.1, finals[0]
     assert "the job's cause" not in out, out  # the failure was recovered from
+    # The merged timeline marks every membership and the retired slot on the launcher's row.
+    with open(tmp_path / "job.json") as f:
+        trace = json.load(f)["traceEvents"]
+    launcher_row = [e["pid"] for e in trace if e.get("name") == "process_name"
+                    and e["args"]["name"] == "dtrain launch"]
+    assert len(launcher_row) == 1, trace[:20]
+    marks = [e["name"] for e in trace if e.get("ph") == "i" and e["pid"] == launcher_row[0]]
+    assert [m.split(":")[0] for m in marks] == [w.split(":")[0] for w in what], (marks, what)
     assert "its slot on localhost is retired" in out, out
     assert "membership" in out, out
 

@@ -66,6 +66,9 @@ void JobReports::Close() {
 
 // The id a node gives its events (timeline.cc): scheduler 0, server r 1 + r, worker r
 // 1 + servers + r.
+// The launcher's own row (MarkTimeline): after every node's id, sorted first.
+constexpr int kLauncherTraceId = 1 << 30;
+
 int JobReports::TraceId(const NodeKey& node) const {
   switch (node.role) {
     case Role::kScheduler:
@@ -76,6 +79,17 @@ int JobReports::TraceId(const NodeKey& node) const {
       break;
   }
   return 1 + options_.num_servers + node.rank;
+}
+
+void JobReports::MarkTimeline(const std::string& category, const std::string& what) {
+  if (options_.timeline_path.empty() || finished_ || marks_.size() >= 10000) return;
+  marks_.push_back(nlohmann::json{{"name", what},
+                                  {"cat", category},
+                                  {"ph", "i"},
+                                  {"s", "g"},
+                                  {"ts", NowMicros()},
+                                  {"pid", kLauncherTraceId}}
+                       .dump());
 }
 
 void JobReports::WriteTimeline() {
@@ -99,6 +113,19 @@ void JobReports::WriteTimeline() {
       put(batch);
       bytes += batch.size();
     }
+  }
+  if (!marks_.empty()) {
+    put(nlohmann::json{{"name", "process_name"},
+                       {"ph", "M"},
+                       {"pid", kLauncherTraceId},
+                       {"args", {{"name", "dtrain launch"}}}}
+            .dump());
+    put(nlohmann::json{{"name", "process_sort_index"},
+                       {"ph", "M"},
+                       {"pid", kLauncherTraceId},
+                       {"args", {{"sort_index", -1}}}}
+            .dump());
+    for (const std::string& mark : marks_) put(mark);
   }
   out << "\n],\"displayTimeUnit\":\"ms\"}\n";
   if (!out) {

@@ -49,6 +49,11 @@ class JobReports {
   // Requests of the processes (report_server.h's RequestFn).
   void set_on_request(ReportServer::RequestFn fn) { server_->set_on_request(std::move(fn)); }
 
+  // Something the launcher did to the job (a replacement started, an elastic membership formed, a
+  // slot retired): a global instant event of the "dtrain launch" row of the merged timeline,
+  // when there is one. `category`: "restart" or "elastic".
+  void MarkTimeline(const std::string& category, const std::string& what);
+
   // The job is over: stops listening, writes the timeline, prints the summary. Returns how long
   // the status page should still be served (the event loop keeps running for it).
   Duration Finish();
@@ -69,6 +74,7 @@ class JobReports {
   // Per node, its batches of events as it sent them (JSON text without the brackets).
   std::map<NodeKey, std::vector<std::string>> trace_;
   std::map<NodeKey, size_t> trace_bytes_;
+  std::vector<std::string> marks_;  // MarkTimeline's events, as JSON text
   bool finished_ = false;
 };
 

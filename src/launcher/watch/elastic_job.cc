@@ -327,6 +327,7 @@ class ElasticSupervisor : public JobWatch {
     Say(text);
     if (reports()) {
       reports()->status().JobReset(text, NowMicros());
+      reports()->MarkTimeline("elastic", text);
       reports()->status().ForgetFailure();  // the members went on without it
     }
   }
@@ -409,8 +410,9 @@ class ElasticSupervisor : public JobWatch {
         " is retired and the other " + std::to_string(members.size()) +
         " go on from their last commit");
     if (reports()) {
-      reports()->status().JobReset(w->Who() + " " + w->status.Describe() + ": slot retired",
-                                   NowMicros());
+      const std::string what = w->Who() + " " + w->status.Describe() + ": slot retired";
+      reports()->status().JobReset(what, NowMicros());
+      reports()->MarkTimeline("elastic", what);
     }
   }
 

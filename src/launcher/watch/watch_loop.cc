@@ -157,6 +157,7 @@ bool JobWatch::StartAgain(WatchedProcess* p, const std::string& why) {
   p->open_streams = 0;
   if (auto node = p->Node(); node && reports_) {
     reports_->status().ProcessRestarted(*node, why, p->pid, NowMicros());
+    reports_->MarkTimeline("restart", node->Name() + " restarted: " + why);
   }
   OnStarted(p, std::move(started));
   return true;
