@@ -130,3 +130,29 @@ def test_a_failing_discovery_script_is_named(spawn, tmp_path):
     out = launcher.output()
     assert code != 0, out
     assert "the host discovery script failed (exit code 3)" in out, out
+
+
+def test_a_host_the_script_drops_has_its_worker_leave_with_exit_code_0(spawn, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:1\n127.0.0.1:1\n")  # two names of this machine: two hosts
+    log_dir = str(tmp_path)
+    launcher = spawn(elastic_argv("cat %s" % hosts, "--min-np", "1", "--max-np", "2",
+                                  "--elastic-timeout", "60"),
+                     job_env({"ELASTIC_LOG_DIR": log_dir}))
+
+    def steps(size):
+        found = [e for e in events(log_dir) if e["kind"] == "step" and e["size"] == size]
+        return found if len(found) >= 20 else None
+
+    wait_for("2 ranks training", lambda: steps(2), launcher)
+    hosts.write_text("localhost:1\n")
+    wait_for("1 rank training after the drop", lambda: steps(1), launcher)
+    (tmp_path / "stop").write_text("")
+    code = launcher.wait(120)
+    out = launcher.output()
+    assert code == 0, out
+    assert "the host discovery script dropped 127.0.0.1" in out, out
+    assert "removed this worker from the elastic job" in out, out
+    assert "worker 1 on 127.0.0.1: exited with code 0" in out, out
+    finals = [e for e in events(log_dir) if e["kind"] == "final"]
+    assert len(finals) == 1 and finals[0]["size"] == 1, finals

@@ -395,7 +395,8 @@ class ElasticSupervisor : public JobWatch {
   }
 
   void OnFailure(Worker* w) {
-    ++retired_[w->slot];
+    // A leaving worker's host was dropped: its slots count afresh if the host comes back.
+    if (!w->leaving) ++retired_[w->slot];
     ++hosts_version_;
     broken_ = true;
     const std::vector<Worker*> members = Members();
