@@ -5,13 +5,23 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "dtrain/common/error.h"
 
 namespace dtrain::report {
+namespace {
+
+// "2.5 s", for messages.
+std::string SecondsText(Duration d) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", Seconds(d));
+  return text;
+}
+
+}  // namespace
 
 LauncherLink::LauncherLink(const std::string& address, const std::string& token,
                            nlohmann::json identity, Duration timeout)
@@ -41,7 +51,7 @@ LauncherLink::LauncherLink(const std::string& address, const std::string& token,
   if (!WaitFor(POLLOUT, deadline)) {
     ::close(fd_);
     throw TimeoutError("the launcher at " + address + " did not answer within " +
-                       std::to_string(Seconds(timeout)) + " s");
+                       SecondsText(timeout));
   }
   int error = 0;
   socklen_t len = sizeof(error);
@@ -84,7 +94,7 @@ void LauncherLink::Write(const std::string& data, Duration timeout) {
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       if (!WaitFor(POLLOUT, deadline)) {
         throw TimeoutError("the launcher at " + address_ + " read nothing for " +
-                           std::to_string(Seconds(timeout)) + " s");
+                           SecondsText(timeout));
       }
     } else {
       throw PeerError("lost the connection to the launcher at " + address_);
@@ -102,7 +112,7 @@ nlohmann::json LauncherLink::Receive(Duration timeout, size_t max_bytes) {
     }
     if (!WaitFor(POLLIN, deadline)) {
       throw TimeoutError("no answer from the launcher at " + address_ + " within " +
-                         std::to_string(Seconds(timeout)) + " s");
+                         SecondsText(timeout));
     }
     char buffer[4096];
     const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);

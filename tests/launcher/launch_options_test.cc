@@ -141,6 +141,8 @@ TEST(LaunchOptions, AnElasticJobTakesItsBoundsFromMinAndMaxNpOrFromN) {
 TEST(LaunchOptions, ElasticFlagsThatCannotWorkAreRefused) {
   EXPECT_THAT(ErrorOf({"-n", "2", "--min-np", "1", "--", "t"}),
               HasSubstr("add --host-discovery-script"));
+  EXPECT_THAT(ErrorOf({"-n", "2", "-s", "0", "--elastic-timeout", "5", "--", "t"}),
+              HasSubstr("add --host-discovery-script"));
   EXPECT_THAT(ErrorOf({"--host-discovery-script", "x", "--", "t"}), HasSubstr("add -s 0"));
   EXPECT_THAT(ErrorOf({"-s", "0", "--host-discovery-script", "x", "--min-np", "3", "--max-np", "2",
                        "--", "t"}),

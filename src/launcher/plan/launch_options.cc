@@ -128,7 +128,7 @@ struct RawFlags {
   int max_restarts = 0;
   std::optional<std::string> host_discovery_script;
   std::optional<int> min_np, max_np;
-  int64_t elastic_timeout_s = 600;
+  std::optional<int64_t> elastic_timeout_s;
   std::optional<int> status_port;
   std::string status_host = "127.0.0.1";
   int64_t status_linger_s = 0;
@@ -239,8 +239,10 @@ void ParseElastic(const RawFlags& f, LaunchOptions* o) {
     throw UsageError("--min-np " + std::to_string(o->min_np) + " is more than --max-np " +
                      std::to_string(o->max_np));
   }
-  CheckRange("--elastic-timeout", f.elastic_timeout_s, 1, kMaxGraceMs / 1000);
-  o->elastic_timeout = Duration(f.elastic_timeout_s * 1000);
+  if (f.elastic_timeout_s) {
+    CheckRange("--elastic-timeout", *f.elastic_timeout_s, 1, kMaxGraceMs / 1000);
+    o->elastic_timeout = Duration(*f.elastic_timeout_s * 1000);
+  }
   o->host_discovery_script = f.host_discovery_script;
 }
 
@@ -286,9 +288,9 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   if (f.host_discovery_script) {
     ParseElastic(f, &o);
   } else {
-    if (f.min_np || f.max_np) {
+    if (f.min_np || f.max_np || f.elastic_timeout_s) {
       throw UsageError(
-          "--min-np and --max-np belong to an elastic job: add "
+          "--min-np, --max-np and --elastic-timeout belong to an elastic job: add "
           "--host-discovery-script SCRIPT (and -s 0)");
     }
     if (f.num_workers == -1) {

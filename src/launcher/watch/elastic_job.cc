@@ -65,15 +65,9 @@ class ElasticSupervisor : public JobWatch {
 
   void OnStarted(WatchedProcess* p, StartedProcess started) override {
     Worker* w = static_cast<Worker*>(p);
-    const std::string prefix = "[worker " + std::to_string(w->id) + "] ";
-    for (auto* fd : {&started.stdout_read, &started.stderr_read}) {
-      const bool to_stderr = fd == &started.stderr_read;
-      const OutputMerger::StreamId id = merger_.AddStream(prefix, to_stderr, w->log.get());
-      auto reader = ReadPipe(
-          w, std::move(*fd), [this, id](std::string_view data) { merger_.Write(id, data); },
-          [this, id] { merger_.Close(id); });
-      (to_stderr ? w->err : w->out) = std::move(reader);
-    }
+    const std::string prefix = "[" + w->spec.Name() + "] ";
+    w->out = MergePipe(w, std::move(started.stdout_read), prefix, false, w->log.get());
+    w->err = MergePipe(w, std::move(started.stderr_read), prefix, true, w->log.get());
   }
 
   void OnAllStarted() override {
@@ -120,7 +114,7 @@ class ElasticSupervisor : public JobWatch {
         }
       }
     }
-    if (slots != slots_) hosts_order_.clear();
+    hosts_order_.clear();
     for (const HostEntry& h : found) {
       if (slots.count(h.host) &&
           std::find(hosts_order_.begin(), hosts_order_.end(), h.host) == hosts_order_.end()) {
@@ -214,15 +208,13 @@ class ElasticSupervisor : public JobWatch {
     if (below_min_) return;
     below_min_ = true;
     Say(std::to_string(members) + " worker(s), fewer than --min-np " +
-        std::to_string(elastic_.min_np) + ": waiting up to " +
-        std::to_string(static_cast<int>(Seconds(elastic_.timeout))) +
-        " s (--elastic-timeout) for the host discovery script to offer slots");
+        std::to_string(elastic_.min_np) + ": waiting up to " + TimeoutText() +
+        " for the host discovery script to offer slots");
     below_min_timer_.expires_after(elastic_.timeout);
     below_min_timer_.async_wait([this](const asio::error_code& ec) {
       if (ec || phase() != Phase::kRunning || !below_min_) return;
       Say("still fewer workers than --min-np " + std::to_string(elastic_.min_np) + " after " +
-          std::to_string(static_cast<int>(Seconds(elastic_.timeout))) +
-          " s (--elastic-timeout); stopping the job");
+          TimeoutText() + "; stopping the job");
       set_exit_code(1);
       BeginStop();
     });
@@ -325,11 +317,20 @@ class ElasticSupervisor : public JobWatch {
     const std::string text = "membership " + std::to_string(generation_) + ": " +
                              std::to_string(members.size()) + " rank(s): " + ranks;
     Say(text);
-    if (reports()) {
-      reports()->status().JobReset(text, NowMicros());
-      reports()->MarkTimeline("elastic", text);
-      reports()->status().ForgetFailure();  // the members went on without it
-    }
+    NoteReset(text);
+    if (reports()) reports()->status().ForgetFailure();  // the members went on without it
+  }
+
+  // "600 s (--elastic-timeout)", for messages.
+  std::string TimeoutText() const {
+    return std::to_string(elastic_.timeout.count() / 1000) + " s (--elastic-timeout)";
+  }
+
+  // In the status (page, summary) and on the merged timeline.
+  void NoteReset(const std::string& what) {
+    if (!reports()) return;
+    reports()->status().JobReset(what, NowMicros());
+    reports()->MarkTimeline("elastic", what);
   }
 
   // Members of a broken membership must join within elastic_timeout. Those still training in an
@@ -347,9 +348,8 @@ class ElasticSupervisor : public JobWatch {
         if (!w->join) late.push_back(w);
       }
       if (late.empty()) return;
-      Say(Names(late) + " did not join the new membership within " +
-          std::to_string(static_cast<int>(Seconds(elastic_.timeout))) +
-          " s (--elastic-timeout); stopping it");
+      Say(Names(late) + " did not join the new membership within " + TimeoutText() +
+          "; stopping it");
       for (Worker* w : late) ::kill(w->pid, SIGKILL);
     });
   }
@@ -410,11 +410,7 @@ class ElasticSupervisor : public JobWatch {
     Say(w->Who() + " " + w->status.Describe() + "; its slot on " + w->slot +
         " is retired and the other " + std::to_string(members.size()) +
         " go on from their last commit");
-    if (reports()) {
-      const std::string what = w->Who() + " " + w->status.Describe() + ": slot retired";
-      reports()->status().JobReset(what, NowMicros());
-      reports()->MarkTimeline("elastic", what);
-    }
+    NoteReset(w->Who() + " " + w->status.Describe() + ": slot retired");
   }
 
   void SignalStop() override {

@@ -75,16 +75,8 @@ class Supervisor : public JobWatch {
       WriteToPipe(c->stdin_write.get(), c->spec.stdin_preamble);
     }
     const std::string prefix = std::string("[").append(c->spec.Name()).append("] ");
-    c->out = MakeReader(c, std::move(started.stdout_read), prefix, false);
-    c->err = MakeReader(c, std::move(started.stderr_read), prefix, true);
-  }
-
-  std::unique_ptr<PipeReader> MakeReader(Child* c, UniqueFd fd, const std::string& prefix,
-                                         bool to_stderr) {
-    const OutputMerger::StreamId id = merger_.AddStream(prefix, to_stderr, c->log.get());
-    return ReadPipe(
-        c, std::move(fd), [this, id](std::string_view data) { merger_.Write(id, data); },
-        [this, id] { merger_.Close(id); });
+    c->out = MergePipe(c, std::move(started.stdout_read), prefix, false, c->log.get());
+    c->err = MergePipe(c, std::move(started.stderr_read), prefix, true, c->log.get());
   }
 
   // --- events ---

@@ -163,6 +163,15 @@ bool JobWatch::StartAgain(WatchedProcess* p, const std::string& why) {
   return true;
 }
 
+std::unique_ptr<PipeReader> JobWatch::MergePipe(WatchedProcess* p, UniqueFd fd,
+                                                const std::string& prefix, bool to_stderr,
+                                                int log_fd) {
+  const OutputMerger::StreamId id = merger_.AddStream(prefix, to_stderr, log_fd);
+  return ReadPipe(
+      p, std::move(fd), [this, id](std::string_view data) { merger_.Write(id, data); },
+      [this, id] { merger_.Close(id); });
+}
+
 std::unique_ptr<PipeReader> JobWatch::ReadPipe(WatchedProcess* p, UniqueFd fd,
                                                PipeReader::DataFn on_data,
                                                std::function<void()> on_end) {

@@ -123,6 +123,10 @@ class JobWatch {
   // Reads one of p's pipes: on_data for every piece, then on_end and the watch's own bookkeeping.
   std::unique_ptr<PipeReader> ReadPipe(WatchedProcess* p, UniqueFd fd, PipeReader::DataFn on_data,
                                        std::function<void()> on_end);
+  // ReadPipe into the merged output: a stream of its own, each line after `prefix`, on the
+  // launcher's stderr or stdout, and also into `log_fd` (-1: none).
+  std::unique_ptr<PipeReader> MergePipe(WatchedProcess* p, UniqueFd fd, const std::string& prefix,
+                                        bool to_stderr, int log_fd);
 
   // Adds p while the job runs and starts it (an elastic job's new worker); false, after a message,
   // if it cannot be started (p then counts as gone).
