@@ -40,6 +40,7 @@ int RunServer(const Config& config) {
     node.SetDataHandler([&server](transport::Message&& msg) { server.Handle(std::move(msg)); });
     node.SetWorkerFinishedHandler([&server](int rank) { server.OnWorkerFinished(rank); });
     node.SetWorkerReplacedHandler([&server](int rank) { server.OnWorkerReplaced(rank); });
+    node.SetWorkerLostHandler([&server](int rank) { server.OnWorkerLost(rank); });
     node.SetBodyLimit([&server](const transport::Header& h) { return server.BodyLimit(h); });
     node.SetJoinedHandler([&server] { server.OnJoined(); });
     node.Start();

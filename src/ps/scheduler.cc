@@ -73,6 +73,9 @@ struct Rejoining {
   Vacancy vacancy;
   bool ready = false;            // it has connected to every peer
   std::set<NodeId> peers_ready;  // peers (servers of a worker, workers of a server) connected
+  // Its node table waits for a lost peer's replacement: the lost process's address would have it
+  // try to connect to nobody until its connect timeout.
+  bool table_pending = false;
 };
 
 double SecondsSince(Clock::time_point t) {
@@ -326,14 +329,44 @@ struct Scheduler::State {
       vacant.emplace(id, std::move(r.vacancy));
       return;
     }
-    rejoining.emplace(id, std::move(r));
     last_heard[id] = Clock::now();
+    const bool peer_vacant = std::any_of(vacant.begin(), vacant.end(), [&](const auto& v) {
+      return layout.RoleOf(v.first) == PeerRole(reg.role);
+    });
+    r.table_pending = peer_vacant;
+    rejoining.emplace(id, std::move(r));
+    if (peer_vacant) {
+      DTRAIN_LOG(kConnections) << "the replacement of " << table[id].Name()
+                               << " gets the node table once the lost "
+                               << RoleName(PeerRole(reg.role)) << "(s) are replaced as well";
+    } else {
+      SendNodeTable(id);
+    }
+    // Replacements of peers that waited for this one get the table now (before they hear of it).
+    for (auto& [peer, waiting] : rejoining) {
+      if (waiting.table_pending && layout.RoleOf(peer) == PeerRole(reg.role) &&
+          std::none_of(vacant.begin(), vacant.end(),
+                       [&](const auto& v) { return layout.RoleOf(v.first) == reg.role; })) {
+        waiting.table_pending = false;
+        SendNodeTable(peer);
+      }
+    }
+    // A peer's replacement that is still rejoining waits until every member of this role has
+    // reached it (StartReplacement), this one included: its lost process never will.
+    for (const auto& [peer, waiting] : rejoining) {
+      if (layout.RoleOf(peer) == PeerRole(reg.role)) {
+        SendTo(id, Command::kNodeReplaced, control::EncodeNodeTable({table[peer]}));
+      }
+    }
+    const std::string replacement = control::EncodeNodeTable({table[id]});
+    for (NodeId peer : Peers(reg.role)) SendTo(peer, Command::kNodeReplaced, replacement);
+  }
+
+  void SendNodeTable(NodeId id) {
     SendTo(id, Command::kRejoin,
            control::EncodeRejoin(
                {barriers_completed[Group::kWorkers], barriers_completed[Group::kAll]}));
     SendTo(id, Command::kNodeTable, control::EncodeNodeTable(table));
-    const std::string replacement = control::EncodeNodeTable({table[id]});
-    for (NodeId peer : Peers(reg.role)) SendTo(peer, Command::kNodeReplaced, replacement);
   }
 
   std::vector<NodeId> Peers(Role role) const {

@@ -268,6 +268,8 @@ void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int
       } else if (contributed > round) {
         slot->absorb[worker] = contributed - round;
         contributed = round;
+      } else if (contributed < round) {
+        slot->resume_at[worker] = round;  // decided at its first push (SkipLostRounds)
       }
     }
   }
@@ -287,6 +289,44 @@ void Server::OnWorkerReplaced(int worker_rank) {
     std::erase_if(slot->waiting, [lost](const Header& w) { return w.sender == lost; });
     slot->deferred[worker_rank].clear();
     slot->absorb[worker_rank] = 0;
+    slot->resume_at[worker_rank] = -1;
+    slot->skip[worker_rank] = 0;
+  }
+}
+
+void Server::OnWorkerLost(int /*worker_rank*/) {
+  if (!checkpoint_folder_.empty()) RequestCheckpoint();
+}
+
+void Server::SkipLostRounds(SlotState& slot, int worker) {
+  if (worker >= 0 && slot.resume_at[worker] >= 0) {
+    // The rounds the other workers have pushed (or queued) beyond this rank's: those its lost
+    // process had pushed, up to where its replacement resumes.
+    int64_t others = 0;
+    for (size_t w = 0; w < slot.contributed.size(); ++w) {
+      if (static_cast<int>(w) == worker) continue;
+      int64_t pushes = 0;
+      for (const Message& m : slot.deferred[w]) pushes += m.header.command != Command::kPull;
+      others = std::max(others, slot.contributed[w] + pushes);
+    }
+    const int64_t lost = std::min(slot.resume_at[worker], others) - slot.contributed[worker];
+    slot.resume_at[worker] = -1;
+    if (lost > 0) {
+      slot.skip[worker] = lost;
+      DTRAIN_LOG(kWarning) << "worker " << worker << "'s pushes of rounds "
+                           << slot.contributed[worker] + 1 << "-" << slot.contributed[worker] + lost
+                           << " of " << SlotName(slot.key, slot.part)
+                           << " were lost with its process and this server's: those rounds "
+                              "complete without them";
+    }
+  }
+  for (size_t w = 0; w < slot.skip.size(); ++w) {
+    if (slot.skip[w] > 0 && !slot.pushed[w]) {
+      --slot.skip[w];
+      slot.pushed[w] = 1;
+      ++slot.pushed_count;
+      ++slot.contributed[w];
+    }
   }
 }
 
@@ -402,11 +442,12 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
     }
     return;
   }
+  if (is_push) SkipLostRounds(slot, worker);
   if (!queue.empty() || (is_push && slot.pushed[worker])) {
     queue.push_back(std::move(msg));  // belongs to a later round
-    return;
+  } else {
+    Accumulate(slot, worker, std::move(msg));
   }
-  Accumulate(slot, worker, std::move(msg));
   while (slot.pushed_count == node_.layout().num_workers) {
     try {
       CompleteRound(slot);
@@ -416,6 +457,7 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
       return FailRound(
           slot, "applying the round of " + SlotName(slot.key, slot.part) + " failed: " + e.what());
     }
+    SkipLostRounds(slot, -1);
     DrainDeferred(slot);
   }
 }
@@ -461,7 +503,9 @@ void Server::CompleteRound(SlotState& slot) {
                                                 .Int("part", slot.part)
                                                 .Int("bytes", slot.bytes())
                                           : timeline::Args());
-  if (std::shared_ptr<Optimizer> optimizer = CurrentOptimizer()) {
+  if (!slot.merged.owner) {
+    // Every push of the round was lost (SkipLostRounds): the value stays.
+  } else if (std::shared_ptr<Optimizer> optimizer = CurrentOptimizer()) {
     ApplyGradient(slot, slot.merged, optimizer.get());
     slot.merged = Body{};
   } else {

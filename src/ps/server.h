@@ -16,7 +16,13 @@
 // has contributed to its slots ("rejoin_state"; it resumes at the fewest among the slots pushed
 // most, see DistKVStore::Rejoin) and then says where it resumes ("rejoin"): a slot where the lost
 // process had already pushed for that round absorbs the replacement's push of it (answered with the
-// round's result, never summed again), so no gradient counts twice and none is missing.
+// round's result, never summed again), so no gradient counts twice and none is missing. A server
+// checkpoints as soon as it loses a worker (with DTRAIN_CHECKPOINT_DIR), so that the lost process's
+// pushes outlive this server too. When they did not (this server was lost and restored a
+// checkpoint from before them, and the worker was lost before it repeated them), the slot's rounds
+// from its checkpoint to where the replacement resumes complete without that rank's push, as
+// far as the other workers pushed them (logged, once per slot): its gradient of those rounds is
+// gone with both processes.
 //
 // Checkpoints (DTRAIN_CHECKPOINT_DIR, server_checkpoint.h): when the server joins, after every
 // change of what it holds (an init, an optimizer or its state: acknowledged only once a checkpoint
@@ -71,6 +77,8 @@ class Server {
   void OnWorkerFinished(int worker_rank);
   // A lost worker's replacement is about to connect: drop what the lost process left waiting.
   void OnWorkerReplaced(int worker_rank);
+  // A worker was lost and the job waits for its replacement: checkpoint what it pushed.
+  void OnWorkerLost(int worker_rank);
   // The node knows its rank (before it answers anyone). With DTRAIN_CHECKPOINT_DIR: a replacement
   // restores its rank's checkpoint (throws Error if there is none or it is corrupt), an original
   // member removes what an earlier job left there; then checkpoints start.
@@ -113,6 +121,10 @@ class Server {
   void Accumulate(SlotState& slot, int worker, transport::Message&& msg);
   void CompleteRound(SlotState& slot);
   void DrainDeferred(SlotState& slot);
+  // A replacement's first push into a slot that lacks rounds of its rank (server.h): those rounds
+  // complete without it. Then marks the current round pushed for every rank with rounds to skip.
+  // worker: the pushing replacement's rank, or -1 after a round completed.
+  void SkipLostRounds(SlotState& slot, int worker);
   void FailRound(SlotState& slot, const std::string& why);
   std::string FinishedWorkerProblem();
   // Async mode, slot lock held.

@@ -29,6 +29,8 @@ struct Server::SlotState {
         deferred(workers),
         contributed(workers, rounds),
         absorb(workers, 0),
+        resume_at(workers, -1),
+        skip(workers, 0),
         rounds(rounds) {}
 
   std::mutex mutex;
@@ -50,6 +52,11 @@ struct Server::SlotState {
   // process had already pushed into, still to come (absorbed, not summed).
   std::vector<int64_t> contributed;
   std::vector<int64_t> absorb;
+  // Per worker rank: where a replacement resumes when this slot has fewer of its rank's rounds
+  // (this server restored a checkpoint from before the lost process's pushes; -1: no such
+  // replacement), and the rounds that complete without its push (server.h).
+  std::vector<int64_t> resume_at;
+  std::vector<int64_t> skip;
   int64_t rounds = 0;  // dist_sync rounds applied to value
 
   size_t bytes() const { return static_cast<size_t>(length) * DTypeSize(dtype); }

@@ -1,6 +1,7 @@
 // Whole jobs started the way users start them: one `dtrain launch` command.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "subprocess.h"
@@ -135,6 +136,38 @@ TEST(LaunchJob, AKilledServerIsRestoredFromItsCheckpointAndEveryRoundStaysExact)
     EXPECT_NE(out.find("rejoined the job"), std::string::npos) << out;
     EXPECT_EQ(out.find("CHECK FAILED"), std::string::npos) << out;
   }
+}
+
+// A worker and a server lost one after the other (the server 150 ms after the worker, while the
+// worker's replacement starts): the server had checkpointed the lost worker's pushes when it
+// lost it, its replacement waits for the worker's before it connects to the workers (and the
+// worker's for it), and every pull of every round is still exact.
+TEST(LaunchJob, AWorkerAndThenAServerLostTogetherAreBothReplacedAndEveryRoundStaysExact) {
+  TempDir dir;
+  auto argv = SyncJobWithOneRestart({"--round-pause-ms", "20", "--kill-at-round", "5", "--die-rank",
+                                     "1", "--then-kill-server", "1"});
+  argv[std::find(argv.begin(), argv.end(), "--max-restarts") - argv.begin() + 1] = "2";
+  Subprocess launch(argv,
+                    {{"DTRAIN_CHECKPOINT_DIR", dir.path() + "/checkpoints"}, {"PS_VERBOSE", "1"}},
+                    dir.path() + "/launch.log");
+  auto code = launch.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value()) << launch.Output();
+  const std::string out = launch.Output();
+  EXPECT_EQ(*code, 0) << out;
+  EXPECT_NE(out.find("[worker 1] rank 1 kills itself half-way through round 5"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("server 1 (pid"), std::string::npos) << out;
+  EXPECT_NE(out.find("restart 2 of 2, --max-restarts"), std::string::npos) << out;
+  EXPECT_NE(out.find("/server-1 at rounds"), std::string::npos) << out;
+  // The server's replacement registered while the worker's place was still vacant.
+  EXPECT_NE(out.find("gets the node table once the lost worker(s) are replaced"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[worker 1] rank 1 replaces a lost worker: resuming at round 5"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[worker 0] sync OK: rank 0 of 2, 12 rounds"), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker 1] sync OK: rank 1 of 2, 12 rounds"), std::string::npos) << out;
+  EXPECT_EQ(out.find("CHECK FAILED"), std::string::npos) << out;
 }
 
 // Without --max-restarts (or with its budget spent), the first failure still stops the job.

@@ -17,6 +17,11 @@
 //       environment, /proc); under dtrain launch --max-restarts with DTRAIN_CHECKPOINT_DIR the
 //       server's replacement restores its checkpoint, the workers repeat the rounds since, and
 //       every pull must still be exact
+//   kv_check_worker --scenario sync --kill-at-round 5 --die-rank 1 --then-kill-server 1
+//       rank 1 kills itself half-way through round 5, and server 1 is killed 150 ms later (by a
+//       process it leaves behind), while rank 1's replacement starts (it waits 400 ms first):
+//       the server checkpoints the lost worker's pushes when it loses it, and every pull must
+//       still be exact
 #include <signal.h>
 #include <unistd.h>
 
@@ -43,9 +48,10 @@ struct Options {
   int devices = 1;
   int die_rank = 1;
   int die_after = 3;
-  int round_pause_ms = 0;  // sync: a pause before each round, to keep a job running a while
-  int kill_at_round = -1;  // sync: see the top of the file
-  int kill_server = -1;    // sync: the server rank die_rank kills instead of itself
+  int round_pause_ms = 0;     // sync: a pause before each round, to keep a job running a while
+  int kill_at_round = -1;     // sync: see the top of the file
+  int kill_server = -1;       // sync: the server rank die_rank kills instead of itself
+  int then_kill_server = -1;  // sync: the server rank killed 150 ms after die_rank dies
   std::string dir;
   std::vector<int64_t> sizes = {1, 7, 1000, 70000, 250000, 1200000};
 };
@@ -162,6 +168,17 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
       }
       std::printf("rank %d kills itself half-way through round %d\n", kv.rank(), round);
       std::fflush(stdout);
+      if (o.then_kill_server >= 0) {
+        const pid_t server = FindServer(o.then_kill_server);
+        if (server <= 0) return Fail("cannot find server " + std::to_string(o.then_kill_server));
+        if (::fork() == 0) {  // outlives us, out of our process group
+          ::setsid();
+          ::close_range(0, ~0U, 0);  // our connections and pipes must close when we die
+          std::this_thread::sleep_for(std::chrono::milliseconds(150));
+          ::kill(server, SIGKILL);
+          ::_exit(0);
+        }
+      }
       ::raise(SIGKILL);
     }
     std::vector<Array> outs;
@@ -312,10 +329,16 @@ int main(int argc, char** argv) {
   app.add_option("--die-after", o.die_after);
   app.add_option("--kill-at-round", o.kill_at_round);
   app.add_option("--kill-server", o.kill_server);
+  app.add_option("--then-kill-server", o.then_kill_server);
   app.add_option("--dir", o.dir);
   app.add_option("--round-pause-ms", o.round_pause_ms);
   CLI11_PARSE(app, argc, argv);
   if (o.kvstore.empty()) o.kvstore = o.scenario == "async" ? "dist_async" : "dist_sync";
+  const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
+  if (o.then_kill_server >= 0 && restart != nullptr && std::string(restart) != "0") {
+    // A replacement as slow to start as a training program: the server is lost meanwhile.
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
   try {
     auto kv = dtrain::KVStore::Create(o.kvstore);
     if (kv->num_workers() < 1) return Fail("no workers");

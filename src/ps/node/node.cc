@@ -22,6 +22,8 @@ namespace {
 // How long a lost worker or server link waits for the job's end before it fails the node (see
 // OnPeerLost): far longer than a kTerminate takes to arrive, short enough to fail within seconds.
 constexpr Duration kPeerLossGrace{2000};
+// How often a connection attempt made at startup reads the peer's address again (ConnectToPeer).
+constexpr Duration kTableRecheck{1000};
 
 bool IsControl(Command c) {
   return static_cast<uint16_t>(c) < static_cast<uint16_t>(Command::kInit);
@@ -79,6 +81,10 @@ void Node::SetWorkerFinishedHandler(std::function<void(int)> handler) {
 
 void Node::SetWorkerReplacedHandler(std::function<void(int)> handler) {
   worker_replaced_ = std::move(handler);
+}
+
+void Node::SetWorkerLostHandler(std::function<void(int)> handler) {
+  worker_lost_ = std::move(handler);
 }
 
 void Node::SetServerReplacedHandlers(std::function<void(int)> replaced,
@@ -151,13 +157,17 @@ void Node::Start() {
   if (joined_) joined_();
 
   // Workers send requests to every server and servers answer every worker.
-  for (const NodeInfo& peer : table_) {
+  std::vector<NodeInfo> peers;
+  {
+    std::lock_guard<std::mutex> lock(table_mutex_);
+    peers = table_;
+  }
+  for (const NodeInfo& peer : peers) {
     const bool needed = (role_ == Role::kWorker && peer.role == Role::kServer) ||
                         (role_ == Role::kServer && peer.role == Role::kWorker);
     if (!needed) continue;
     try {
-      transport_->Connect(peer.id, {peer.host, peer.port}, self_.id,
-                          Deadline(config_.connect_timeout));
+      ConnectToPeer(peer.id, Deadline(config_.connect_timeout));
     } catch (const TimeoutError& e) {
       std::string why = "cannot reach " + peer.Name() + ": " + e.what() +
                         " (is the address it announced reachable from here? see DMLC_INTERFACE / "
@@ -303,6 +313,26 @@ void Node::OnNodeReplaced(const std::string& meta) {
   replacement_connectors_.emplace_back([this, n = nodes[0]] { ConnectToReplacement(n); });
 }
 
+void Node::ConnectToPeer(NodeId id, const Deadline& deadline) {
+  for (;;) {
+    NodeInfo peer;
+    {
+      std::lock_guard<std::mutex> lock(table_mutex_);
+      peer = table_[id];
+    }
+    try {
+      transport_->Connect(id, {peer.host, peer.port}, self_.id,
+                          Deadline(std::min(kTableRecheck, deadline.left())));
+      return;
+    } catch (const TimeoutError& e) {
+      if (deadline.passed()) {
+        throw TimeoutError("could not connect to " + peer.Address() + " within " +
+                           std::to_string(Seconds(deadline.timeout())) + " s (" + e.what() + ")");
+      }
+    }
+  }
+}
+
 void Node::ConnectToReplacement(NodeInfo replacement) {
   DTRAIN_LOG(kConnections) << "connecting to the replacement of " << replacement.Name();
   if (replacement.role == Role::kWorker && worker_replaced_) worker_replaced_(replacement.rank);
@@ -342,24 +372,23 @@ void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string&
     return;
   }
   std::string name;
+  bool replaceable = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (terminated_ || shut_down_) return;
     name = NameOf(peer);
-    const bool replaceable =
+    replaceable =
         (role_ == Role::kServer && layout_.IsWorker(peer) && config_.restart_wait.count() > 0) ||
         (role_ == Role::kWorker && layout_.IsServer(peer) && config_.ServersReplaceable());
     if (replaceable) {
       // The scheduler decides: it waits for a replacement, or fails the job when none comes.
       DTRAIN_LOG(kWarning) << name << " was lost (" << reason
                            << "); the job waits for its replacement (DTRAIN_RESTART_WAIT_MS)";
-      return;
-    }
-    // At the end of a job a peer that got the scheduler's kTerminate exits and closes its link to
-    // us, and our io threads may see that close before our own kTerminate (another connection).
-    // So a lost worker or server counts only if the job has not ended by then; the heartbeat
-    // thread decides. A death the scheduler sees reaches us at once as kNodeFailed anyway.
-    if (started_ && peer != transport::kSchedulerId) {
+    } else if (started_ && peer != transport::kSchedulerId) {
+      // At the end of a job a peer that got the scheduler's kTerminate exits and closes its link
+      // to us, and our io threads may see that close before our own kTerminate (another
+      // connection). So a lost worker or server counts only if the job has not ended by then; the
+      // heartbeat thread decides. A death the scheduler sees reaches us at once as kNodeFailed.
       if (!pending_loss_) {
         pending_loss_ = name + " was lost: " + reason;
         pending_loss_deadline_ = Clock::now() + kPeerLossGrace;
@@ -367,6 +396,10 @@ void Node::OnPeerLost(NodeId peer, const std::string& remote, const std::string&
       cv_.notify_all();
       return;
     }
+  }
+  if (replaceable) {
+    if (role_ == Role::kServer && worker_lost_) worker_lost_(layout_.RankOf(peer));
+    return;
   }
   Fail(name + " was lost: " + reason);
 }

@@ -59,6 +59,9 @@ class Node {
   // Servers: called when a lost worker's replacement is about to connect (DTRAIN_RESTART_WAIT_MS),
   // before this server connects to it; what the lost process left behind must go.
   void SetWorkerReplacedHandler(std::function<void(int worker_rank)> handler);
+  // Servers, when workers are replaceable: called (on a transport thread) when a worker is lost
+  // and the job waits for its replacement. May be called more than once for one loss.
+  void SetWorkerLostHandler(std::function<void(int worker_rank)> handler);
   // Workers, when servers are replaceable (Config::ServersReplaceable): `replaced` is called when a
   // lost server's replacement is about to be connected to (before it is), `restarted` once the
   // scheduler has started it (it restored its checkpoint and connected to every worker), on a
@@ -113,6 +116,10 @@ class Node {
   // A replaced peer (a worker's for a server, a server's for a worker); connects to it (on a
   // thread of its own) and tells the scheduler.
   void OnNodeReplaced(const std::string& meta);
+  // Connects to peer `id` at the address the node table has for it, read again every
+  // kTableRecheck: a peer lost while a replacement starts gets a replacement of its own, at
+  // another address (OnNodeReplaced updates the table). Throws TimeoutError at the deadline.
+  void ConnectToPeer(NodeId id, const Deadline& deadline);
   void ConnectToReplacement(NodeInfo replacement);
   // Workers: the scheduler started a lost server's replacement (meta: its id).
   void OnReplacementStarted(const std::string& meta);
@@ -127,6 +134,7 @@ class Node {
   std::vector<std::function<void(const std::string&)>> failure_listeners_;
   std::function<void(int)> worker_finished_;
   std::function<void(int)> worker_replaced_;
+  std::function<void(int)> worker_lost_;
   std::function<void(int)> server_replaced_;
   std::function<void(int)> server_restarted_;
   std::function<void()> joined_;
