@@ -294,11 +294,14 @@ struct Scheduler::State {
     }
   }
 
+  // The first vacancy of `role`, or vacant.end().
+  std::map<NodeId, Vacancy>::iterator VacancyOf(Role role) {
+    return std::find_if(vacant.begin(), vacant.end(),
+                        [&](const auto& v) { return layout.RoleOf(v.first) == role; });
+  }
+
   std::map<NodeId, Vacancy>::iterator VacancyFor(const control::Registration& reg) {
-    if (reg.requested_rank < 0) {
-      return std::find_if(vacant.begin(), vacant.end(),
-                          [&](const auto& v) { return layout.RoleOf(v.first) == reg.role; });
-    }
+    if (reg.requested_rank < 0) return VacancyOf(reg.role);
     if (reg.requested_rank >= Expected(reg.role)) return vacant.end();
     return vacant.find(IdOf(reg.role, reg.requested_rank));
   }
@@ -330,9 +333,7 @@ struct Scheduler::State {
       return;
     }
     last_heard[id] = Clock::now();
-    const bool peer_vacant = std::any_of(vacant.begin(), vacant.end(), [&](const auto& v) {
-      return layout.RoleOf(v.first) == PeerRole(reg.role);
-    });
+    const bool peer_vacant = VacancyOf(PeerRole(reg.role)) != vacant.end();
     r.table_pending = peer_vacant;
     rejoining.emplace(id, std::move(r));
     if (peer_vacant) {
@@ -343,12 +344,12 @@ struct Scheduler::State {
       SendNodeTable(id);
     }
     // Replacements of peers that waited for this one get the table now (before they hear of it).
-    for (auto& [peer, waiting] : rejoining) {
-      if (waiting.table_pending && layout.RoleOf(peer) == PeerRole(reg.role) &&
-          std::none_of(vacant.begin(), vacant.end(),
-                       [&](const auto& v) { return layout.RoleOf(v.first) == reg.role; })) {
-        waiting.table_pending = false;
-        SendNodeTable(peer);
+    if (VacancyOf(reg.role) == vacant.end()) {
+      for (auto& [peer, waiting] : rejoining) {
+        if (waiting.table_pending && layout.RoleOf(peer) == PeerRole(reg.role)) {
+          waiting.table_pending = false;
+          SendNodeTable(peer);
+        }
       }
     }
     // A peer's replacement that is still rejoining waits until every member of this role has

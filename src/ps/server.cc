@@ -269,7 +269,7 @@ void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int
         slot->absorb[worker] = contributed - round;
         contributed = round;
       } else if (contributed < round) {
-        slot->resume_at[worker] = round;  // decided at its first push (SkipLostRounds)
+        slot->resume_at[worker] = round;  // decided at its first push (DecideLostRounds)
       }
     }
   }
@@ -298,28 +298,30 @@ void Server::OnWorkerLost(int /*worker_rank*/) {
   if (!checkpoint_folder_.empty()) RequestCheckpoint();
 }
 
-void Server::SkipLostRounds(SlotState& slot, int worker) {
-  if (worker >= 0 && slot.resume_at[worker] >= 0) {
-    // The rounds the other workers have pushed (or queued) beyond this rank's: those its lost
-    // process had pushed, up to where its replacement resumes.
-    int64_t others = 0;
-    for (size_t w = 0; w < slot.contributed.size(); ++w) {
-      if (static_cast<int>(w) == worker) continue;
-      int64_t pushes = 0;
-      for (const Message& m : slot.deferred[w]) pushes += m.header.command != Command::kPull;
-      others = std::max(others, slot.contributed[w] + pushes);
-    }
-    const int64_t lost = std::min(slot.resume_at[worker], others) - slot.contributed[worker];
-    slot.resume_at[worker] = -1;
-    if (lost > 0) {
-      slot.skip[worker] = lost;
-      DTRAIN_LOG(kWarning) << "worker " << worker << "'s pushes of rounds "
-                           << slot.contributed[worker] + 1 << "-" << slot.contributed[worker] + lost
-                           << " of " << SlotName(slot.key, slot.part)
-                           << " were lost with its process and this server's: those rounds "
-                              "complete without them";
-    }
+void Server::DecideLostRounds(SlotState& slot, int worker) {
+  if (slot.resume_at[worker] < 0) return;
+  // The rounds the other workers have pushed (or queued) beyond this rank's: those its lost
+  // process had pushed, up to where its replacement resumes.
+  int64_t others = 0;
+  for (size_t w = 0; w < slot.contributed.size(); ++w) {
+    if (static_cast<int>(w) == worker) continue;
+    int64_t pushes = 0;
+    for (const Message& m : slot.deferred[w]) pushes += m.header.command != Command::kPull;
+    others = std::max(others, slot.contributed[w] + pushes);
   }
+  const int64_t lost = std::min(slot.resume_at[worker], others) - slot.contributed[worker];
+  slot.resume_at[worker] = -1;
+  if (lost > 0) {
+    slot.skip[worker] = lost;
+    DTRAIN_LOG(kWarning) << "worker " << worker << "'s pushes of rounds "
+                         << slot.contributed[worker] + 1 << "-" << slot.contributed[worker] + lost
+                         << " of " << SlotName(slot.key, slot.part)
+                         << " were lost with its process and this server's: those rounds "
+                            "complete without them";
+  }
+}
+
+void Server::SkipLostRounds(SlotState& slot) {
   for (size_t w = 0; w < slot.skip.size(); ++w) {
     if (slot.skip[w] > 0 && !slot.pushed[w]) {
       --slot.skip[w];
@@ -442,7 +444,10 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
     }
     return;
   }
-  if (is_push) SkipLostRounds(slot, worker);
+  if (is_push) {
+    DecideLostRounds(slot, worker);
+    SkipLostRounds(slot);
+  }
   if (!queue.empty() || (is_push && slot.pushed[worker])) {
     queue.push_back(std::move(msg));  // belongs to a later round
   } else {
@@ -457,7 +462,7 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
       return FailRound(
           slot, "applying the round of " + SlotName(slot.key, slot.part) + " failed: " + e.what());
     }
-    SkipLostRounds(slot, -1);
+    SkipLostRounds(slot);
     DrainDeferred(slot);
   }
 }

@@ -121,10 +121,11 @@ class Server {
   void Accumulate(SlotState& slot, int worker, transport::Message&& msg);
   void CompleteRound(SlotState& slot);
   void DrainDeferred(SlotState& slot);
-  // A replacement's first push into a slot that lacks rounds of its rank (server.h): those rounds
-  // complete without it. Then marks the current round pushed for every rank with rounds to skip.
-  // worker: the pushing replacement's rank, or -1 after a round completed.
-  void SkipLostRounds(SlotState& slot, int worker);
+  // A replacement's first push into a slot that lacks rounds of its rank (server.h): how many of
+  // those rounds complete without it.
+  void DecideLostRounds(SlotState& slot, int worker);
+  // Marks the current round pushed for every rank with rounds to skip.
+  void SkipLostRounds(SlotState& slot);
   void FailRound(SlotState& slot, const std::string& why);
   std::string FinishedWorkerProblem();
   // Async mode, slot lock held.
