@@ -150,7 +150,16 @@ TEST(LaunchOptions, ElasticFlagsThatCannotWorkAreRefused) {
   EXPECT_THAT(ErrorOf({"-s", "0", "--host-discovery-script", "", "--", "t"}),
               HasSubstr("must not be empty"));
   EXPECT_THAT(ErrorOf({"-s", "0", "--host-discovery-script", "x", "--launcher", "mpi", "--", "t"}),
-              HasSubstr("not elastic yet"));
+              HasSubstr("--launcher mpi starts them through its own tool"));
+  EXPECT_THAT(ErrorOf({"-s", "0", "--host-discovery-script", "x", "--launcher", "ssh", "-H", "h",
+                       "--", "t"}),
+              HasSubstr("the discovery script prints"));
+  EXPECT_THAT(ErrorOf({"-s", "0", "--host-discovery-script", "x", "--launcher", "ssh",
+                       "--sync-dst-dir", "/d", "--", "t"}),
+              HasSubstr("cannot be copied before it starts"));
+  EXPECT_EQ(*Parse({"-s", "0", "--host-discovery-script", "x", "--launcher", "ssh", "--", "t"})
+                 .host_discovery_script,
+            "x");
   EXPECT_THAT(
       ErrorOf({"-s", "0", "--host-discovery-script", "x", "--elastic-timeout", "0", "--", "t"}),
       HasSubstr("--elastic-timeout must be between"));

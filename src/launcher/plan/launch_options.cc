@@ -198,7 +198,8 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
                   "an elastic allreduce job (-s 0, Horovod's elastic mode): run SCRIPT every "
                   "second; it prints the hosts that may run workers, one `HOST:SLOTS` a line. "
                   "Workers start on free slots (up to --max-np); a worker that fails retires its "
-                  "slot and the others go on from their last commit (dtrain.torch.elastic)");
+                  "slot and the others go on from their last commit (dtrain.torch.elastic). "
+                  "--launcher local: this machine's names only; --launcher ssh: any host");
   app->add_option(
       "--min-np", f->min_np,
       "elastic: the fewest workers to train with (default -n, else 1); below it the "
@@ -336,11 +337,23 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
                      LauncherName(o.launcher) + " starts them through its own tool");
   }
   if (o.host_discovery_script) {
-    if (o.launcher != LauncherKind::kLocal) {
+    if (o.launcher != LauncherKind::kLocal && o.launcher != LauncherKind::kSsh) {
       throw UsageError(
-          std::string("--host-discovery-script works with --launcher local (every "
-                      "slot the script offers must be this machine's) for now; --launcher ") +
-          LauncherName(o.launcher) + " is not elastic yet");
+          std::string("--host-discovery-script works with --launcher local (this machine's "
+                      "slots) and ssh (any host's), which start each worker themselves; "
+                      "--launcher ") +
+          LauncherName(o.launcher) + " starts them through its own tool");
+    }
+    if (o.hostfile) {
+      throw UsageError(
+          "-H/--hostfile and --host-discovery-script: an elastic job's hosts are those the "
+          "discovery script prints (a fixed list: a script that prints the hostfile)");
+    }
+    if (o.sync_dst_dir) {
+      throw UsageError(
+          "--sync-dst-dir and --host-discovery-script: hosts join an elastic job while it runs, "
+          "so the directory cannot be copied before it starts; put the program on every host "
+          "the script may offer");
     }
     if (o.max_restarts > 0) {
       throw UsageError(

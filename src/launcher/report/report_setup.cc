@@ -20,7 +20,8 @@ std::string TimelinePath(const LaunchOptions& options) {
 
 }  // namespace
 
-void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions* supervision) {
+void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions* supervision,
+                  bool other_hosts) {
   // The first process's address as the job announces it (DMLC_NODE_HOST), else its host.
   std::string toward = "127.0.0.1";
   for (const ProcessSpec& p : plan->processes) {
@@ -32,7 +33,7 @@ void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions
     break;
   }
   const std::string address = SchedulerAddressToward(toward, options.interface);
-  const bool loopback = address.rfind("127.", 0) == 0;
+  const bool loopback = !other_hosts && address.rfind("127.", 0) == 0;
   auto channel = std::make_shared<ReportChannel>(ReportChannel::Open(loopback));
   TellProcesses(plan, address, *channel);
   supervision->reports = std::move(channel);

@@ -12,7 +12,10 @@ namespace dtrain::launcher {
 
 // The processes reach the launcher at this host's address on the route to the first process's
 // host (--interface's address when given): 127.0.0.1 when they all run here, and then the channel
-// listens on loopback only. Throws dtrain::Error when it cannot listen.
-void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions* supervision);
+// listens on loopback only. `other_hosts`: it listens on every interface anyway, for processes
+// added later on other hosts (an elastic job over ssh sets each one's DTRAIN_REPORT_ADDR). Throws
+// dtrain::Error when it cannot listen.
+void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions* supervision,
+                  bool other_hosts = false);
 
 }  // namespace dtrain::launcher

@@ -20,6 +20,8 @@ int RunSshJob(const LaunchOptions& options);
 int RunMpiJob(const LaunchOptions& options);
 int RunSlurmJob(const LaunchOptions& options);
 int RunSgeJob(const LaunchOptions& options);
+// --host-discovery-script, with --launcher local or ssh (elastic_launcher.cc).
+int RunElasticJob(const LaunchOptions& options);
 
 // DTRAIN_CHECKPOINT_DIR is set (by the user, or by `dtrain launch --max-restarts`): the servers
 // write checkpoints, so a lost server can be replaced like a lost worker.

@@ -14,7 +14,6 @@
 #include "launcher/report/report_setup.h"
 #include "launcher/run/backends.h"
 #include "launcher/run/process_group.h"
-#include "launcher/watch/elastic_job.h"
 #include "launcher/watch/local_job.h"
 
 namespace dtrain::launcher {
@@ -37,43 +36,6 @@ int ReportUsageError(const UsageError& e) {
 
 std::string Count(int n, const char* noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
-}
-
-}  // namespace
-
-namespace {
-
-// --host-discovery-script: one worker's spec is the template of all; the layout variables a
-// worker would read its rank and the job's size from are left out (the launcher tells it both
-// when a membership forms), its number names it (DTRAIN_NODE_RANK, set per worker).
-int RunElasticJob(const LaunchOptions& options) {
-  LaunchOptions one = options;
-  one.num_workers = 1;
-  JobPlan plan =
-      BuildJobPlan(one, PlaceLocally(0, 1), SelfExecutablePath(), PickFreeLoopbackPort());
-  SupervisorOptions supervision;
-  supervision.kill_grace = options.kill_grace;
-  supervision.output_dir = options.output_dir;
-  SetUpReports(options, &plan, &supervision);
-  ProcessSpec worker = plan.processes.front();
-  std::vector<EnvVar> env;
-  for (EnvVar& v : worker.env) {
-    if (!IsPerRankVariable(v.first) && v.first != "DMLC_NUM_WORKER") env.push_back(std::move(v));
-  }
-  env.push_back({"DTRAIN_ELASTIC", "1"});
-  env.push_back({"DTRAIN_ELASTIC_TIMEOUT_S",
-                 std::to_string(static_cast<int64_t>(Seconds(options.elastic_timeout)))});
-  worker.env = std::move(env);
-  ElasticOptions elastic;
-  elastic.discovery_script = *options.host_discovery_script;
-  elastic.min_np = options.min_np;
-  elastic.max_np = options.max_np;
-  elastic.timeout = options.elastic_timeout;
-  std::fprintf(stderr,
-               "dtrain launch: elastic allreduce job on this machine: %d to %d workers on the "
-               "slots that `%s` offers\n",
-               options.min_np, options.max_np, elastic.discovery_script.c_str());
-  return SuperviseElasticJob(worker, supervision, elastic);
 }
 
 }  // namespace

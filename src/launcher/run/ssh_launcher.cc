@@ -14,7 +14,6 @@
 #include <set>
 
 #include "dtrain/common/error.h"
-#include "launcher/plan/forwarded_env.h"
 #include "launcher/plan/hostfile.h"
 #include "launcher/plan/job_plan.h"
 #include "launcher/plan/local_address.h"
@@ -22,13 +21,12 @@
 #include "launcher/run/backends.h"
 #include "launcher/run/remote_command.h"
 #include "launcher/run/setup_command.h"
+#include "launcher/run/ssh_hosts.h"
 #include "launcher/watch/local_job.h"
 
 namespace dtrain::launcher {
 namespace {
 
-// `ssh -G` reads configuration files only; it does not connect.
-constexpr Duration kSshConfigTimeout{10000};
 // rsync gives up on a transfer without progress for this long; the whole copy gets kSyncTimeout.
 constexpr Duration kSyncStallTimeout{60000};
 constexpr Duration kSyncTimeout{3600 * 1000};
@@ -40,25 +38,6 @@ std::vector<std::string> DistinctHosts(const std::vector<HostEntry>& hosts) {
     if (seen.insert(h.host).second) out.push_back(h.host);
   }
   return out;
-}
-
-// host as written -> the name or address ssh connects to, which the other nodes use too.
-std::map<std::string, std::string> SshHostnames(const std::vector<std::string>& ssh_options,
-                                                const std::vector<std::string>& hosts) {
-  std::vector<std::vector<std::string>> queries;
-  for (const std::string& h : hosts) queries.push_back(SshConfigQuery(ssh_options, h));
-  const std::vector<SetupResult> results = RunSetupCommands(queries, kSshConfigTimeout);
-  std::map<std::string, std::string> names;
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    const std::string name = HostnameFromSshConfig(results[i].output);
-    if (!results[i].succeeded() || name.empty()) {
-      throw UsageError("ssh cannot use host '" + hosts[i] + "' from the hostfile: `ssh -G` " +
-                       results[i].Describe(kSshConfigTimeout) +
-                       " (check --ssh-opts and the ssh configuration)");
-    }
-    names[hosts[i]] = name;
-  }
-  return names;
 }
 
 // rsync to every host at once. Returns 0, or the exit code for the launcher after reporting.
@@ -83,24 +62,6 @@ int SyncWorkingDirectory(const LaunchOptions& options, const std::vector<std::st
   return code;
 }
 
-// Turns every spec placed on another host into a local ssh client that runs it there.
-void WrapInSsh(const LaunchOptions& options, const std::string& remote_dir, JobPlan* plan) {
-  const std::vector<EnvVar> forwarded = ForwardedEnvironment(RemoteStart::kSsh);
-  const char* secret = std::getenv("DTRAIN_JOB_SECRET");
-  const bool has_secret = secret != nullptr && *secret != '\0';
-  for (ProcessSpec& spec : plan->processes) {
-    if (spec.role == Role::kScheduler) continue;
-    std::vector<EnvVar> env = forwarded;  // the job's own variables come after, and win
-    env.insert(env.end(), spec.env.begin(), spec.env.end());
-    const std::string script =
-        RemoteScript(remote_dir, env, spec.argv, options.kill_grace, has_secret);
-    spec.argv = SshCommand(options.ssh_options, spec.host, script);
-    spec.stdin_held_open = true;
-    if (has_secret) spec.stdin_preamble = std::string(secret) + "\n";
-    spec.remote_via = "ssh";
-  }
-}
-
 std::string Count(size_t n, const char* noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
@@ -108,12 +69,14 @@ std::string Count(size_t n, const char* noun) {
 }  // namespace
 
 int RunSshJob(const LaunchOptions& options) {
+  if (options.host_discovery_script) return RunElasticJob(options);
   if (!options.hostfile) {
     throw UsageError("--launcher ssh needs -H/--hostfile: the hosts to run servers and workers on");
   }
   const std::vector<HostEntry> hosts = ReadHostfile(*options.hostfile);
   const std::vector<std::string> distinct = DistinctHosts(hosts);
-  const std::map<std::string, std::string> names = SshHostnames(options.ssh_options, distinct);
+  const std::map<std::string, std::string> names =
+      SshHostnames(options.ssh_options, distinct, "the hostfile");
   const std::string scheduler_address =
       SchedulerAddressToward(names.at(hosts[0].host), options.interface);
 
@@ -145,7 +108,9 @@ int RunSshJob(const LaunchOptions& options) {
 
   SupervisorOptions supervision;
   SetUpReports(options, &plan, &supervision);  // before WrapInSsh puts the env into ssh commands
-  WrapInSsh(options, remote_dir, &plan);
+  for (ProcessSpec& spec : plan.processes) {
+    if (spec.role != Role::kScheduler) WrapInSsh(options, remote_dir, &spec);
+  }
   if (plan.num_servers == 0) {
     std::fprintf(stderr,
                  "dtrain launch: starting %s on %s through ssh, in %s (allreduce job: no "

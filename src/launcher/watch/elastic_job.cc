@@ -9,8 +9,8 @@
 #include <set>
 #include <vector>
 
-#include "launcher/plan/local_address.h"
 #include "launcher/run/host_discovery.h"
+#include "launcher/watch/process_description.h"
 #include "launcher/watch/watch_loop.h"
 
 namespace dtrain::launcher {
@@ -29,9 +29,7 @@ struct Worker : WatchedProcess {
   std::string peer_address;  // where its join came from: rank 0's is the rendezvous host
 
   std::optional<NodeKey> Node() const override { return NodeKey{Role::kWorker, id}; }
-  std::string Who() const override {
-    return "worker " + std::to_string(id) + " (pid " + std::to_string(pid) + ")";
-  }
+  std::string Who() const override { return DescribeProcess(spec, pid); }
   bool live() const { return pid != 0 && !reported && !reaped; }
 };
 
@@ -91,11 +89,10 @@ class ElasticSupervisor : public JobWatch {
     last_discovery_error_.clear();
     std::map<std::string, int> slots;
     for (const HostEntry& h : found) {
-      if (!IsThisMachine(h.host)) {
-        if (refused_hosts_.insert(h.host).second) {
-          Say("the host discovery script offers " + h.host +
-              ", which is not this machine: --launcher local runs workers here only; ignored");
-        }
+      if (refused_hosts_.count(h.host)) continue;
+      if (std::optional<std::string> why = elastic_.hosts->Refuse(h.host)) {
+        refused_hosts_.insert(h.host);
+        Say("the host discovery script offers " + h.host + ", " + *why + "; ignored");
         continue;
       }
       slots[h.host] += h.slots;
@@ -157,9 +154,10 @@ class ElasticSupervisor : public JobWatch {
     auto w = std::make_unique<Worker>(io_);
     w->id = next_id_++;
     w->slot = host;
-    w->spec = template_;
-    w->spec.rank = w->id;
-    w->spec.env.push_back({"DTRAIN_NODE_RANK", std::to_string(w->id)});
+    ProcessSpec spec = template_;
+    spec.rank = w->id;
+    spec.env.push_back({"DTRAIN_NODE_RANK", std::to_string(w->id)});
+    w->spec = elastic_.hosts->Place(spec, host);
     w->name = w->spec.Name();
     bool ok = true;
     w->log = OpenLog(w->spec.LogFileName(), &ok);
@@ -401,23 +399,23 @@ class ElasticSupervisor : public JobWatch {
     broken_ = true;
     const std::vector<Worker*> members = Members();
     if (members.empty() && !finished_) {
-      Say(w->Who() + " " + w->status.Describe() +
+      Say(w->Who() + " " + DescribeExit(w->spec, w->status) +
           "; every worker has failed, nobody holds the training state: stopping the job");
       set_exit_code(w->status.ShellCode());
       BeginStop();
       return;
     }
-    Say(w->Who() + " " + w->status.Describe() + "; its slot on " + w->slot +
+    Say(w->Who() + " " + DescribeExit(w->spec, w->status) + "; its slot on " + w->slot +
         " is retired and the other " + std::to_string(members.size()) +
         " go on from their last commit");
-    NoteReset(w->Who() + " " + w->status.Describe() + ": slot retired");
+    NoteReset(w->Who() + " " + DescribeExit(w->spec, w->status) + ": slot retired");
   }
 
   void SignalStop() override {
     discovery_timer_.cancel();
     below_min_timer_.cancel();
     join_timer_.cancel();
-    SignalJob(SIGTERM);
+    JobWatch::SignalStop();
   }
 
   ProcessSpec template_;

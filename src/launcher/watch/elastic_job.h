@@ -3,10 +3,11 @@
 // collectives start with DTRAIN_ELASTIC=1); the launcher decides who is in the job.
 //
 //   - Slots. Every second the launcher runs the discovery script; it prints `HOST[:SLOTS]` lines
-//     (the local launcher takes this machine's names only). A worker starts on every free slot,
-//     up to max_np in all. A worker that fails retires its slot (Horovod retires the whole host):
-//     the slot counts again once the script stops listing its host and lists it again, or lists
-//     more slots. A host the script drops has its workers told to leave at their next join.
+//     (ElasticHosts says which hosts this launcher can reach and how: --launcher local takes this
+//     machine's names only, --launcher ssh any host ssh can use). A worker starts on every free
+//     slot, up to max_np in all. A worker that fails retires its slot (Horovod retires the whole
+//     host): the slot counts again once the script stops listing its host and lists it again, or
+//     lists more slots. A host the script drops has its workers told to leave at their next join.
 //   - Memberships. A worker's collectives start by asking the launcher to join (an
 //     "elastic_join" request on the report channel, report_server.h). Once every live worker
 //     asks, and there are at least min_np, the launcher forms the next membership: ranks by
@@ -23,6 +24,8 @@
 // Threads: the launcher's event loop (watch_loop.h).
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "dtrain/common/deadline.h"
@@ -31,7 +34,20 @@
 
 namespace dtrain::launcher {
 
+// How an elastic job reaches the hosts its discovery script offers. Called on the launcher's
+// event loop; may block it briefly (ssh reads its configuration for a new host).
+class ElasticHosts {
+ public:
+  virtual ~ElasticHosts() = default;
+  // Why no worker can run on `host` (said once, and the host ignored while the script lists it),
+  // or nullopt when one can.
+  virtual std::optional<std::string> Refuse(const std::string& host) = 0;
+  // `worker` (its rank and variables set) made to run on `host`, which Refuse accepted.
+  virtual ProcessSpec Place(const ProcessSpec& worker, const std::string& host) = 0;
+};
+
 struct ElasticOptions {
+  std::shared_ptr<ElasticHosts> hosts;
   std::string discovery_script;  // run with /bin/sh -c
   int min_np = 1;
   int max_np = 1;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "launcher/run/output_merger.h"
+#include "launcher/watch/process_description.h"
 #include "launcher/watch/watch_loop.h"
 
 namespace dtrain::launcher {
@@ -18,30 +19,14 @@ namespace {
 // How long after the last worker's exit its first record may still be on its way to us.
 constexpr Duration kJoinReportGrace{1000};
 
-// A few bytes into a fresh pipe: they fit its buffer, so this never blocks. A reader that is gone
-// already (EPIPE: SIGPIPE is ignored by the launcher) shows as that process's exit.
-void WriteToPipe(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
 struct Child : WatchedProcess {
   using WatchedProcess::WatchedProcess;
 
-  UniqueFd stdin_write;  // spec.stdin_held_open: closed when the job stops
   UniqueFd log;
 
   std::optional<NodeKey> Node() const override { return NodeKey{spec.role, spec.rank}; }
 
-  std::string Who() const override {
-    if (spec.remote_via.empty()) return spec.Name() + " (pid " + std::to_string(pid) + ")";
-    return spec.Name() + " on " + spec.host + " (" + spec.remote_via + " pid " +
-           std::to_string(pid) + ")";
-  }
+  std::string Who() const override { return DescribeProcess(spec, pid); }
 };
 
 class Supervisor : public JobWatch {
@@ -70,10 +55,6 @@ class Supervisor : public JobWatch {
 
   void OnStarted(WatchedProcess* p, StartedProcess started) override {
     Child* c = static_cast<Child*>(p);
-    c->stdin_write = std::move(started.stdin_write);
-    if (c->stdin_write.get() >= 0 && !c->spec.stdin_preamble.empty()) {
-      WriteToPipe(c->stdin_write.get(), c->spec.stdin_preamble);
-    }
     const std::string prefix = std::string("[").append(c->spec.Name()).append("] ");
     c->out = MergePipe(c, std::move(started.stdout_read), prefix, false, c->log.get());
     c->err = MergePipe(c, std::move(started.stderr_read), prefix, true, c->log.get());
@@ -101,7 +82,8 @@ class Supervisor : public JobWatch {
       // the job a moment before the workers' processes are gone.
     } else if (phase() == Phase::kWaitingForServices) {
       if (!st.succeeded()) {
-        Say(c->Who() + " " + DescribeExit(*c) + " after the workers finished; stopping the job");
+        Say(c->Who() + " " + DescribeExit(c->spec, c->status) +
+            " after the workers finished; stopping the job");
         set_exit_code(st.ShellCode());
         BeginStop();
       } else if (AllServicesReported()) {
@@ -122,7 +104,7 @@ class Supervisor : public JobWatch {
 
   bool Replace(Child* c) {
     ++restarts_;
-    const std::string why = DescribeExit(*c);
+    const std::string why = DescribeExit(c->spec, c->status);
     Say(c->Who() + " " + why + "; starting a replacement with its rank (restart " +
         std::to_string(restarts_) + " of " + std::to_string(options().max_restarts) +
         ", --max-restarts)");
@@ -195,7 +177,7 @@ class Supervisor : public JobWatch {
   void StopForFailure() {
     Child* cause = failures_.front();
     for (Child* f : failures_) {
-      if (DiedBySignal(*f)) {
+      if (DiedBySignal(f->spec, f->status)) {
         cause = f;
         break;
       }
@@ -208,36 +190,15 @@ class Supervisor : public JobWatch {
         }
       }
     }
-    Say(cause->Who() + " " + DescribeExit(*cause) + "; stopping the job");
+    Say(cause->Who() + " " + DescribeExit(cause->spec, cause->status) + "; stopping the job");
     std::string others;
     for (Child* f : failures_) {
-      if (f != cause) others += (others.empty() ? "" : ", ") + f->Who() + " " + DescribeExit(*f);
+      if (f != cause)
+        others += (others.empty() ? "" : ", ") + f->Who() + " " + DescribeExit(f->spec, f->status);
     }
     if (!others.empty()) Say("meanwhile " + others);
     set_exit_code(cause->status.ShellCode());
     BeginStop();
-  }
-
-  // A signal, or a shell's 128 + signal code passed on by an ssh client (not ssh's own 255).
-  static bool DiedBySignal(const Child& c) {
-    if (WIFSIGNALED(c.status.wait_status)) return true;
-    const int code = c.status.ShellCode();
-    return !c.spec.remote_via.empty() && code > 128 && code < 128 + NSIG;
-  }
-
-  // ExitStatus::Describe, plus what an ssh client's code means.
-  static std::string DescribeExit(const Child& c) {
-    std::string text = c.status.Describe();
-    if (c.spec.remote_via != "ssh" || !WIFEXITED(c.status.wait_status)) return text;
-    const int code = WEXITSTATUS(c.status.wait_status);
-    if (code == 255) {
-      text += " (ssh itself failed: cannot connect or log in, or the connection was lost)";
-    } else if (code > 128 && code < 128 + NSIG) {
-      const char* abbrev = ::sigabbrev_np(code - 128);
-      text += ": the remote process was killed by signal " + std::to_string(code - 128) + " (SIG" +
-              (abbrev != nullptr ? abbrev : "?") + ")";
-    }
-    return text;
   }
 
   // --- teardown ---
@@ -245,10 +206,7 @@ class Supervisor : public JobWatch {
   void SignalStop() override {
     settle_timer_.cancel();
     join_timer_.cancel();
-    // EOF on a held stdin tells a remote guard to stop its process even if the signal below
-    // cannot reach the process's client.
-    for (auto& c : children_) c->stdin_write.reset();
-    SignalJob(SIGTERM);
+    JobWatch::SignalStop();
   }
 
   const JobPlan& plan_;

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 namespace dtrain::launcher {
 namespace {
@@ -14,6 +16,17 @@ namespace {
 // How often the teardown looks whether the group is empty. SIGCHLD tells about our children,
 // but not about grandchildren that init reaps.
 constexpr Duration kStopPollInterval{20};
+
+// A few bytes into a fresh pipe: they fit its buffer, so this never blocks. A reader that is gone
+// already (EPIPE: SIGPIPE is ignored by the launcher) shows as that process's exit.
+void WriteToPipe(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
 
 }  // namespace
 
@@ -110,6 +123,7 @@ void JobWatch::StartAll() {
     if (auto node = p->Node(); node && reports_) {
       reports_->status().ProcessStarted(*node, p->spec.host, p->pid, 0);
     }
+    HoldStdin(p, &started);
     OnStarted(p, std::move(started));
   }
   // Processes never started count as gone, so that the teardown does not wait for them.
@@ -133,6 +147,7 @@ bool JobWatch::StartLater(WatchedProcess* p) {
   if (auto node = p->Node(); node && reports_) {
     reports_->status().ProcessStarted(*node, p->spec.host, p->pid, NowMicros());
   }
+  HoldStdin(p, &started);
   OnStarted(p, std::move(started));
   return true;
 }
@@ -159,6 +174,7 @@ bool JobWatch::StartAgain(WatchedProcess* p, const std::string& why) {
     reports_->status().ProcessRestarted(*node, why, p->pid, NowMicros());
     reports_->MarkTimeline("restart", node->Name() + " restarted: " + why);
   }
+  HoldStdin(p, &started);
   OnStarted(p, std::move(started));
   return true;
 }
@@ -295,7 +311,19 @@ void JobWatch::BeginStop() {
   PollStopped();
 }
 
-void JobWatch::SignalStop() { SignalJob(SIGTERM); }
+void JobWatch::SignalStop() {
+  // EOF on a held stdin tells a remote guard to stop its process even if the signal below cannot
+  // reach the process's client.
+  for (WatchedProcess* p : processes_) p->stdin_write.reset();
+  SignalJob(SIGTERM);
+}
+
+void JobWatch::HoldStdin(WatchedProcess* p, StartedProcess* started) {
+  p->stdin_write = std::move(started->stdin_write);
+  if (p->stdin_write.get() >= 0 && !p->spec.stdin_preamble.empty()) {
+    WriteToPipe(p->stdin_write.get(), p->spec.stdin_preamble);
+  }
+}
 
 void JobWatch::SendKill() {
   sigkill_sent_ = true;

@@ -52,6 +52,8 @@ struct WatchedProcess {
   std::string name;         // "worker 1", "mpirun (workers)": in "cannot start NAME"
   bool is_service = false;  // the scheduler or a server: may end after the workers
   pid_t pid = 0;
+  // spec.stdin_held_open: the write end, after spec.stdin_preamble; closed when the job stops.
+  UniqueFd stdin_write;
   std::unique_ptr<PipeReader> out;
   std::unique_ptr<PipeReader> err;
   int open_streams = 0;
@@ -88,7 +90,8 @@ class JobWatch {
   // Creates the processes (calling Watch for each) and whatever they write to; false (after a
   // message) to give up with exit code 1 before anything starts.
   virtual bool CreateProcesses() = 0;
-  // `p` was just started: read its pipes (ReadPipe) and keep what else `started` holds.
+  // `p` was just started: read its pipes (ReadPipe) and keep what else `started` holds (its
+  // stdin, if held open, is p->stdin_write already).
   virtual void OnStarted(WatchedProcess* p, StartedProcess started) = 0;
   // After every process was started, before the event loop runs.
   virtual void OnAllStarted() {}
@@ -97,8 +100,8 @@ class JobWatch {
   // service_grace passed after the workers finished: by default, the services whose exit waits for
   // their pipes count as exited, and those still running are stopped with a warning.
   virtual void OnServiceGraceOver();
-  // Sends the processes SIGTERM (or what stops them) at the start of the teardown. By default the
-  // whole group and the strays get SIGTERM.
+  // Sends the processes SIGTERM (or what stops them) at the start of the teardown. By default
+  // every held stdin is closed and the whole group and the strays get SIGTERM.
   virtual void SignalStop();
   // Right before the SIGKILL.
   virtual void BeforeKill() {}
@@ -164,6 +167,8 @@ class JobWatch {
 
  private:
   void StartAll();
+  // Keeps a started process's stdin (when held open) and writes its preamble.
+  void HoldStdin(WatchedProcess* p, StartedProcess* started);
   void WaitForSignal();
   // After the job, while the status page lingers: reaps late descendants, stops at Ctrl-C.
   void WaitForInterruptWhileLingering();

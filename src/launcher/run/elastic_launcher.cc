@@ -1,0 +1,129 @@
+// `dtrain launch -s 0 --host-discovery-script S`: an elastic allreduce job (elastic_job.h) on the
+// hosts the script offers. --launcher local runs every worker on this machine; --launcher ssh runs
+// each on its host through ssh, as the ssh backend does (ssh_launcher.cc), a host's address looked
+// up with `ssh -G` when the script first offers it.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "dtrain/common/error.h"
+#include "launcher/plan/local_address.h"
+#include "launcher/report/report_setup.h"
+#include "launcher/run/backends.h"
+#include "launcher/run/process_group.h"
+#include "launcher/run/ssh_hosts.h"
+#include "launcher/watch/elastic_job.h"
+
+namespace dtrain::launcher {
+namespace {
+
+// The first `name` entry of `env` set to `value` (later entries, the user's --env, still win), or
+// a new one at the end.
+void SetVariable(std::vector<EnvVar>* env, const std::string& name, const std::string& value) {
+  for (EnvVar& v : *env) {
+    if (v.first == name) {
+      v.second = value;
+      return;
+    }
+  }
+  env->push_back({name, value});
+}
+
+class ThisMachine : public ElasticHosts {
+ public:
+  std::optional<std::string> Refuse(const std::string& host) override {
+    if (IsThisMachine(host)) return std::nullopt;
+    return "which is not this machine: --launcher local runs workers here only (--launcher ssh "
+           "reaches other hosts)";
+  }
+  ProcessSpec Place(const ProcessSpec& worker, const std::string&) override { return worker; }
+};
+
+// Each worker announces its host's address (unless --interface names one) and reports to this
+// machine's address on the route to it: the report channel listens on every interface.
+class SshHosts : public ElasticHosts {
+ public:
+  SshHosts(const LaunchOptions& options, std::string remote_dir, uint16_t report_port)
+      : options_(options), remote_dir_(std::move(remote_dir)), report_port_(report_port) {}
+
+  std::optional<std::string> Refuse(const std::string& host) override {
+    if (known_.count(host)) return std::nullopt;
+    try {
+      Known k;
+      k.address = SshHostnames(options_.ssh_options, {host}, "the host discovery script").at(host);
+      k.launcher_address = SchedulerAddressToward(k.address, options_.interface);
+      known_[host] = std::move(k);
+      return std::nullopt;
+    } catch (const std::exception& e) {
+      return std::string("which this launcher cannot use: ") + e.what();
+    }
+  }
+
+  ProcessSpec Place(const ProcessSpec& worker, const std::string& host) override {
+    const Known& k = known_.at(host);
+    ProcessSpec spec = worker;
+    spec.host = host;
+    if (!options_.interface) SetVariable(&spec.env, "DMLC_NODE_HOST", k.address);
+    SetVariable(&spec.env, "DTRAIN_REPORT_ADDR",
+                k.launcher_address + ":" + std::to_string(report_port_));
+    WrapInSsh(options_, remote_dir_, &spec);
+    return spec;
+  }
+
+ private:
+  struct Known {
+    std::string address;           // what ssh connects to, and the worker announces
+    std::string launcher_address;  // this machine's, on the route to it
+  };
+  const LaunchOptions options_;
+  const std::string remote_dir_;
+  const uint16_t report_port_;
+  std::map<std::string, Known> known_;
+};
+
+}  // namespace
+
+// One worker's spec is the template of all; the layout variables a worker would read its rank and
+// the job's size from are left out (the launcher tells it both when a membership forms), its
+// number names it (DTRAIN_NODE_RANK, set per worker).
+int RunElasticJob(const LaunchOptions& options) {
+  const bool ssh = options.launcher == LauncherKind::kSsh;
+  LaunchOptions one = options;
+  one.num_workers = 1;
+  JobPlan plan =
+      BuildJobPlan(one, PlaceLocally(0, 1), SelfExecutablePath(), PickFreeLoopbackPort());
+  SupervisorOptions supervision;
+  supervision.kill_grace = options.kill_grace;
+  supervision.output_dir = options.output_dir;
+  SetUpReports(options, &plan, &supervision, /*other_hosts=*/ssh);
+  ProcessSpec worker = plan.processes.front();
+  std::vector<EnvVar> env;
+  for (EnvVar& v : worker.env) {
+    if (!IsPerRankVariable(v.first) && v.first != "DMLC_NUM_WORKER") env.push_back(std::move(v));
+  }
+  env.push_back({"DTRAIN_ELASTIC", "1"});
+  env.push_back({"DTRAIN_ELASTIC_TIMEOUT_S",
+                 std::to_string(static_cast<int64_t>(Seconds(options.elastic_timeout)))});
+  worker.env = std::move(env);
+  ElasticOptions elastic;
+  elastic.discovery_script = *options.host_discovery_script;
+  elastic.min_np = options.min_np;
+  elastic.max_np = options.max_np;
+  elastic.timeout = options.elastic_timeout;
+  if (ssh) {
+    std::error_code ec;
+    const std::string cwd = std::filesystem::current_path(ec).string();
+    if (ec) throw Error("cannot get the current directory: " + ec.message());
+    elastic.hosts = std::make_shared<SshHosts>(options, cwd, supervision.reports->port);
+  } else {
+    elastic.hosts = std::make_shared<ThisMachine>();
+  }
+  std::fprintf(stderr,
+               "dtrain launch: elastic allreduce job %s: %d to %d workers on the slots that `%s` "
+               "offers\n",
+               ssh ? "through ssh" : "on this machine", options.min_np, options.max_np,
+               elastic.discovery_script.c_str());
+  return SuperviseElasticJob(worker, supervision, elastic);
+}
+
+}  // namespace dtrain::launcher
