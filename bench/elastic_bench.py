@@ -9,8 +9,15 @@ Prints each run's final Test_acc and wall time, and for the disturbed run the ti
 to the survivors' new membership (the launcher's "membership 2" line) and to rank 0's "Reset"
 line (training again), and from the new slot to the membership of 3.
 
-    python3 bench/elastic_bench.py [--epochs 2] [--kill-after 10] [--add-after 8]
+With --ssh-hosts, the same across 3 emulated hosts (network namespaces with their own sshd, the
+launcher tests' cluster: build/tests/programs/ssh_test_cluster; needs root) under --launcher ssh,
+one slot each: the killed worker is host 3's (killed there), the discovery script then drops that
+host and ADD_AFTER seconds later offers it again (its retired slot counts afresh: a new worker
+starts there).
+
+    python3 bench/elastic_bench.py [--epochs 2] [--kill-after 10] [--add-after 8] [--ssh-hosts]
 """
+import json
 import argparse
 import os
 import re
@@ -29,18 +36,44 @@ def children(pid: int) -> list[int]:
         return [int(p) for p in f.read().split()]
 
 
-def run(args: argparse.Namespace, disturb: bool) -> dict:
+def netns_pids(netns: str, needle: str) -> list[int]:
+    """The processes in `netns` whose command line holds `needle`."""
+    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True,
+                         timeout=10).stdout.split()
+    found = []
+    for pid in out:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def write_hosts(path: str, cluster: dict | None, slots: int) -> None:
+    """`slots` slots: on this machine, or one on each of the first `slots` emulated hosts."""
+    with open(path, "w") as f:
+        if cluster is None:
+            f.write(f"localhost:{slots}\n")
+        else:
+            f.write("".join(f"{h}:1\n" for h in cluster["hosts"][:slots]))
+
+
+def run(args: argparse.Namespace, disturb: bool, cluster: dict | None) -> dict:
     tmp = tempfile.mkdtemp(prefix="dtrain-elastic-bench-")
     hosts = os.path.join(tmp, "hosts")
-    with open(hosts, "w") as f:
-        f.write("localhost:3\n")
-    argv = [args.dtrain, "launch", "-s", "0", "--host-discovery-script", f"cat {hosts}",
-            "--min-np", "2", "--max-np", "3", "--", sys.executable,
-            os.path.join(REPO, "examples", "python", "horovod_elastic_mnist.py"),
+    write_hosts(hosts, cluster, 3)
+    example = os.path.join(REPO, "examples", "python", "horovod_elastic_mnist.py")
+    python_path = os.pathsep.join(
+        [os.path.join(args.build, "python"), os.path.join(REPO, "examples", "python")])
+    over_ssh = [] if cluster is None else [
+        "--launcher", "ssh", "--ssh-opts", cluster["ssh_opts"], "--env", f"PYTHONPATH:{python_path}",
+        "--env", "PYTHONUNBUFFERED:1"]
+    argv = [args.dtrain, "launch", *over_ssh, "-s", "0", "--host-discovery-script",
+            f"cat {hosts}", "--min-np", "2", "--max-np", "3", "--", sys.executable, example,
             "--epochs", str(args.epochs)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(args.build, "python"), os.path.join(REPO, "examples", "python")]),
-        OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     start = time.time()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -55,15 +88,25 @@ def run(args: argparse.Namespace, disturb: bool) -> dict:
     reader.start()
     result: dict = {}
     try:
-        if disturb:
+        if disturb and cluster is None:
             time.sleep(args.kill_after)
             workers = children(proc.pid)
             victim = max(workers)  # the youngest: never rank 0, the oldest
             result["killed_at"] = time.time()
             os.kill(victim, signal.SIGKILL)
             time.sleep(args.add_after)
-            with open(hosts, "w") as f:
-                f.write("localhost:4\n")
+            write_hosts(hosts, cluster, 4)
+            result["added_at"] = time.time()
+        elif disturb:
+            time.sleep(args.kill_after)
+            # Host 3's processes of the job (its worker, never rank 0: the oldest is host 1's).
+            victims = netns_pids(cluster["netns"][2], "horovod_elastic_mnist.py")
+            result["killed_at"] = time.time()
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            write_hosts(hosts, cluster, 2)  # the host is gone...
+            time.sleep(args.add_after)
+            write_hosts(hosts, cluster, 3)  # ...and back
             result["added_at"] = time.time()
         code = proc.wait(timeout=args.timeout)
     finally:
@@ -101,12 +144,34 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--dtrain", default=None)
+    ap.add_argument("--ssh-hosts", action="store_true",
+                    help="across 3 emulated hosts over ssh (needs root)")
     args = ap.parse_args()
     args.dtrain = args.dtrain or os.path.join(args.build, "src", "tools", "dtrain")
-    plain = run(args, disturb=False)
+    if args.ssh_hosts:
+        with subprocess.Popen([os.path.join(args.build, "tests", "programs", "ssh_test_cluster"),
+                               "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) as helper:
+            assert helper.stdout is not None and helper.stdin is not None
+            line = helper.stdout.readline()
+            if not line:
+                sys.exit("no emulated hosts here (ssh_test_cluster exited %s)" % helper.wait())
+            cluster = json.loads(line)
+            print("3 emulated hosts over ssh: %s" % ", ".join(cluster["hosts"]), flush=True)
+            try:
+                compare(args, cluster)
+            finally:
+                helper.stdin.close()  # the helper deletes the hosts
+                helper.wait(60)
+    else:
+        compare(args, None)
+
+
+def compare(args: argparse.Namespace, cluster: dict | None) -> None:
+    plain = run(args, disturb=False, cluster=cluster)
     print("undisturbed: exit %s, %.1f s, Test_acc %s" % (plain["code"], plain["wall_s"],
                                                           plain["test_acc"]), flush=True)
-    hit = run(args, disturb=True)
+    hit = run(args, disturb=True, cluster=cluster)
     print("killed + added: exit %s, %.1f s, Test_acc %s; kill -> membership of 2 %.2f s, "
           "-> training again %.2f s; new slot -> membership of 3 %.2f s"
           % (hit["code"], hit["wall_s"], hit["test_acc"], hit["to_membership_s"] or -1,

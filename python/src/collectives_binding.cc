@@ -50,6 +50,9 @@ void RegisterCollectives(py::module_& m) {
       },
       py::call_guard<py::gil_scoped_release>(), py::arg("timeout_s") = 10.0,
       "Whether an elastic job's workers came or went since this worker's membership formed");
+  m.def("elastic_note_rollback", &coll::NoteElasticRollback, py::arg("steps"),
+        "The steps this worker redoes since its last commit, told to the launcher with its next "
+        "join");
   m.def("collectives_backend",
         [] { return coll::Backend() == coll::BackendKind::kMpi ? "mpi" : "gloo"; });
   m.def("collectives_rank", &coll::Rank);

@@ -92,6 +92,10 @@ bool ElasticHostsChanged(Duration timeout) {
   return IsElastic() && AskLauncherHostsChanged(timeout);
 }
 
+void NoteElasticRollback(int64_t steps) {
+  if (IsElastic()) NoteRolledBackSteps(steps);
+}
+
 bool IsInitialized() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_engine != nullptr;

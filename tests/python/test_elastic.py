@@ -38,6 +38,14 @@ def wait_for(what, predicate, launcher, timeout=90):
     pytest.fail("no %s within %s s:\n%s" % (what, timeout, launcher.output()))
 
 
+def rolled_back_steps(all_events, pid, killed_at):
+    """The steps process `pid` took before `killed_at` that it took again after its reset."""
+    steps = [e for e in all_events if e["kind"] == "step" and e["pid"] == pid]
+    resumed = next(e for e in steps if e["t"] > killed_at)
+    return sum(1 for e in steps if e["t"] < killed_at
+               and (e["epoch"], e["batch"]) >= (resumed["epoch"], resumed["batch"]))
+
+
 def elastic_argv(script, *flags):
     return [DTRAIN, "launch", "-s", "0", "--host-discovery-script", script, *flags, "--",
             *program("elastic_worker.py", 0.03)]
@@ -110,6 +118,13 @@ def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spaw
     assert [m.split(":")[0] for m in marks] == [w.split(":")[0] for w in what], (marks, what)
     assert "its slot on localhost is retired" in out, out
     assert "membership" in out, out
+    # The new membership's line says how many steps the survivors redo: the most either took,
+    # before the kill, from the step it resumed at (its first after the reset).
+    redone = max(rolled_back_steps(events(log_dir), pid, killed_at)
+                 for pid in {e["pid"] for e in after_kill})
+    said = re.search(r"membership 2: 2 rank\(s\): [^;\n]*(?:; rolled back (\d+) step\(s\))?",
+                     out)
+    assert said and int(said.group(1) or 0) == redone, (redone, out)
 
 
 def test_a_job_below_min_np_fails_after_the_elastic_timeout(spawn, tmp_path):

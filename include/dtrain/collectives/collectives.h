@@ -102,6 +102,10 @@ bool IsElastic();
 // "hosts updated", asked of the launcher at a commit. False outside an elastic job. Throws
 // PeerError or TimeoutError when the launcher cannot be asked within `timeout`.
 bool ElasticHostsChanged(Duration timeout = Duration(10000));
+// The training steps this worker rolls back to its last commit after a failed membership (steps
+// it will redo): told to the launcher with its next join, which lists them with the membership
+// it forms ("rolled back 12 step(s)"). Ignored outside an elastic job.
+void NoteElasticRollback(int64_t steps);
 
 BackendKind Backend();
 int Rank();

@@ -41,6 +41,7 @@ from .. import _dtrain
 from ..errors import HorovodInternalError, RemovedFromJob
 from . import ops
 from .functions import broadcast_optimizer_state, broadcast_parameters
+from .optimizer import steps_taken
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -72,6 +73,8 @@ class State:
 
     def __init__(self) -> None:
         self._reset_callbacks: list[Callable[[], None]] = []
+        # DistributedOptimizer steps at the last commit: those since are redone after a failure.
+        self._committed_steps = steps_taken()
 
     def register_reset_callbacks(self, callbacks: Sequence[Callable[[], None]]) -> None:
         """Functions called after every new membership formed (e.g. to scale the learning rate
@@ -86,7 +89,17 @@ class State:
     def commit(self) -> None:
         """Saves the state, then raises HostsUpdatedInterrupt if workers came or went."""
         self.save()
+        self._committed_steps = steps_taken()
         self.check_host_updates()
+
+    def _roll_back(self) -> None:
+        """After a failed collective: back to the last commit, and the launcher told (with the
+        next join) how many DistributedOptimizer steps that undoes."""
+        self.restore()
+        now = steps_taken()
+        # A subclass that skipped State.__init__ has no count: nothing to tell.
+        _dtrain.elastic_note_rollback(now - getattr(self, "_committed_steps", now))
+        self._committed_steps = now
 
     def check_host_updates(self) -> None:
         """Rank 0 asks the launcher and every rank gets its answer, so that all of them raise
@@ -316,7 +329,7 @@ def run(func: _F) -> _F:
                         state.sync()
                     return func(state, *args, **kwargs)
                 except HorovodInternalError:
-                    state.restore()
+                    state._roll_back()
                     skip_sync = False
                 except HostsUpdatedInterrupt as e:
                     skip_sync = e.skip_sync

@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 
 __all__ = ["DistributedOptimizer"]
 
+# Steps every DistributedOptimizer of this process has taken: an elastic job's reset tells the
+# launcher how many it rolls back (elastic.py).
+_steps_taken = 0
+
+
+def steps_taken() -> int:
+    return _steps_taken
+
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     # Horovod's construction: this class's methods over the wrapped optimizer's class, built from
@@ -191,7 +199,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        result = super(self.__class__, self).step(closure)
+        global _steps_taken
+        _steps_taken += 1
+        return result
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         if self._handles:

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "common/config/config.h"
@@ -17,6 +18,7 @@ constexpr Duration kConnectTimeout(10000);
 std::mutex g_mutex;
 std::unique_ptr<report::LauncherLink> g_link;  // under g_mutex; reopened after an error
 int64_t g_formed_version = 0;                  // the hosts version of this worker's membership
+int64_t g_rolled_back_steps = 0;               // for the next join (NoteRolledBackSteps)
 
 // The link to the launcher, connected as this worker (DTRAIN_NODE_RANK: its number in the job).
 report::LauncherLink& Link(const std::string& address, const std::string& token) {
@@ -43,7 +45,8 @@ int64_t IntegerField(const nlohmann::json& answer, const char* name, int64_t lo,
 
 ElasticPlace Join(const CollectivesConfig& config) {
   report::LauncherLink& link = Link(config.report_address, config.report_token);
-  link.Send({{"kind", "elastic_join"}}, kConnectTimeout);
+  link.Send({{"kind", "elastic_join"}, {"rolled_back_steps", g_rolled_back_steps}},
+            kConnectTimeout);
   const nlohmann::json answer = link.Receive(config.elastic_timeout);
   if (answer.value("leave", false)) {
     throw RemovedFromJob("dtrain launch removed this worker from the elastic job: " +
@@ -74,6 +77,7 @@ ElasticPlace Join(const CollectivesConfig& config) {
         static_cast<uint16_t>(IntegerField(answer, "rendezvous_port", 1, 65535));
   }
   g_formed_version = version;
+  g_rolled_back_steps = 0;  // counted in this membership's line
   return place;
 }
 
@@ -92,6 +96,11 @@ ElasticPlace JoinElasticMembership(const CollectivesConfig& config) {
     g_link.reset();  // a half-read answer must not be taken for the next one
     throw;
   }
+}
+
+void NoteRolledBackSteps(int64_t steps) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_rolled_back_steps += std::max<int64_t>(steps, 0);
 }
 
 bool AskLauncherHostsChanged(Duration timeout) {

@@ -33,6 +33,10 @@ struct ElasticPlace {
 // launcher cannot be reached, ProtocolError for a malformed answer.
 ElasticPlace JoinElasticMembership(const CollectivesConfig& config);
 
+// Steps rolled back to the last commit, sent with the next join (then forgotten). Negative counts
+// as 0.
+void NoteRolledBackSteps(int64_t steps);
+
 // Whether workers came or went since this process's last membership formed. Throws PeerError or
 // TimeoutError when the launcher cannot be asked within `timeout`.
 bool AskLauncherHostsChanged(Duration timeout);

@@ -26,7 +26,8 @@ struct Worker : WatchedProcess {
   bool finished = false;  // exited 0
   // Its join request, while it waits for a membership.
   ReportServer::ReplyFn join;
-  std::string peer_address;  // where its join came from: rank 0's is the rendezvous host
+  std::string peer_address;       // where its join came from: rank 0's is the rendezvous host
+  int64_t rolled_back_steps = 0;  // its join's: steps it redoes since its last commit
 
   std::optional<NodeKey> Node() const override { return NodeKey{Role::kWorker, id}; }
   std::string Who() const override { return DescribeProcess(spec, pid); }
@@ -230,6 +231,7 @@ class ElasticSupervisor : public JobWatch {
     } else if (kind == "elastic_join") {
       w->join = std::move(reply);
       w->peer_address = peer_address;
+      w->rolled_back_steps = RolledBackSteps(request);
       if (w->leaving) {
         ReplyLeave(w);
         return;
@@ -238,6 +240,13 @@ class ElasticSupervisor : public JobWatch {
     } else if (kind == "elastic_rendezvous") {
       OnRendezvous(w, request);
     }
+  }
+
+  // A join's "rolled_back_steps": a count (0 when absent or not one).
+  static int64_t RolledBackSteps(const nlohmann::json& request) {
+    const auto it = request.find("rolled_back_steps");
+    if (it == request.end() || !it->is_number_integer()) return 0;
+    return std::clamp<int64_t>(it->get<int64_t>(), 0, int64_t{1} << 40);
   }
 
   Worker* Find(const NodeKey& node) const {
@@ -302,8 +311,11 @@ class ElasticSupervisor : public JobWatch {
     forming_.reset();
     broken_ = false;
     std::string ranks;
+    int64_t rolled_back = 0;  // the members went back to the same commit: the most any redoes
     for (size_t r = 0; r < members.size(); ++r) {
       ranks += (r == 0 ? "" : ", ") + std::string("worker ") + std::to_string(members[r]->id);
+      rolled_back = std::max(rolled_back, members[r]->rolled_back_steps);
+      members[r]->rolled_back_steps = 0;
       if (r == 0) continue;
       auto answer = Assignment(static_cast<int>(r), members.size());
       answer["rendezvous_host"] = members[0]->peer_address;
@@ -312,8 +324,11 @@ class ElasticSupervisor : public JobWatch {
       members[r]->join = nullptr;
       join(answer);
     }
-    const std::string text = "membership " + std::to_string(generation_) + ": " +
-                             std::to_string(members.size()) + " rank(s): " + ranks;
+    std::string text = "membership " + std::to_string(generation_) + ": " +
+                       std::to_string(members.size()) + " rank(s): " + ranks;
+    if (rolled_back > 0) {
+      text += "; rolled back " + std::to_string(rolled_back) + " step(s) to their last commit";
+    }
     Say(text);
     NoteReset(text);
     if (reports()) reports()->status().ForgetFailure();  // the members went on without it
