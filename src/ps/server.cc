@@ -292,6 +292,8 @@ void Server::OnWorkerReplaced(int worker_rank) {
     slot->resume_at[worker_rank] = -1;
     slot->skip[worker_rank] = 0;
   }
+  std::lock_guard<std::mutex> reported(lost_rounds_mutex_);
+  lost_rounds_reported_.erase(worker_rank);
 }
 
 void Server::OnWorkerLost(int /*worker_rank*/) {
@@ -318,6 +320,14 @@ void Server::DecideLostRounds(SlotState& slot, int worker) {
                          << " of " << SlotName(slot.key, slot.part)
                          << " were lost with its process and this server's: those rounds "
                             "complete without them";
+    std::lock_guard<std::mutex> reported(lost_rounds_mutex_);
+    if (lost_rounds_reported_.insert(worker).second) {
+      // The launcher lists them with the worker's restart (status page, summary).
+      report::Send({{"kind", "rounds_lost"},
+                    {"worker", worker},
+                    {"first", slot.contributed[worker] + 1},
+                    {"last", slot.contributed[worker] + lost}});
+    }
   }
 }
 

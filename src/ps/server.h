@@ -49,6 +49,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
@@ -161,6 +162,10 @@ class Server {
   std::atomic<int64_t> bytes_in_{0};
   std::atomic<int64_t> bytes_out_{0};
   int report_id_ = 0;
+  // Workers whose lost rounds (DecideLostRounds) the launcher was told of since their last
+  // replacement: once per replacement, not once per slot.
+  std::mutex lost_rounds_mutex_;
+  std::set<int> lost_rounds_reported_;
 
   // Checkpoints; checkpoint_mutex_ guards the flags and serialises writes.
   std::string checkpoint_folder_;  // "" without DTRAIN_CHECKPOINT_DIR

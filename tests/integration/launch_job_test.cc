@@ -170,6 +170,38 @@ TEST(LaunchJob, AWorkerAndThenAServerLostTogetherAreBothReplacedAndEveryRoundSta
   EXPECT_EQ(out.find("CHECK FAILED"), std::string::npos) << out;
 }
 
+// A server lost, and right after it the worker that pushed to it: the worker's pushes since the
+// server's last checkpoint (its first, at the start: the interval is long) are gone with both
+// processes. Those rounds complete without them, the ranks stay in step (every other value is
+// exact), and the end-of-job summary says which rounds lost them, with the worker's restart.
+TEST(LaunchJob, AServerAndThenTheWorkerThatPushedToItLostTogetherSayWhichRoundsWereLost) {
+  TempDir dir;
+  auto argv = SyncJobWithOneRestart({"--round-pause-ms", "20", "--kill-at-round", "5", "--die-rank",
+                                     "0", "--kill-server", "1", "--and-die"});
+  argv[std::find(argv.begin(), argv.end(), "--max-restarts") - argv.begin() + 1] = "2";
+  Subprocess launch(argv,
+                    {{"DTRAIN_CHECKPOINT_DIR", dir.path() + "/checkpoints"},
+                     {"DTRAIN_SERVER_CHECKPOINT_S", "1000"}},
+                    dir.path() + "/launch.log");
+  auto code = launch.Wait(kHangGuardMs);
+  ASSERT_TRUE(code.has_value()) << launch.Output();
+  const std::string out = launch.Output();
+  EXPECT_EQ(*code, 0) << out;
+  EXPECT_NE(out.find("[worker 0] rank 0 killed server 1 half-way through round 5"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("restart 2 of 2, --max-restarts"), std::string::npos) << out;
+  EXPECT_NE(out.find("were lost with its process and this server's"), std::string::npos) << out;
+  EXPECT_NE(out.find("rounds lost: 1-"), std::string::npos) << out;
+  EXPECT_NE(out.find(" completed without its pushes to server 1 (lost with that server's process "
+                     "too)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[worker 0] sync OK: rank 0 of 2, 12 rounds"), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker 1] sync OK: rank 1 of 2, 12 rounds"), std::string::npos) << out;
+  EXPECT_EQ(out.find("CHECK FAILED"), std::string::npos) << out;
+}
+
 // Without --max-restarts (or with its budget spent), the first failure still stops the job.
 TEST(LaunchJob, ASecondFailureBeyondMaxRestartsStopsTheJob) {
   TempDir dir;

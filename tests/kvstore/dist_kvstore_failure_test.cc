@@ -312,12 +312,16 @@ TEST_P(LeaveDuringBarrierTest, EveryoneErrorsInsteadOfWaiting) {
   job.Run([&](DistKVStore& kv) {
     kv.Init(0, Array({4}));
     if (kv.rank() == 1) {
-      if (barrier_first) ASSERT_TRUE(wait_for(transport::Command::kBarrier));
+      if (barrier_first) {
+        ASSERT_TRUE(wait_for(transport::Command::kBarrier));
+      }
       left_at = Clock::now();
       return;  // the destructor tells the scheduler this worker is done
     }
     worker0_initialised = true;
-    if (!barrier_first) ASSERT_TRUE(wait_for(transport::Command::kFinish));
+    if (!barrier_first) {
+      ASSERT_TRUE(wait_for(transport::Command::kFinish));
+    }
     kv.Barrier();
     ADD_FAILURE() << "passed a barrier that worker 1 never reached";
   });

@@ -93,6 +93,34 @@ TEST(JobStatus, AServersCheckpointsAreCountedWithTheLastOnesSize) {
               Contains(HasSubstr("3 checkpoint(s), the last 3000 bytes")));
 }
 
+TEST(JobStatus, AReplacedWorkersRestartSaysWhenItRejoinedAndWhichRoundsWereLost) {
+  JobStatus status(kStart);
+  status.ProcessStarted(kWorker1, "127.0.0.1", 41, kStart);
+  status.ProcessRestarted(kWorker1, "was killed by signal 9 (SIGKILL)", 42, kStart + 2 * kSecond);
+  const nlohmann::json rejoined = {
+      {"kind", "member_rejoined"}, {"node", {{"role", "worker"}, {"rank", 1}}}, {"seconds", 0.7}};
+  status.Apply(kScheduler, rejoined, kStart + 3 * kSecond);
+  // Malformed: no such worker, no rounds, rounds backwards. Dropped, and no node added.
+  for (const nlohmann::json& bad :
+       {nlohmann::json{{"kind", "rounds_lost"}, {"worker", 7}, {"first", 2}, {"last", 3}},
+        nlohmann::json{{"kind", "rounds_lost"}, {"worker", 1}},
+        nlohmann::json{{"kind", "rounds_lost"}, {"worker", 1}, {"first", 5}, {"last", 4}}}) {
+    status.Apply(kServer0, bad, kStart + 3 * kSecond);
+  }
+  status.Apply(kServer0, {{"kind", "rounds_lost"}, {"worker", 1}, {"first", 4}, {"last", 6}},
+               kStart + 3 * kSecond);
+  const nlohmann::json j = status.ToJson(kStart + 4 * kSecond);
+  EXPECT_EQ(NodeNamed(j, "worker 7"), nullptr);
+  EXPECT_EQ(j["dropped_records"], 3);
+  const nlohmann::json* worker = NodeNamed(j, "worker 1");
+  ASSERT_NE(worker, nullptr);
+  ASSERT_EQ((*worker)["restarts"].size(), 1u);
+  EXPECT_EQ((*worker)["restarts"][0],
+            "at 2.0 s: was killed by signal 9 (SIGKILL); rejoined 0.70 s after the loss; rounds "
+            "lost: 4-6 completed without its pushes to server 0 (lost with that server's process "
+            "too)");
+}
+
 TEST(JobStatus, AnElasticJobsMembershipChangesAreListedInOrderWithTheirTime) {
   JobStatus status(kStart);
   status.JobReset("worker 1 (pid 7) killed by signal 9: slot retired", kStart + 2 * kSecond);

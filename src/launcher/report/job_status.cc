@@ -163,6 +163,27 @@ std::optional<FailureRecord> JobStatus::Apply(const NodeKey& from, const nlohman
       std::snprintf(text, sizeof(text), "; rejoined %.2f s after the loss", seconds);
       replaced.restarts.back() += text;
     }
+  } else if (kind == "rounds_lost") {
+    // A server's word that a replaced worker's pushes of these rounds were lost with its own
+    // process too (docs/reliability.md): they completed without them.
+    int64_t worker = -1, first = 0, last = 0;
+    Read(record, "worker", &worker);
+    Read(record, "first", &first);
+    Read(record, "last", &last);
+    // Only a worker the job has: a malformed record adds no node.
+    auto replaced = worker < 0 || worker > (int64_t{1} << 30)
+                        ? nodes_.end()
+                        : nodes_.find(NodeKey{Role::kWorker, static_cast<int>(worker)});
+    if (replaced == nodes_.end() || first < 1 || last < first) {
+      ++dropped_;
+      return std::nullopt;
+    }
+    if (!replaced->second.restarts.empty()) {
+      replaced->second.restarts.back() += "; rounds lost: " + std::to_string(first) + "-" +
+                                          std::to_string(last) +
+                                          " completed without its pushes to " + from.Name() +
+                                          " (lost with that server's process too)";
+    }
   } else if (kind == "checkpoint") {
     ++n.checkpoints;
     Read(record, "bytes", &n.checkpoint_bytes);
