@@ -31,8 +31,8 @@
 // pauses every slot at once (each at a whole round), takes its values (shared, copy on write) and
 // the optimizer's state, and writes them on a thread of its own; then it tells every worker each
 // slot's rounds ("checkpointed"), and the workers drop what they kept of those rounds. A
-// replacement for a lost server (DTRAIN_RESTART_COUNT > 0) restores its rank's checkpoint before it
-// answers anyone, and says where each slot resumes
+// replacement for a lost server (the scheduler says so: Node::rejoined) restores its rank's
+// checkpoint before it answers anyone, and says where each slot resumes
 // ("restored_rounds"); each worker then repeats its pushes of the rounds since, in order, so the
 // values become exactly what they would have been (dist_sync). A dist_async server resumes from
 // the checkpoint's values: the pushes applied since are lost (docs/reliability.md).

@@ -78,6 +78,16 @@ bool IsPerRankVariable(const std::string& name) {
   return std::any_of(kNames.begin(), kNames.end(), [&](const char* n) { return name == n; });
 }
 
+void SetEnv(std::vector<EnvVar>* env, const std::string& name, const std::string& value) {
+  for (EnvVar& v : *env) {
+    if (v.first == name) {
+      v.second = value;
+      return;
+    }
+  }
+  env->push_back({name, value});
+}
+
 std::string ProcessSpec::Name() const {
   if (role == Role::kScheduler) return "scheduler";
   return std::string(RoleName(role)) + " " + std::to_string(rank);

@@ -93,6 +93,10 @@ Placement PlaceOnHosts(const std::vector<HostEntry>& hosts, int num_servers, int
 JobPlan BuildJobPlan(const LaunchOptions& options, const Placement& placement,
                      const std::string& dtrain_exe, uint16_t scheduler_port);
 
+// Sets the first `name` entry of `env` to `value` (a later entry, e.g. the user's --env, still
+// wins), or appends one.
+void SetEnv(std::vector<EnvVar>* env, const std::string& name, const std::string& value);
+
 // The variables BuildJobPlan sets per rank (DTRAIN_NODE_RANK, HOROVOD_RANK...): a cluster tool
 // (mpirun, Slurm, SGE) places the tasks itself, so its task script sets the rank instead.
 bool IsPerRankVariable(const std::string& name);

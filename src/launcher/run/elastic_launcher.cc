@@ -17,18 +17,6 @@
 namespace dtrain::launcher {
 namespace {
 
-// The first `name` entry of `env` set to `value` (later entries, the user's --env, still win), or
-// a new one at the end.
-void SetVariable(std::vector<EnvVar>* env, const std::string& name, const std::string& value) {
-  for (EnvVar& v : *env) {
-    if (v.first == name) {
-      v.second = value;
-      return;
-    }
-  }
-  env->push_back({name, value});
-}
-
 class ThisMachine : public ElasticHosts {
  public:
   std::optional<std::string> Refuse(const std::string& host) override {
@@ -63,9 +51,9 @@ class SshHosts : public ElasticHosts {
     const Known& k = known_.at(host);
     ProcessSpec spec = worker;
     spec.host = host;
-    if (!options_.interface) SetVariable(&spec.env, "DMLC_NODE_HOST", k.address);
-    SetVariable(&spec.env, "DTRAIN_REPORT_ADDR",
-                k.launcher_address + ":" + std::to_string(report_port_));
+    if (!options_.interface) SetEnv(&spec.env, "DMLC_NODE_HOST", k.address);
+    SetEnv(&spec.env, "DTRAIN_REPORT_ADDR",
+           k.launcher_address + ":" + std::to_string(report_port_));
     WrapInSsh(options_, remote_dir_, &spec);
     return spec;
   }

@@ -7,6 +7,9 @@
 // configuration resolve, "user@" drops), the scheduler's address is the local one on the route
 // to the first host (or --interface's), and --sync-dst-dir copies the current directory to every
 // host with rsync, all hosts at once.
+//
+// Under --max-restarts a replacement runs on its process's host, unless ssh to that host failed
+// (code 255): then on the next host of the hostfile whose ssh has not failed (local_job.h).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -107,10 +110,18 @@ int RunSshJob(const LaunchOptions& options) {
   const std::string remote_dir = options.sync_dst_dir.value_or(cwd);
 
   SupervisorOptions supervision;
-  SetUpReports(options, &plan, &supervision);  // before WrapInSsh puts the env into ssh commands
-  for (ProcessSpec& spec : plan.processes) {
-    if (spec.role != Role::kScheduler) WrapInSsh(options, remote_dir, &spec);
-  }
+  SetUpReports(options, &plan, &supervision);
+  // Each process starts as an ssh client, its environment in the remote command; a replacement
+  // moved to another host (SupervisorOptions::hosts) announces that host's address. By reference:
+  // the job is supervised before this function returns.
+  supervision.start_as = [&options, &remote_dir, &placement](const ProcessSpec& planned) {
+    if (planned.role == Role::kScheduler) return planned;
+    ProcessSpec spec = planned;
+    if (!options.interface) SetEnv(&spec.env, "DMLC_NODE_HOST", placement.AddressOf(spec.host));
+    WrapInSsh(options, remote_dir, &spec);
+    return spec;
+  };
+  supervision.hosts = distinct;
   if (plan.num_servers == 0) {
     std::fprintf(stderr,
                  "dtrain launch: starting %s on %s through ssh, in %s (allreduce job: no "

@@ -4,9 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "launcher/run/output_merger.h"
@@ -21,6 +23,8 @@ constexpr Duration kJoinReportGrace{1000};
 
 struct Child : WatchedProcess {
   using WatchedProcess::WatchedProcess;
+
+  ProcessSpec planned;  // as the plan has it: `spec` is what SupervisorOptions::start_as made
 
   UniqueFd log;
 
@@ -41,7 +45,8 @@ class Supervisor : public JobWatch {
     if (!CreateOutputDirectory()) return false;
     for (const ProcessSpec& spec : plan_.processes) {
       auto c = std::make_unique<Child>(io_);
-      c->spec = spec;
+      c->planned = spec;
+      c->spec = options().start_as ? options().start_as(spec) : spec;
       c->name = spec.Name();
       c->is_service = spec.role != Role::kWorker;
       bool ok = true;
@@ -105,11 +110,35 @@ class Supervisor : public JobWatch {
   bool Replace(Child* c) {
     ++restarts_;
     const std::string why = DescribeExit(c->spec, c->status);
-    Say(c->Who() + " " + why + "; starting a replacement with its rank (restart " +
+    const std::string where = Relocate(c);
+    Say(c->Who() + " " + why + "; starting a replacement with its rank" + where + " (restart " +
         std::to_string(restarts_) + " of " + std::to_string(options().max_restarts) +
         ", --max-restarts)");
-    c->spec.env.push_back({"DTRAIN_RESTART_COUNT", std::to_string(restarts_)});
+    SetEnv(&c->planned.env, "DTRAIN_RESTART_COUNT", std::to_string(restarts_));
+    c->spec = options().start_as ? options().start_as(c->planned) : c->planned;
     return StartAgain(c, why);
+  }
+
+  // A process whose ssh failed (code 255) moves to the next host of the hostfile whose ssh has not
+  // failed (after its own, in the list's order, wrapping around); " on HOST (...)" for the
+  // message, or "" when it stays.
+  std::string Relocate(Child* c) {
+    const std::vector<std::string>& hosts = options().hosts;
+    if (hosts.empty() || c->spec.remote_via != "ssh" || !WIFEXITED(c->status.wait_status) ||
+        WEXITSTATUS(c->status.wait_status) != 255) {
+      return "";
+    }
+    const std::string failed = c->planned.host;
+    failed_hosts_.insert(failed);
+    const auto at = std::find(hosts.begin(), hosts.end(), failed);
+    const size_t start = at == hosts.end() ? 0 : static_cast<size_t>(at - hosts.begin()) + 1;
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const std::string& next = hosts[(start + i) % hosts.size()];
+      if (failed_hosts_.count(next)) continue;
+      c->planned.host = next;
+      return " on " + next + ", the next host of the hostfile (ssh to " + failed + " failed)";
+    }
+    return " on " + failed + " again (ssh failed to every host of the hostfile)";
   }
 
   // The first failure while the job runs. Its peers notice a dead process within milliseconds
@@ -214,8 +243,9 @@ class Supervisor : public JobWatch {
   asio::steady_timer join_timer_;    // workers not heard of -> blamed (AfterTheWorkersSucceeded)
   std::optional<NodeKey> blame_;     // from the first failure record
   std::vector<std::unique_ptr<Child>> children_;
-  std::vector<Child*> failures_;  // while running, in the order they were reported
-  int restarts_ = 0;              // replacements started (--max-restarts)
+  std::vector<Child*> failures_;        // while running, in the order they were reported
+  int restarts_ = 0;                    // replacements started (--max-restarts)
+  std::set<std::string> failed_hosts_;  // hosts whose ssh failed (Relocate)
 };
 
 }  // namespace

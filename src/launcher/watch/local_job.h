@@ -28,9 +28,11 @@
 // does, not a library call in a larger program.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dtrain/common/deadline.h"
 #include "launcher/plan/job_plan.h"
@@ -54,6 +56,14 @@ struct SupervisorOptions {
   int max_restarts = 0;
   // Servers are replaced too (their checkpoints are on: DTRAIN_CHECKPOINT_DIR).
   bool replace_servers = false;
+  // How a spec of the plan is started: the ssh backend makes it an ssh client that runs it on its
+  // host. None: as it is. Called again for each replacement, whose spec may name another host.
+  std::function<ProcessSpec(const ProcessSpec&)> start_as;
+  // The hostfile's hosts, in order (ssh): a replacement for a process whose host failed (the ssh
+  // client's own code 255: it cannot connect or log in, or the connection was lost) runs on the
+  // next host of the list whose ssh has not failed, and the one that failed is passed over from
+  // then on. Empty: replacements run where their process ran.
+  std::vector<std::string> hosts;
   std::optional<std::string> output_dir;  // also write DIR/<role>-<rank>.log
   // After a process exits, how long its last output may take to arrive through the pipes before
   // its exit is reported anyway (a grandchild may hold the pipe open).
