@@ -44,12 +44,21 @@ void RegisterCollectives(py::module_& m) {
   m.def("collectives_is_initialized", &coll::IsInitialized);
   m.def("collectives_is_elastic", &coll::IsElastic);
   m.def(
-      "elastic_hosts_changed",
+      "elastic_hosts_update",
       [](double timeout_s) {
-        return coll::ElasticHostsChanged(Duration(static_cast<int64_t>(timeout_s * 1000)));
+        switch (coll::ElasticHostsUpdate(Duration(static_cast<int64_t>(timeout_s * 1000)))) {
+          case coll::HostsUpdate::kNone:
+            return "none";
+          case coll::HostsUpdate::kRemoved:
+            return "removed";
+          case coll::HostsUpdate::kAdded:
+            return "added";
+        }
+        return "none";
       },
       py::call_guard<py::gil_scoped_release>(), py::arg("timeout_s") = 10.0,
-      "Whether an elastic job's workers came or went since this worker's membership formed");
+      "What changed since this worker's elastic membership formed: 'none', 'removed' (workers "
+      "only left) or 'added'");
   m.def("elastic_note_rollback", &coll::NoteElasticRollback, py::arg("steps"),
         "The steps this worker redoes since its last commit, told to the launcher with its next "
         "join");

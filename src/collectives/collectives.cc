@@ -88,8 +88,8 @@ void Shutdown() {
 
 bool IsElastic() { return ProcessConfig().allreduce.elastic; }
 
-bool ElasticHostsChanged(Duration timeout) {
-  return IsElastic() && AskLauncherHostsChanged(timeout);
+HostsUpdate ElasticHostsUpdate(Duration timeout) {
+  return IsElastic() ? AskLauncherHostsUpdate(timeout) : HostsUpdate::kNone;
 }
 
 void NoteElasticRollback(int64_t steps) {

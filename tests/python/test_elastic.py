@@ -77,6 +77,9 @@ def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spaw
     after_kill = wait_for("2 ranks training after the kill",
                           lambda: at_least(10, 2, killed_at), launcher)
     assert victim not in {e["pid"] for e in after_kill}
+    # The survivors synced after their reset (a failure: their states may differ).
+    assert any(e["kind"] == "sync" and e["size"] == 2 and e["pid"] == after_kill[0]["pid"]
+               for e in events(log_dir)), after_kill[0]
     # They went back to their last commit (every 4 batches, and at each epoch's end): the first
     # step of 2 ranks follows a committed batch count.
     assert (after_kill[0]["batch"] - 1) % 4 == 0, after_kill[0]
@@ -171,3 +174,9 @@ def test_a_host_the_script_drops_has_its_worker_leave_with_exit_code_0(spawn, tm
     assert "worker 1 on 127.0.0.1: exited with code 0" in out, out
     finals = [e for e in events(log_dir) if e["kind"] == "final"]
     assert len(finals) == 1 and finals[0]["size"] == 1, finals
+    # A worker only left: the one left reset to a membership of 1 and trained on without a
+    # sync (Horovod's skip_sync); after a kill or an addition every rank syncs.
+    mine = [e for e in events(log_dir) if e["worker"] == 0]
+    reset = next(i for i, e in enumerate(mine) if e["kind"] == "reset" and e["size"] == 1)
+    next_step = next(i for i, e in enumerate(mine) if i > reset and e["kind"] == "step")
+    assert not any(e["kind"] == "sync" for e in mine[reset:next_step]), mine[reset:next_step + 1]

@@ -98,10 +98,13 @@ class RemovedFromJob : public Error {
 };
 // Whether this process runs in an elastic job (DTRAIN_ELASTIC=1).
 bool IsElastic();
-// An elastic job's workers came or went since this worker's membership formed: Horovod's
-// "hosts updated", asked of the launcher at a commit. False outside an elastic job. Throws
-// PeerError or TimeoutError when the launcher cannot be asked within `timeout`.
-bool ElasticHostsChanged(Duration timeout = Duration(10000));
+// What changed in an elastic job since this worker's membership formed: Horovod's "hosts
+// updated", asked of the launcher at a commit. kRemoved: workers only left (or failed before
+// joining), so the members' committed states are still equal and need no sync; kAdded: a new
+// worker waits, which needs rank 0's state. kNone outside an elastic job. Throws PeerError or
+// TimeoutError when the launcher cannot be asked within `timeout`.
+enum class HostsUpdate { kNone, kRemoved, kAdded };
+HostsUpdate ElasticHostsUpdate(Duration timeout = Duration(10000));
 // The training steps this worker rolls back to its last commit after a failed membership (steps
 // it will redo): told to the launcher with its next join, which lists them with the membership
 // it forms ("rolled back 12 step(s)"). Ignored outside an elastic job.

@@ -58,8 +58,8 @@ _JOIN_ATTEMPTS = 5
 
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised by ``State.commit()`` on every rank at once when workers came or went since the
-    membership formed. ``skip_sync``: the state need not be broadcast again (dtrain always
-    syncs: newcomers need rank 0's state)."""
+    membership formed. ``skip_sync``: workers only left, so the state need not be broadcast
+    again (newcomers need rank 0's state)."""
 
     def __init__(self, skip_sync: bool = False) -> None:
         super().__init__("the elastic job's workers changed: forming a new membership")
@@ -103,10 +103,13 @@ class State:
 
     def check_host_updates(self) -> None:
         """Rank 0 asks the launcher and every rank gets its answer, so that all of them raise
-        HostsUpdatedInterrupt at the same commit, or none does."""
-        changed = _dtrain.elastic_hosts_changed() if ops.rank() == 0 else False
-        if ops.broadcast_object(changed, 0, name="elastic.hosts_changed"):
-            raise HostsUpdatedInterrupt()
+        HostsUpdatedInterrupt at the same commit, or none does. When workers only left, the
+        members' committed states are equal: the next membership skips ``sync()``, as
+        Horovod's does."""
+        update = _dtrain.elastic_hosts_update() if ops.rank() == 0 else "none"
+        update = ops.broadcast_object(update, 0, name="elastic.hosts_changed")
+        if update != "none":
+            raise HostsUpdatedInterrupt(skip_sync=update == "removed")
 
     def save(self) -> None:
         raise NotImplementedError

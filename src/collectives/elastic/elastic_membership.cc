@@ -103,14 +103,17 @@ void NoteRolledBackSteps(int64_t steps) {
   g_rolled_back_steps += std::max<int64_t>(steps, 0);
 }
 
-bool AskLauncherHostsChanged(Duration timeout) {
+HostsUpdate AskLauncherHostsUpdate(Duration timeout) {
   std::lock_guard<std::mutex> lock(g_mutex);
   const Config& config = ProcessConfig();
   try {
     report::LauncherLink& link = Link(config.report_address, config.report_token);
     link.Send({{"kind", "elastic_hosts"}}, timeout);
     const nlohmann::json answer = link.Receive(timeout);
-    return IntegerField(answer, "hosts_version", 0, INT64_MAX) != g_formed_version;
+    const int64_t version = IntegerField(answer, "hosts_version", 0, INT64_MAX);
+    const int64_t added = IntegerField(answer, "added_version", 0, version);
+    if (version == g_formed_version) return HostsUpdate::kNone;
+    return added > g_formed_version ? HostsUpdate::kAdded : HostsUpdate::kRemoved;
   } catch (...) {
     g_link.reset();
     throw;

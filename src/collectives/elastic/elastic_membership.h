@@ -37,8 +37,8 @@ ElasticPlace JoinElasticMembership(const CollectivesConfig& config);
 // as 0.
 void NoteRolledBackSteps(int64_t steps);
 
-// Whether workers came or went since this process's last membership formed. Throws PeerError or
-// TimeoutError when the launcher cannot be asked within `timeout`.
-bool AskLauncherHostsChanged(Duration timeout);
+// Whether workers came (kAdded) or only went (kRemoved) since this process's last membership
+// formed. Throws PeerError or TimeoutError when the launcher cannot be asked within `timeout`.
+HostsUpdate AskLauncherHostsUpdate(Duration timeout);
 
 }  // namespace dtrain::collectives

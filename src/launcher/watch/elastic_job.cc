@@ -88,6 +88,11 @@ class ElasticSupervisor : public JobWatch {
       return;
     }
     last_discovery_error_.clear();
+    // A refused host is asked about again once the script has stopped listing it.
+    std::erase_if(refused_hosts_, [&found](const std::string& host) {
+      return std::none_of(found.begin(), found.end(),
+                          [&host](const HostEntry& h) { return h.host == host; });
+    });
     std::map<std::string, int> slots;
     for (const HostEntry& h : found) {
       if (refused_hosts_.count(h.host)) continue;
@@ -166,7 +171,7 @@ class ElasticSupervisor : public JobWatch {
     Worker* raw = w.get();
     workers_.push_back(std::move(w));
     ever_started_ = true;
-    ++hosts_version_;
+    added_version_ = ++hosts_version_;
     if (!now) {
       Watch(raw);
       return true;
@@ -227,7 +232,9 @@ class ElasticSupervisor : public JobWatch {
     if (w == nullptr) return;  // not a worker of this job: nothing to answer
     const std::string kind = request.value("kind", "");
     if (kind == "elastic_hosts") {
-      reply({{"kind", "elastic_hosts"}, {"hosts_version", hosts_version_}});
+      reply({{"kind", "elastic_hosts"},
+             {"hosts_version", hosts_version_},
+             {"added_version", added_version_}});
     } else if (kind == "elastic_join") {
       w->join = std::move(reply);
       w->peer_address = peer_address;
@@ -449,6 +456,7 @@ class ElasticSupervisor : public JobWatch {
   int generation_ = 0;
   int64_t hosts_version_ = 0;   // changes whenever workers come or go
   int64_t formed_version_ = 0;  // hosts_version_ when the last membership formed
+  int64_t added_version_ = 0;   // hosts_version_ when the last worker was added
   bool ever_started_ = false;
   bool below_min_ = false;
   bool join_watch_ = false;

@@ -15,7 +15,8 @@
 //     the gloo rendezvous and says where, the others are told it. A worker that fails breaks the
 //     membership: the others' collectives fail, they roll back to their last commit and join
 //     again. A new worker waits in its join until the members reach a commit, where they learn
-//     (the "elastic_hosts" request) that the job changed and join too.
+//     (the "elastic_hosts" request) that the job changed and join too; when workers only left,
+//     the answer says so and the members skip the sync (Horovod's skip_sync).
 //   - Deadlines. Below min_np the job waits elastic_timeout for slots, then fails. A member that
 //     does not join a broken membership within elastic_timeout is stopped (SIGKILL), named. When
 //     every worker has failed, nobody holds the training state: the job fails.
@@ -39,8 +40,8 @@ namespace dtrain::launcher {
 class ElasticHosts {
  public:
   virtual ~ElasticHosts() = default;
-  // Why no worker can run on `host` (said once, and the host ignored while the script lists it),
-  // or nullopt when one can.
+  // Why no worker can run on `host` (said once, and the host ignored while the script lists it;
+  // asked again when the script lists it again), or nullopt when one can.
   virtual std::optional<std::string> Refuse(const std::string& host) = 0;
   // `worker` (its rank and variables set) made to run on `host`, which Refuse accepted.
   virtual ProcessSpec Place(const ProcessSpec& worker, const std::string& host) = 0;

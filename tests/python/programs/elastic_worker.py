@@ -2,8 +2,8 @@
 ElasticSampler), on a small deterministic problem: a linear model fitting y = x . w_true.
 
 It logs what it does, one JSON line per event, to ELASTIC_LOG_DIR/events-<pid>.jsonl: "step"
-(rank, size, epoch, batch, the membership's workers), "reset", "final" (a checksum of the
-weights). The test kills and adds workers while it trains; it stops once rank 0 finds
+(rank, size, epoch, batch, the membership's workers), "reset", "sync" (the state broadcast from
+rank 0), "final" (a checksum of the weights). The test kills and adds workers while it trains; it stops once rank 0 finds
 ELASTIC_LOG_DIR/stop at the end of an epoch (every rank learns it from rank 0's broadcast).
 
 argv: [seconds per batch]
@@ -45,6 +45,15 @@ optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=3)
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0, resets=0)
 state.register_reset_callbacks([lambda: event("reset", rank=hvd.rank(), size=hvd.size())])
+sync_state = state.sync
+
+
+def logged_sync():
+    event("sync", rank=hvd.rank(), size=hvd.size())
+    sync_state()
+
+
+state.sync = logged_sync  # type: ignore[method-assign]
 
 
 @hvd.elastic.run
