@@ -51,11 +51,9 @@ class SshHosts : public ElasticHosts {
     const Known& k = known_.at(host);
     ProcessSpec spec = worker;
     spec.host = host;
-    if (!options_.interface) SetEnv(&spec.env, "DMLC_NODE_HOST", k.address);
     SetEnv(&spec.env, "DTRAIN_REPORT_ADDR",
            k.launcher_address + ":" + std::to_string(report_port_));
-    WrapInSsh(options_, remote_dir_, &spec);
-    return spec;
+    return RunOverSsh(options_, remote_dir_, std::move(spec), k.address);
   }
 
  private:

@@ -34,17 +34,20 @@ std::map<std::string, std::string> SshHostnames(const std::vector<std::string>& 
   return names;
 }
 
-void WrapInSsh(const LaunchOptions& options, const std::string& remote_dir, ProcessSpec* spec) {
+ProcessSpec RunOverSsh(const LaunchOptions& options, const std::string& remote_dir,
+                       ProcessSpec spec, const std::string& address) {
+  if (!options.interface) SetEnv(&spec.env, "DMLC_NODE_HOST", address);
   const char* secret = std::getenv("DTRAIN_JOB_SECRET");
   const bool has_secret = secret != nullptr && *secret != '\0';
   std::vector<EnvVar> env = ForwardedEnvironment(RemoteStart::kSsh);
-  env.insert(env.end(), spec->env.begin(), spec->env.end());
+  env.insert(env.end(), spec.env.begin(), spec.env.end());
   const std::string script =
-      RemoteScript(remote_dir, env, spec->argv, options.kill_grace, has_secret);
-  spec->argv = SshCommand(options.ssh_options, spec->host, script);
-  spec->stdin_held_open = true;
-  if (has_secret) spec->stdin_preamble = std::string(secret) + "\n";
-  spec->remote_via = "ssh";
+      RemoteScript(remote_dir, env, spec.argv, options.kill_grace, has_secret);
+  spec.argv = SshCommand(options.ssh_options, spec.host, script);
+  spec.stdin_held_open = true;
+  if (has_secret) spec.stdin_preamble = std::string(secret) + "\n";
+  spec.remote_via = "ssh";
+  return spec;
 }
 
 }  // namespace dtrain::launcher

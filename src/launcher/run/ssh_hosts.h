@@ -23,6 +23,8 @@ std::map<std::string, std::string> SshHostnames(const std::vector<std::string>& 
 // Turns `spec`, placed on spec.host, into a local ssh client that runs it there in `remote_dir`:
 // the forwarded environment (forwarded_env.h) first, the spec's own after it (so it wins); the
 // job secret, if the launcher has one, goes through the session's stdin, never a command line.
-void WrapInSsh(const LaunchOptions& options, const std::string& remote_dir, ProcessSpec* spec);
+// Unless --interface names one, the process announces `address`, its host's (DMLC_NODE_HOST).
+ProcessSpec RunOverSsh(const LaunchOptions& options, const std::string& remote_dir,
+                       ProcessSpec spec, const std::string& address);
 
 }  // namespace dtrain::launcher

@@ -116,10 +116,7 @@ int RunSshJob(const LaunchOptions& options) {
   // the job is supervised before this function returns.
   supervision.start_as = [&options, &remote_dir, &placement](const ProcessSpec& planned) {
     if (planned.role == Role::kScheduler) return planned;
-    ProcessSpec spec = planned;
-    if (!options.interface) SetEnv(&spec.env, "DMLC_NODE_HOST", placement.AddressOf(spec.host));
-    WrapInSsh(options, remote_dir, &spec);
-    return spec;
+    return RunOverSsh(options, remote_dir, planned, placement.AddressOf(planned.host));
   };
   supervision.hosts = distinct;
   if (plan.num_servers == 0) {

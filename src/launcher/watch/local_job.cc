@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <memory>
 #include <set>
 #include <vector>
@@ -124,10 +122,7 @@ class Supervisor : public JobWatch {
   // message, or "" when it stays.
   std::string Relocate(Child* c) {
     const std::vector<std::string>& hosts = options().hosts;
-    if (hosts.empty() || c->spec.remote_via != "ssh" || !WIFEXITED(c->status.wait_status) ||
-        WEXITSTATUS(c->status.wait_status) != 255) {
-      return "";
-    }
+    if (hosts.empty() || !SshFailed(c->spec, c->status)) return "";
     const std::string failed = c->planned.host;
     failed_hosts_.insert(failed);
     const auto at = std::find(hosts.begin(), hosts.end(), failed);

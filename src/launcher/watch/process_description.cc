@@ -12,6 +12,11 @@ std::string DescribeProcess(const ProcessSpec& spec, pid_t pid) {
          ")";
 }
 
+bool SshFailed(const ProcessSpec& spec, const ExitStatus& status) {
+  return spec.remote_via == "ssh" && WIFEXITED(status.wait_status) &&
+         WEXITSTATUS(status.wait_status) == 255;
+}
+
 bool DiedBySignal(const ProcessSpec& spec, const ExitStatus& status) {
   if (WIFSIGNALED(status.wait_status)) return true;
   const int code = status.ShellCode();
@@ -20,11 +25,12 @@ bool DiedBySignal(const ProcessSpec& spec, const ExitStatus& status) {
 
 std::string DescribeExit(const ProcessSpec& spec, const ExitStatus& status) {
   std::string text = status.Describe();
+  if (SshFailed(spec, status)) {
+    return text + " (ssh itself failed: cannot connect or log in, or the connection was lost)";
+  }
   if (spec.remote_via != "ssh" || !WIFEXITED(status.wait_status)) return text;
   const int code = WEXITSTATUS(status.wait_status);
-  if (code == 255) {
-    text += " (ssh itself failed: cannot connect or log in, or the connection was lost)";
-  } else if (code > 128 && code < 128 + NSIG) {
+  if (code > 128 && code < 128 + NSIG) {
     const char* abbrev = ::sigabbrev_np(code - 128);
     text += ": the remote process was killed by signal " + std::to_string(code - 128) + " (SIG" +
             (abbrev != nullptr ? abbrev : "?") + ")";

@@ -15,6 +15,10 @@ namespace dtrain::launcher {
 // "worker 1 (pid 42)", or "worker 1 on node-b (ssh pid 42)".
 std::string DescribeProcess(const ProcessSpec& spec, pid_t pid);
 
+// The process ran through ssh and ssh itself failed (its own exit code 255: it could not connect
+// or log in, or the connection was lost), rather than the remote process.
+bool SshFailed(const ProcessSpec& spec, const ExitStatus& status);
+
 // A signal, or a shell's 128 + signal code passed on by an ssh client (not ssh's own 255).
 bool DiedBySignal(const ProcessSpec& spec, const ExitStatus& status);
 
