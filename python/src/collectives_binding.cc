@@ -22,7 +22,9 @@ coll::ReduceOp ReduceOpNamed(const std::string& op) {
   if (op == "min") return coll::ReduceOp::kMin;
   if (op == "max") return coll::ReduceOp::kMax;
   if (op == "product") return coll::ReduceOp::kProduct;
-  throw InvalidArgument("unknown reduction '" + op + "' (sum, average, min, max or product)");
+  if (op == "adasum") return coll::ReduceOp::kAdasum;
+  throw InvalidArgument("unknown reduction '" + op +
+                        "' (sum, average, min, max, product or adasum)");
 }
 
 }  // namespace

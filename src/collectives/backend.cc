@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "collectives/adasum.h"
 #include "common/elementwise.h"
 #include "dtrain/common/error.h"
 
@@ -13,6 +14,10 @@ void Communicator::Allreduce(const void* in, void* out, size_t count, DType dtyp
     // Nothing to exchange; MPI and Gloo would only copy.
     if (in != out && count > 0) std::memcpy(out, in, count * DTypeSize(dtype));
     return;
+  }
+  if (op == ReduceOp::kAdasum) {
+    if (in != out) std::memcpy(out, in, count * DTypeSize(dtype));
+    return AdasumAllreduce(*this, out, {count}, dtype);
   }
   DoAllreduce(in, out, count, dtype, ReductionOf(op));
   if (op == ReduceOp::kAverage && size_ > 1) Scale(out, count, dtype, 1.0 / size_);
@@ -86,6 +91,7 @@ Reduction ReductionOf(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
+    case ReduceOp::kAdasum:  // not elementwise (adasum.h); its identity, zeros, is a sum's
       return Reduction::kSum;
     case ReduceOp::kMin:
       return Reduction::kMin;

@@ -38,8 +38,9 @@ class Communicator {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
 
-  // out = `in` reduced over ranks by `op` (sum, average, min, max, product), `count` elements of
-  // `dtype`. `in == out` is in place. float32, float64, float16 and bfloat16.
+  // out = `in` reduced over ranks by `op` (sum, average, min, max, product, adasum), `count`
+  // elements of `dtype`. `in == out` is in place. float32, float64, float16 and bfloat16 (Adasum:
+  // not bfloat16, and a power-of-two number of ranks).
   void Allreduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op);
   // out = every rank's `in` concatenated in rank order; rank r contributes bytes[r] bytes.
   // `out` holds the sum of `bytes`.
@@ -91,7 +92,8 @@ class Communicator {
   std::function<void(const std::string&)> peer_lost_;
 };
 
-// How `op` combines two ranks' values (an average is a sum, scaled after).
+// How `op` combines two ranks' values (an average is a sum, scaled after; Adasum is not
+// elementwise and says kSum, whose identity it shares).
 Reduction ReductionOf(ReduceOp op);
 
 // Both throw ConfigError for a bad layout and PeerError/TimeoutError when the rendezvous fails.

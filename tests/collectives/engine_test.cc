@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "../integration/subprocess.h"
+#include "collectives/adasum.h"
 #include "collectives/engine/negotiation.h"
 #include "dtrain/common/error.h"
 
@@ -437,6 +439,65 @@ TEST(Engine, Fp16CompressionIsCloseAndAveragesInFloat32) {
         }
       },
       [](CollectivesConfig& c) { c.fp16_allreduce = true; });
+}
+
+// Rank r's "gradient" i: distinct on every rank, so that pairing ranks differently gives a
+// different result.
+float Gradient(int rank, int i) { return std::sin(1.7f * rank + 0.9f * i) + 0.1f * rank; }
+
+TEST(Engine, AdasumCombinesAdjacentRanksFirstAndEachTensorOnItsOwn) {
+  constexpr int kRanks = 4;
+  constexpr int64_t kN = 33;
+  // The tree Horovod's Adasum makes: adasum(adasum(g0, g1), adasum(g2, g3)).
+  std::vector<std::vector<float>> g(kRanks, std::vector<float>(kN));
+  for (int r = 0; r < kRanks; ++r) {
+    for (int i = 0; i < kN; ++i) g[r][i] = Gradient(r, i);
+  }
+  std::vector<float> low(kN), high(kN), want(kN);
+  AdasumCombine(g[0].data(), g[1].data(), low.data(), {kN}, DType::kFloat32);
+  AdasumCombine(g[2].data(), g[3].data(), high.data(), {kN}, DType::kFloat32);
+  AdasumCombine(low.data(), high.data(), want.data(), {kN}, DType::kFloat32);
+  RunRanks(kRanks, [&](Engine& engine, int rank) {
+    // Submitted together, so fused: the parallel tensor must still average and the orthogonal
+    // one add up, each with its own coefficients.
+    Array mixed({kN}), parallel({5}), orthogonal({kRanks});
+    for (int i = 0; i < kN; ++i) mixed.floats()[i] = g[rank][i];
+    parallel.Fill(rank + 1.0f);
+    orthogonal.Fill(0.0f);
+    orthogonal.floats()[rank] = rank + 1.0f;
+    std::vector<Handle> handles;
+    handles.push_back(engine.Allreduce("mixed", mixed, mixed, ReduceOp::kAdasum));
+    handles.push_back(engine.Allreduce("parallel", parallel, parallel, ReduceOp::kAdasum));
+    handles.push_back(engine.Allreduce("orthogonal", orthogonal, orthogonal, ReduceOp::kAdasum));
+    for (Handle& h : handles) h.Wait();
+    EXPECT_EQ(mixed.ToVector(), want) << "rank " << rank;
+    for (float v : parallel.ToVector()) EXPECT_NEAR(v, 2.5f, 1e-6) << "rank " << rank;
+    const std::vector<float> summed = orthogonal.ToVector();
+    for (int i = 0; i < kRanks; ++i) EXPECT_NEAR(summed[i], i + 1.0f, 1e-6) << "rank " << rank;
+  });
+}
+
+TEST(Engine, AdasumRefusesWhatItCannotCombineAtOnce) {
+  RunRanks(3, [](Engine& engine, int) {
+    Array a = Filled(4, 1.0f);
+    try {
+      engine.Allreduce("three", a, a, ReduceOp::kAdasum);
+      ADD_FAILURE() << "3 ranks accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("power-of-two number of ranks; this job (or process "
+                                           "set) has 3"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  RunRanks(2, [](Engine& engine, int) {
+    Array b({4}, DType::kBFloat16);
+    EXPECT_THROW(engine.Allreduce("bf16", b, b, ReduceOp::kAdasum), InvalidArgument);
+    Array a = Filled(4, 1.0f);
+    EXPECT_THROW(engine.Reducescatter("rs", a, ReduceOp::kAdasum), InvalidArgument);
+    engine.Allreduce("ok", a, a, ReduceOp::kAdasum).Wait();  // the engine goes on
+    EXPECT_EQ(a.ToVector(), std::vector<float>(4, 1.0f));    // parallel (equal): their mean
+  });
 }
 
 }  // namespace

@@ -55,6 +55,23 @@ def test_process_sets_sync_batch_norm_sparse_and_timeline_on_mpi(spawn, tmp_path
     check_process_sets(out, n, "mpi")
 
 
+def check_adasum(out, n, backend):
+    for r in range(n):
+        assert "hvd_adasum OK rank %d of %d (%s)" % (r, n, backend) in out, out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_adasum_on_gloo(spawn, n):
+    """op=Adasum against a reference tree, its gradient, a process set, the refusals (3 ranks:
+    not a power of two) and DistributedOptimizer(op=Adasum) against one process's simulation."""
+    check_adasum(run_ok(spawn, launch_argv(n, 0, program("hvd_adasum_worker.py"))), n, "gloo")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_adasum_on_mpi(spawn, n):
+    check_adasum(run_ok(spawn, mpirun_argv(n, program("hvd_adasum_worker.py"))), n, "mpi")
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_init_shutdown_cycles_on_gloo(spawn, n):
     """init -> allreduce -> shutdown, 200 times in a row (rank 0 hosts a new rendezvous each

@@ -51,8 +51,10 @@
 namespace dtrain::collectives {
 
 enum class BackendKind { kMpi, kGloo };
-// Horovod's reductions (less Adasum). Average is the sum divided by the number of ranks.
-enum class ReduceOp : uint8_t { kSum, kAverage, kMin, kMax, kProduct };
+// Horovod's reductions. Average is the sum divided by the number of ranks. Adasum combines
+// gradients by adaptive summation (src/collectives/adasum.h): float16/32/64 in host memory, a
+// power-of-two number of ranks.
+enum class ReduceOp : uint8_t { kSum, kAverage, kMin, kMax, kProduct, kAdasum };
 
 // A submitted collective. Copies share state. Wait() rethrows the collective's error
 // (dtrain::PeerError naming the rank that died, TimeoutError at the deadline).

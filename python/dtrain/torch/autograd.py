@@ -22,7 +22,7 @@ import torch
 
 from .compression import Compression
 from .ops import (
-    Average, Sum, _reduce_op, allgather_async, allreduce_async, broadcast_async,
+    Adasum, Average, Sum, _reduce_op, allgather_async, allreduce_async, broadcast_async,
     grouped_allreduce_async, rank, synchronize,
 )
 from .process_sets import _set_id, _set_rank, _set_size
@@ -45,11 +45,15 @@ def _grad_name(name: str | None, suffix: str = "grad") -> str | None:
     return None if name is None else "%s.%s" % (name, suffix)
 
 
+# Horovod's backward of an allreduce is the same allreduce of the gradients (for Adasum too).
+_OPS_WITH_GRADIENTS = (Average, Sum, Adasum)
+
+
 def _allreduce_grad(grad: torch.Tensor, name: str | None, op: int, prescale_factor: float,
                     postscale_factor: float, ps: Any) -> torch.Tensor:
-    if op not in (Average, Sum):
+    if op not in _OPS_WITH_GRADIENTS:
         raise RuntimeError("dtrain.torch: an allreduce by Min, Max or Product has no gradient "
-                           "here; detach its input, or reduce by Sum or Average")
+                           "here; detach its input, or reduce by Sum, Average or Adasum")
     return synchronize(allreduce_async(grad.contiguous(), None, name, op, prescale_factor,
                                        postscale_factor, ps))
 
@@ -99,7 +103,7 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
         name, op, prescale_factor, postscale_factor, ps = ctx.saved
-        if op not in (Average, Sum):
+        if op not in _OPS_WITH_GRADIENTS:
             _allreduce_grad(grads[0], None, op, 1.0, 1.0, ps)  # raises
         reduced = synchronize(grouped_allreduce_async(
             [g.contiguous() for g in grads], None, _grad_name(name), op,

@@ -11,7 +11,12 @@ tensors are reduced exactly in float64 (up to 2^53); their prescale factor appli
 their average and postscale factor after the sum, each cast back toward zero, as Horovod does;
 allgather, broadcast and alltoall move any dtype's bytes unchanged. CUDA tensors go over NCCL where
 dtrain was built with it (HOROVOD_GPU_OPERATIONS=NCCL, one GPU per rank), else through host memory
-(alltoall and reducescatter always stage through host memory).
+(alltoall, reducescatter and Adasum always stage through host memory).
+
+op=Adasum (adaptive summation, the engine's src/collectives/adasum.h) takes float tensors
+(bfloat16 in float32) and a power-of-two number of ranks, in any process set; CUDA tensors are
+combined over all ranks as host tensors are (Horovod's GPU path instead averages within each host
+first).
 
 The synchronous, differentiable forms (allreduce, allgather, broadcast, alltoall, reducescatter
 and the grouped ones) are in autograd.py; alltoall and reducescatter in scatter_ops.py.
@@ -51,7 +56,8 @@ __all__ = [
 
 # Reduction ops, as Horovod numbers them, and the engine's name for each.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_ENGINE_OPS = {Average: "average", Sum: "sum", Min: "min", Max: "max", Product: "product"}
+_ENGINE_OPS = {Average: "average", Sum: "sum", Adasum: "adasum", Min: "min", Max: "max",
+               Product: "product"}
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -287,13 +293,22 @@ def _reduce_op(average: bool | None, op: int | None) -> int:
             raise ValueError("give op or the deprecated average, not both")
         return Average if average else Sum
     op = Average if op is None else op
-    if op == Adasum:
-        raise NotImplementedError("op=Adasum: dtrain reduces by Average, Sum, Min, Max and "
-                                  "Product, not Horovod's Adasum")
     if op not in _ENGINE_OPS:
-        raise ValueError("unknown reduction op %r (use dtrain.torch.Average, Sum, Min, Max or "
-                         "Product)" % (op,))
+        raise ValueError("unknown reduction op %r (use dtrain.torch.Average, Sum, Adasum, Min, "
+                         "Max or Product)" % (op,))
     return op
+
+
+def _check_adasum(tensor: torch.Tensor, pid: int) -> None:
+    """Refuses what Adasum cannot combine, in Horovod's words where it has them."""
+    ranks = _set_size(pid)
+    if ranks & (ranks - 1):
+        raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported yet "
+                                  "(%s has %d)" % ("this process set" if pid else "the job",
+                                                   ranks))
+    if tensor.dtype not in _FLOATS:
+        raise InvalidArgument("op=Adasum combines float tensors (float16, bfloat16, float32, "
+                              "float64), not %s" % tensor.dtype)
 
 
 def _reduction(tensor: torch.Tensor, op: int, prescale_factor: float,
@@ -305,8 +320,12 @@ def _reduction(tensor: torch.Tensor, op: int, prescale_factor: float,
     bools are exact in float64, as Horovod scales them: the prescale on each rank's values, cast
     toward zero before the reduction; an average is a sum, then one factor (postscale / size) and a
     cast toward zero (-75 and 0 average to -37)."""
+    if op == Adasum:
+        _check_adasum(tensor, pid)
     exact = tensor.dtype in _FLOATS
     src = tensor.detach()
+    if tensor.dtype == torch.bfloat16 and op == Adasum:
+        src = src.float()  # the engine's Adasum takes Horovod's three float types
     if prescale_factor != 1.0:
         src = src * prescale_factor if exact else \
             (src.to(torch.float64) * prescale_factor).trunc()
@@ -329,7 +348,7 @@ def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | Non
         raise TypeError("allreduce takes a tensor, not %s" % type(tensor).__name__)
     name = _name("allreduce", name, pid)
     src, engine_op, after = _reduction(tensor, op, prescale_factor, postscale_factor, pid)
-    work = _for_engine(src, pid)
+    work = _on_host(src) if op == Adasum else _for_engine(src, pid)
     if output.is_contiguous() and output.dtype == work.dtype and output.device == work.device:
         into = output  # floats: straight into the output
     elif tensor.dtype in _FLOATS:

@@ -15,8 +15,8 @@ import torch
 from .. import _dtrain
 from .compression import Compression
 from .ops import (
-    Average, Sum, _AllOf, _handle, _handles, _reduce_op, allgather_async, allreduce_async_,
-    synchronize,
+    Adasum, Average, Sum, _AllOf, _handle, _handles, _reduce_op, allgather_async,
+    allreduce_async_, synchronize,
 )
 from .process_sets import _set_id, _set_size
 
@@ -39,6 +39,11 @@ def steps_taken() -> int:
     return _steps_taken
 
 
+def _count_step() -> None:
+    global _steps_taken
+    _steps_taken += 1
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     # Horovod's construction: this class's methods over the wrapped optimizer's class, built from
     # the wrapped optimizer's param_groups (see DistributedOptimizer below).
@@ -59,6 +64,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("backward_passes_per_step must be at least 1")
         self.backward_passes_per_step = backward_passes_per_step
 
+        self._name_parameters(named_parameters)
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        # parameter -> (handle, compression context), this step
+        self._handles: dict[torch.Tensor, tuple[int | None, Any]] = {}
+        self._delay = {p: backward_passes_per_step for p in all_params}
+        self._requires_update: set[torch.Tensor] = set()
+        self._grad_accs: list[Any] = []
+        self._synchronized = False
+        self._should_synchronize = True
+        # An elastic job may grow from one worker: its hooks are there from the start.
+        if _set_size(pid) > 1 or _dtrain.collectives_is_elastic():
+            self._register_hooks()
+
+    def _name_parameters(self, named_parameters: Iterable[tuple[str, torch.Tensor]] | None
+                         ) -> None:
+        """Horovod's _parameter_names (read by tools) and each parameter's collective's name."""
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -79,17 +100,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             self._parameter_names = {p: "noname.%d" % i for i, p in enumerate(all_params)}
             self._names = {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
-
-        # parameter -> (handle, compression context), this step
-        self._handles: dict[torch.Tensor, tuple[int | None, Any]] = {}
-        self._delay = {p: backward_passes_per_step for p in all_params}
-        self._requires_update: set[torch.Tensor] = set()
-        self._grad_accs: list[Any] = []
-        self._synchronized = False
-        self._should_synchronize = True
-        # An elastic job may grow from one worker: its hooks are there from the start.
-        if _set_size(pid) > 1 or _dtrain.collectives_is_elastic():
-            self._register_hooks()
 
     def _forget_pending(self) -> None:
         """Drops the reductions of a step the job broke under (dtrain.torch.elastic rolls back
@@ -200,8 +210,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self.synchronize()
         self._synchronized = False
         result = super(self.__class__, self).step(closure)
-        global _steps_taken
-        _steps_taken += 1
+        _count_step()
         return result
 
     def zero_grad(self, set_to_none: bool = False) -> None:
@@ -228,12 +237,21 @@ def DistributedOptimizer(optimizer: _Optimizer,
     `backward_passes_per_step` = k, gradients accumulate locally over k backward passes and are
     reduced once. `compression=Compression.fp16` sends float16. Sparse gradients are allgathered
     (indices and values) unless `sparse_as_dense`. With `process_set`, gradients are averaged over
-    its ranks only (each rank calls this with the set it belongs to). `num_groups` and `groups`
+    its ranks only (each rank calls this with the set it belongs to). With op=Adasum each rank
+    steps on its own and the ranks combine the parameters' changes by Adasum
+    (adasum_optimizer.py; a power-of-two number of ranks). `num_groups` and `groups`
     are accepted for Horovod's scripts: dtrain's engine fuses the allreduces that are ready
     together anyway."""
     op = _reduce_op(None, op)
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
-               dict(_DistributedOptimizer.__dict__))
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    members = dict(_DistributedOptimizer.__dict__)
+    if op == Adasum and _set_size(_set_id(process_set)) > 1:
+        # Horovod's delta optimizer: ranks step on their own and combine the changes.
+        from .adasum_optimizer import _DistributedAdasumOptimizer
+        members.update((k, v) for k, v in _DistributedAdasumOptimizer.__dict__.items()
+                       if not k.startswith("__") or k == "__init__")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), members)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, sparse_as_dense, process_set)
 

@@ -16,8 +16,8 @@ import torch
 from .. import _dtrain
 from ..errors import InvalidArgument
 from .ops import (
-    _check_rows, _grouped, _handle, _initialized, _name, _on_host, _reduce_op, _reduction,
-    _rows_for_engine, allgather_async,
+    Adasum, _check_rows, _grouped, _handle, _initialized, _name, _on_host, _reduce_op,
+    _reduction, _rows_for_engine, allgather_async,
 )
 from .process_sets import _set_id, _set_size
 
@@ -87,6 +87,9 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int |
         raise InvalidArgument("reducescatter needs a tensor with at least one dimension (a "
                               "scalar cannot be divided among the ranks)")
     op = _reduce_op(None, op)
+    if op == Adasum:
+        raise InvalidArgument("reducescatter sums, averages, or takes the min, max or product; "
+                              "op=Adasum is for allreduce")
     pid = _set_id(process_set)
     name = _name("reducescatter", name, pid)
     src, engine_op, after = _reduction(tensor, op, prescale_factor, postscale_factor, pid)

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "collectives/adasum.h"
 #include "collectives/engine/engine_impl.h"
 #include "collectives/error_text.h"
 #include "common/logging.h"
@@ -494,6 +495,27 @@ void RefuseDevice(const Request& r, const Array& in) {
   }
 }
 
+// What Adasum cannot take, said before any rank waits for it (adasum.h).
+void RefuseForAdasum(const Request& r, const Array& in, int ranks) {
+  if (!AdasumTakes(in.dtype())) {
+    throw InvalidArgument(r.state->what +
+                          ": Adasum reduces float16, float32 and float64 values, "
+                          "not " +
+                          std::string(DTypeName(in.dtype())));
+  }
+  if (in.on_device()) {
+    throw InvalidArgument(r.state->what +
+                          ": Adasum runs in host memory (copy the tensor to the host first; "
+                          "dtrain.torch does)");
+  }
+  if (!IsPowerOfTwo(ranks)) {
+    throw InvalidArgument(r.state->what +
+                          ": Adasum needs a power-of-two number of ranks; this "
+                          "job (or process set) has " +
+                          std::to_string(ranks));
+  }
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<Communicator> backend, const CollectivesConfig& config)
@@ -521,6 +543,7 @@ Handle Engine::Allreduce(const std::string& name, const Array& in, const Array& 
                           " does not match input " + ShapeToString(in.shape()) + " " +
                           std::string(DTypeName(in.dtype())) + PlaceText(in));
   }
+  if (op == ReduceOp::kAdasum) RefuseForAdasum(r, in, impl_->size);
   return impl_->Submit(std::move(r));
 }
 
@@ -566,6 +589,11 @@ Handle Engine::Reducescatter(const std::string& name, const Array& in, ReduceOp 
   Request r =
       MakeRequest(name, OpKind::kReducescatter, in, in, op, 0, impl_->config.collective_timeout);
   RefuseDevice(r, in);
+  if (op == ReduceOp::kAdasum) {
+    throw InvalidArgument(r.state->what +
+                          ": reducescatter sums, averages, or takes the min, max "
+                          "or product; Adasum is for allreduce");
+  }
   if (in.shape().empty()) {
     throw InvalidArgument(r.state->what +
                           ": reducescatter needs at least one dimension to scatter (a scalar "

@@ -80,6 +80,8 @@ const char* ReduceOpName(ReduceOp op) {
       return "max";
     case ReduceOp::kProduct:
       return "product";
+    case ReduceOp::kAdasum:
+      return "adasum";
   }
   return "unknown";
 }
@@ -149,7 +151,7 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
     if (!IsValidDType(dtype)) in.Fail("dtype", std::to_string(dtype));
     d.dtype = static_cast<DType>(dtype);
     const uint8_t op = in.U8("op");
-    if (op > static_cast<uint8_t>(ReduceOp::kProduct)) in.Fail("op", std::to_string(op));
+    if (op > static_cast<uint8_t>(ReduceOp::kAdasum)) in.Fail("op", std::to_string(op));
     d.op = static_cast<ReduceOp>(op);
     d.root = in.I32("root");
     const uint8_t dims = in.U8("dimensions");

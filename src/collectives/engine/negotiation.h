@@ -42,7 +42,7 @@ enum class OpKind : uint8_t {
 };
 
 const char* OpKindName(OpKind kind);
-const char* ReduceOpName(ReduceOp op);  // "sum", "average", "min", "max", "product"
+const char* ReduceOpName(ReduceOp op);  // "sum", "average", ..., "adasum"
 
 // What one rank submitted under a name. Ranks must agree on all of it (SameWork), except that
 // allgather and alltoall inputs may differ in their first dimension (and alltoall's splits), and

@@ -5,6 +5,7 @@
 #include <deque>
 #include <optional>
 
+#include "collectives/adasum.h"
 #include "collectives/engine/engine_impl.h"
 #include "common/elementwise.h"
 #include "dtrain/common/error.h"
@@ -78,7 +79,7 @@ void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionG
     for (Request* r : batch) Finish(*r);
     return;
   }
-  if (batch.size() == 1 && !group.compress) {
+  if (batch.size() == 1 && !group.compress && group.op != ReduceOp::kAdasum) {
     // Alone: reduce in the caller's memory, no copy (in place when in and out are one array).
     Request& r = *batch[0];
     timeline::Span span("allreduce", "collectives",
@@ -117,8 +118,15 @@ void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionG
         timeline::Enabled()
             ? timeline::Args().Int("tensors", batch.size()).Int("bytes", total * wire_size)
             : timeline::Args());
-    backend->Allreduce(fusion.data(), fusion.data(), total, group.wire,
-                       group.compress ? ReduceOp::kSum : group.op);
+    if (group.op == ReduceOp::kAdasum) {
+      // Each tensor its own dot product and norms (adasum.h), so the engine says where each is.
+      std::vector<size_t> counts;
+      for (const Request* r : batch) counts.push_back(static_cast<size_t>(r->in.size()));
+      AdasumAllreduce(*backend, fusion.data(), counts, group.wire);
+    } else {
+      backend->Allreduce(fusion.data(), fusion.data(), total, group.wire,
+                         group.compress ? ReduceOp::kSum : group.op);
+    }
   }
   timeline::Span copy_out("fusion_copy", "collectives",
                           timeline::Enabled()

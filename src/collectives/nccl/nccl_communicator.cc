@@ -49,6 +49,8 @@ ncclRedOp_t NcclOp(ReduceOp op) {
       return ncclMax;
     case ReduceOp::kProduct:
       return ncclProd;
+    case ReduceOp::kAdasum:  // the engine refuses device arrays for Adasum before this
+      break;
   }
   throw InvalidArgument("NCCL: no NCCL reduction for op " + std::to_string(static_cast<int>(op)));
 }
