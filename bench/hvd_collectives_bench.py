@@ -1,6 +1,7 @@
 """One rank of bench/hvd_collectives_bench.sh: dtrain.torch's allreduce, allgather, alltoall and
 reducescatter against torch.distributed's gloo collectives of the same sizes, in the same
-processes, alternated size by size so that both see the same machine.
+processes, alternated size by size so that both see the same machine; and with --ops adasum,
+dtrain's Adasum allreduce against torch's sum allreduce (torch has no Adasum).
 
 Started by `dtrain launch -n N -s 0`; torch.distributed meets at 127.0.0.1:--torch-port. Rank 0
 prints one JSON line per (op, size): the median milliseconds of --iterations calls of each (a
@@ -67,6 +68,11 @@ def main():
             if op == "allreduce":
                 ours = lambda: hvd.allreduce(tensor, op=hvd.Sum, name="bench.allreduce")  # noqa
                 theirs = lambda: dist.all_reduce(tensor.clone())  # noqa: E731 (same copy)
+            elif op == "adasum":
+                # torch has no Adasum: the peer is the sum allreduce a user would run instead.
+                ours = lambda: hvd.allreduce(tensor, op=hvd.Adasum, name="bench.adasum")  # noqa
+                theirs = lambda: dist.all_reduce(tensor.clone())  # noqa: E731
+                torch_how = "all_reduce (sum; torch has no Adasum)"
             elif op == "allgather":
                 ours = lambda: hvd.allgather(tensor, name="bench.allgather")  # noqa: E731
                 theirs = lambda: torch.cat(  # noqa: E731 (the same one tensor out)

@@ -7,6 +7,7 @@
 #
 #   bash bench/hvd_collectives_bench.sh                    # 1, 4, 16, 64 MB; ~1-2 minutes
 #   bash bench/hvd_collectives_bench.sh --sizes-mb 1,4 --iterations 5
+#   bash bench/hvd_collectives_bench.sh --ops allreduce,adasum     # Adasum beside the sum
 #   bash bench/hvd_collectives_bench.sh --venv build/venv/torch2   # PyPI's torch 2, pip-installed
 #
 # Needs the project built (scripts/build.sh) with Debian's python3-torch, or --venv with dtrain

@@ -29,12 +29,13 @@ bool IsPowerOfTwo(int n);
 void AdasumCombine(const void* lower, const void* higher, void* out,
                    const std::vector<size_t>& counts, DType dtype);
 
-// Replaces `data` (tensors of `counts` elements end to end) on every rank of `comm` by the Adasum
-// of every rank's. Recursive doubling: at distance d = 1, 2, 4, ... each rank swaps its partial
-// result with rank ^ d and both combine the pair. Each rank sends its whole buffer log2(size)
-// times (Horovod halves the vector at each level: about twice the buffer in all; the two are
-// equal at 2 ranks). `comm`'s size must be a power of two.
-void AdasumAllreduce(Communicator& comm, void* data, const std::vector<size_t>& counts,
-                     DType dtype);
+// `out` = the Adasum of every rank's `in` (tensors of `counts` elements end to end), on every
+// rank of `comm`; `out` may be `in`. Recursive doubling: at distance d = 1, 2, 4, ... each rank
+// swaps its partial result with rank ^ d and both combine the pair. Each rank sends its whole
+// buffer log2(size) times (Horovod halves the vector at each level: about twice the buffer in
+// all; the two are equal at 2 ranks). `comm`'s size must be a power of two. `scratch` receives
+// the partner's values (grown as needed; callers keep it between calls).
+void AdasumAllreduce(Communicator& comm, const void* in, void* out,
+                     const std::vector<size_t>& counts, DType dtype, std::vector<char>& scratch);
 
 }  // namespace dtrain::collectives

@@ -15,12 +15,14 @@ void Communicator::Allreduce(const void* in, void* out, size_t count, DType dtyp
     if (in != out && count > 0) std::memcpy(out, in, count * DTypeSize(dtype));
     return;
   }
-  if (op == ReduceOp::kAdasum) {
-    if (in != out) std::memcpy(out, in, count * DTypeSize(dtype));
-    return AdasumAllreduce(*this, out, {count}, dtype);
-  }
+  if (op == ReduceOp::kAdasum) return Adasum(in, out, {count}, dtype);
   DoAllreduce(in, out, count, dtype, ReductionOf(op));
   if (op == ReduceOp::kAverage && size_ > 1) Scale(out, count, dtype, 1.0 / size_);
+}
+
+void Communicator::Adasum(const void* in, void* out, const std::vector<size_t>& counts,
+                          DType dtype) {
+  AdasumAllreduce(*this, in, out, counts, dtype, adasum_scratch_);
 }
 
 void Communicator::Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {

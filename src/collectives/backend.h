@@ -62,6 +62,11 @@ class Communicator {
   // have subsets (an MPI without MPI_THREAD_MULTIPLE).
   virtual std::unique_ptr<Communicator> Subset(const std::vector<int>& ranks, int generation) = 0;
 
+  // out = the Adasum (adasum.h) of every rank's `in`, tensors of `counts` elements end to end,
+  // each combined with its own dot product and norms; `in == out` is in place. A power-of-two
+  // size; float16/32/64.
+  void Adasum(const void* in, void* out, const std::vector<size_t>& counts, DType dtype);
+
   // Calls made so far (each of the above counts one): lets tests see fusion work.
   uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 
@@ -88,6 +93,7 @@ class Communicator {
 
  private:
   std::atomic<uint64_t> calls_{0};
+  std::vector<char> adasum_scratch_;  // the partner's values, kept for the next Adasum
   std::mutex listener_mutex_;
   std::function<void(const std::string&)> peer_lost_;
 };

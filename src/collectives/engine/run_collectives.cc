@@ -5,7 +5,6 @@
 #include <deque>
 #include <optional>
 
-#include "collectives/adasum.h"
 #include "collectives/engine/engine_impl.h"
 #include "common/elementwise.h"
 #include "dtrain/common/error.h"
@@ -79,7 +78,7 @@ void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionG
     for (Request* r : batch) Finish(*r);
     return;
   }
-  if (batch.size() == 1 && !group.compress && group.op != ReduceOp::kAdasum) {
+  if (batch.size() == 1 && !group.compress) {
     // Alone: reduce in the caller's memory, no copy (in place when in and out are one array).
     Request& r = *batch[0];
     timeline::Span span("allreduce", "collectives",
@@ -122,7 +121,7 @@ void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionG
       // Each tensor its own dot product and norms (adasum.h), so the engine says where each is.
       std::vector<size_t> counts;
       for (const Request* r : batch) counts.push_back(static_cast<size_t>(r->in.size()));
-      AdasumAllreduce(*backend, fusion.data(), counts, group.wire);
+      backend->Adasum(fusion.data(), fusion.data(), counts, group.wire);
     } else {
       backend->Allreduce(fusion.data(), fusion.data(), total, group.wire,
                          group.compress ? ReduceOp::kSum : group.op);
