@@ -2,8 +2,8 @@
 the CPU path gives (programs/kv_worker.py --cuda: D replicas on the one GPU stand in for D devices
 per worker, worker processes sharing it for hosts), and Horovod's collectives on CUDA tensors
 (host staging over Gloo with 2 ranks, NCCL with 1) equal the CPU results (programs/hvd_worker.py,
-hvd_collectives_worker.py and hvd_process_sets_worker.py with --cuda: process sets and
-SyncBatchNorm too), and two ranks on one GPU over NCCL fail saying why; the Trainer on
+hvd_collectives_worker.py, hvd_process_sets_worker.py and hvd_adasum_worker.py with --cuda:
+process sets, SyncBatchNorm and Adasum too), and two ranks on one GPU over NCCL fail saying why; the Trainer on
 CUDA parameters reaches what one process reaches on the whole batch (programs/train_check.py
 --cuda), and dtrain-train --gpus trains as its CPU replicas do.
 
@@ -100,6 +100,14 @@ def test_rest_of_horovods_collectives_on_cuda_through_host_memory(spawn):
 def test_rest_of_horovods_collectives_on_cuda_over_nccl(spawn):
     out = run_ok(spawn, launch_argv(1, 0, program("hvd_collectives_worker.py", "--cuda")))
     check(out, 1, "gloo", worker="hvd_collectives")
+
+
+def test_adasum_on_cuda_through_host_memory(spawn):
+    """op=Adasum on CUDA tensors (allreduce, grouped, in place, scaled, its gradient), two ranks
+    sharing the GPU: equal to the reference tree within Horovod's tolerance."""
+    out = run_ok(spawn, launch_argv(2, 0, program("hvd_adasum_worker.py", "--cuda")),
+                 env=job_env({"HOROVOD_GPU_OPERATIONS": "GLOO"}))
+    check(out, 2, "gloo", worker="hvd_adasum")
 
 
 def test_process_sets_and_sync_batch_norm_on_cuda(spawn, tmp_path):

@@ -1,7 +1,7 @@
 """The package as users meet it, in both layouts the suite runs on (the build tree, or a `pip
 install` when DTRAIN_TEST_INSTALLED=1): the version from one place, the commands, `python -m
-dtrain`, the guard against a torch other than the one dtrain was compiled for, and the type
-information."""
+dtrain`, the guard against a torch other than the one dtrain was compiled for, the type
+information, and Horovod's public names at Horovod's module paths."""
 
 import importlib.metadata
 import os
@@ -73,3 +73,39 @@ def test_package_ships_type_information():
     package = os.path.dirname(dtrain.__file__)
     assert os.path.exists(os.path.join(package, "py.typed"))
     assert os.path.exists(os.path.join(package, "_dtrain.pyi"))
+
+
+# Every public name of horovod.torch (horovod/torch/__init__.py of the current release).
+HOROVOD_TORCH_NAMES = """
+    elastic Compression allgather_object broadcast_object broadcast_optimizer_state
+    broadcast_parameters allreduce allreduce_async allreduce_ allreduce_async_ grouped_allreduce
+    grouped_allreduce_async grouped_allreduce_ grouped_allreduce_async_ sparse_allreduce_async
+    allgather allgather_async grouped_allgather grouped_allgather_async broadcast broadcast_async
+    broadcast_ broadcast_async_ alltoall alltoall_async reducescatter reducescatter_async
+    grouped_reducescatter grouped_reducescatter_async join barrier poll synchronize init shutdown
+    is_initialized start_timeline stop_timeline size local_size cross_size rank local_rank
+    cross_rank mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built
+    ddl_built ccl_built cuda_built rocm_built ProcessSet global_process_set add_process_set
+    remove_process_set Average Sum Adasum Min Max Product HorovodInternalError
+    DistributedOptimizer SyncBatchNorm""".split()
+
+
+def test_horovods_names_and_module_paths():
+    """A Horovod script imports these from horovod.torch, or from the module that defines them:
+    each is at the same place under dtrain.torch."""
+    import importlib
+
+    import dtrain.torch as hvd
+    missing = [name for name in HOROVOD_TORCH_NAMES if not hasattr(hvd, name)]
+    assert not missing, missing
+    mpi_ops = importlib.import_module("dtrain.torch.mpi_ops")
+    in_mpi_ops = [n for n in HOROVOD_TORCH_NAMES if n not in (
+        "elastic", "Compression", "allgather_object", "broadcast_object",
+        "broadcast_optimizer_state", "broadcast_parameters", "DistributedOptimizer",
+        "SyncBatchNorm")]
+    missing = [name for name in in_mpi_ops if not hasattr(mpi_ops, name)]
+    assert not missing, missing
+    for module, name in (("compression", "Compression"), ("functions", "broadcast_parameters"),
+                         ("optimizer", "DistributedOptimizer"), ("elastic", "TorchState"),
+                         ("sync_batch_norm", "SyncBatchNorm")):
+        assert hasattr(importlib.import_module("dtrain.torch." + module), name), module

@@ -4,11 +4,14 @@ tolerance, float16 and bfloat16 close), prescale/postscale, a process set, the g
 refused, and DistributedOptimizer(op=Adasum) against the same training simulated in this one
 process. Start it N times with `dtrain launch -n N -s 0` (Gloo) or `mpirun -np N` (OpenMPI);
 prints "hvd_adasum OK rank R of N (BACKEND)". With N not a power of two it checks that Adasum is
-refused (Horovod's NotImplementedError) and that the job goes on.
+refused (Horovod's NotImplementedError) and that the job goes on. With --cuda the allreduces and
+the gradient run on CUDA tensors (staged through host memory, as Adasum always is).
 """
 
 import copy
 import sys
+
+DEVICE = "cuda" if "--cuda" in sys.argv[1:] else "cpu"
 
 import torch
 
@@ -20,6 +23,11 @@ def rank_input(k, shape, dtype=torch.float64, salt=0):
     """What rank k holds: every rank can compute every rank's."""
     generator = torch.Generator().manual_seed(7000 + 31 * salt + k)
     return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype)
+
+
+def mine(r, shape, dtype=torch.float64, salt=0):
+    """This rank's input, on the device the run checks."""
+    return rank_input(r, shape, dtype, salt).to(DEVICE)
 
 
 def pair(a, b):
@@ -41,7 +49,9 @@ def tree(values):
 def close(name, got, want, dtype):
     """Horovod's bound for its Adasum tests: relative error of the whole tensor under 100 eps."""
     eps = torch.finfo(dtype).eps
-    error = ((got.double() - want).norm() / want.norm()).item()
+    if got.device.type != DEVICE:
+        raise AssertionError("%s: result on %s, want %s" % (name, got.device, DEVICE))
+    error = ((got.double().cpu() - want).norm() / want.norm()).item()
     if not error < 100 * eps:
         raise AssertionError("%s: relative error %.3g, bound %.3g" % (name, error, 100 * eps))
 
@@ -60,35 +70,36 @@ def allreduces(n, r):
     for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
         shape = (17, 3)
         want = tree([rank_input(k, shape, dtype) for k in range(n)])
-        got = hvd.allreduce(rank_input(r, shape, dtype), op=hvd.Adasum)
+        got = hvd.allreduce(mine(r, shape, dtype), op=hvd.Adasum)
         if got.dtype != dtype:
             raise AssertionError("adasum %s came back as %s" % (dtype, got.dtype))
         # Half types round each level's result: their own eps, at most a few roundings deep.
         close("adasum %s" % dtype, got, want, dtype)
     # Grouped: fused into one buffer, each tensor still its own coefficients.
     shapes = [(5,), (4, 4), (300,)]
-    outs = hvd.grouped_allreduce([rank_input(r, s, salt=i) for i, s in enumerate(shapes)],
+    outs = hvd.grouped_allreduce([mine(r, s, salt=i) for i, s in enumerate(shapes)],
                                  op=hvd.Adasum)
     for i, (s, out) in enumerate(zip(shapes, outs)):
         close("grouped %d" % i, out, tree([rank_input(k, s, salt=i) for k in range(n)]),
               torch.float64)
     # Parallel gradients average, orthogonal ones add up.
     v = torch.arange(1.0, 9.0, dtype=torch.float64)
-    close("parallel", hvd.allreduce(v * (r + 1), op=hvd.Adasum), v * (n + 1) / 2, torch.float64)
-    e = torch.zeros(n, dtype=torch.float64)
+    close("parallel", hvd.allreduce(v.to(DEVICE) * (r + 1), op=hvd.Adasum), v * (n + 1) / 2,
+          torch.float64)
+    e = torch.zeros(n, dtype=torch.float64, device=DEVICE)
     e[r] = r + 1.0
     close("orthogonal", hvd.allreduce(e, op=hvd.Adasum),
           torch.arange(1.0, n + 1, dtype=torch.float64), torch.float64)
     # In place, with Horovod's factors before and after.
-    t = rank_input(r, (9,))
+    t = mine(r, (9,))
     hvd.allreduce_(t, op=hvd.Adasum, prescale_factor=0.5, postscale_factor=3.0)
     close("scaled", t, 1.5 * tree([rank_input(k, (9,)) for k in range(n)]), torch.float64)
 
 
 def gradient(n, r):
     """Horovod's backward of an allreduce is the same allreduce of the gradients."""
-    x = rank_input(r, (6,)).requires_grad_()
-    weight = rank_input(r, (6,), salt=5)
+    x = mine(r, (6,)).requires_grad_()
+    weight = mine(r, (6,), salt=5)
     (hvd.allreduce(x, op=hvd.Adasum) * weight).sum().backward()
     close("gradient", x.grad, tree([rank_input(k, (6,), salt=5) for k in range(n)]),
           torch.float64)
@@ -100,7 +111,7 @@ def process_set(n, r):
     evens = hvd.add_process_set([k for k in range(n) if k % 2 == 0])
     if r % 2 == 0:
         members = list(range(0, n, 2))
-        got = hvd.allreduce(rank_input(r, (7,), salt=9), op=hvd.Adasum, process_set=evens)
+        got = hvd.allreduce(mine(r, (7,), salt=9), op=hvd.Adasum, process_set=evens)
         close("process set", got, tree([rank_input(k, (7,), salt=9) for k in members]),
               torch.float64)
     hvd.remove_process_set(evens)
@@ -188,8 +199,9 @@ def main():
         allreduces(n, r)
         gradient(n, r)
         process_set(n, r)
-        refusals(n)
-        distributed_optimizer(n, r)
+        if DEVICE == "cpu":
+            refusals(n)
+            distributed_optimizer(n, r)
     backend = "mpi" if hvd.mpi_enabled() else "gloo"
     hvd.shutdown()
     print("hvd_adasum OK rank %d of %d (%s)" % (r, n, backend), flush=True)
