@@ -17,7 +17,6 @@ starts there).
 
     python3 bench/elastic_bench.py [--epochs 2] [--kill-after 10] [--add-after 8] [--ssh-hosts]
 """
-import json
 import argparse
 import os
 import re
@@ -27,6 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from emulated_hosts import emulated_hosts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -149,20 +150,9 @@ def main() -> None:
     args = ap.parse_args()
     args.dtrain = args.dtrain or os.path.join(args.build, "src", "tools", "dtrain")
     if args.ssh_hosts:
-        with subprocess.Popen([os.path.join(args.build, "tests", "programs", "ssh_test_cluster"),
-                               "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True) as helper:
-            assert helper.stdout is not None and helper.stdin is not None
-            line = helper.stdout.readline()
-            if not line:
-                sys.exit("no emulated hosts here (ssh_test_cluster exited %s)" % helper.wait())
-            cluster = json.loads(line)
-            print("3 emulated hosts over ssh: %s" % ", ".join(cluster["hosts"]), flush=True)
-            try:
-                compare(args, cluster)
-            finally:
-                helper.stdin.close()  # the helper deletes the hosts
-                helper.wait(60)
+        with emulated_hosts(os.path.join(args.build, "tests", "programs", "ssh_test_cluster"),
+                            3) as cluster:
+            compare(args, cluster)
     else:
         compare(args, None)
 

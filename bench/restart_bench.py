@@ -11,7 +11,12 @@ the time to its restore and to the next progress line, and whether the saved mod
 the servers' optimizer state) equals the undisturbed run's exactly (the checkpoint + replay path
 is exact on dist_sync).
 
+With --ssh-hosts, the same across 3 emulated hosts (network namespaces with their own sshd, the
+launcher tests' cluster: build/tests/programs/ssh_test_cluster; needs root) under --launcher ssh
+with a hostfile: the killed worker or server is replaced on its host over ssh.
+
     python3 bench/restart_bench.py [--epochs 2] [--kill-after 8] [--dtrain build/src/tools/dtrain]
+                                   [--ssh-hosts]
 """
 import argparse
 import os
@@ -22,6 +27,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from emulated_hosts import emulated_hosts
 
 
 def member_pid(role: str, rank: int) -> int | None:
@@ -57,7 +64,7 @@ def same_weights(a: str, b: str) -> bool:
 
 def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -> dict:
     """kill: None, "worker" or "server" (rank 1 of that role is killed)."""
-    argv = [args.dtrain, "launch", "-n", "2", "-s", "2", "--launcher", "local"]
+    argv = [args.dtrain, "launch", "-n", "2", "-s", "2", *args.placement]
     if restarts:
         argv += ["--max-restarts", "2"]
     argv += ["--", args.train, "--dataset", "fashion-mnist", "--network", "lenet", "--kvstore",
@@ -121,7 +128,23 @@ def main() -> int:
     p.add_argument("--kill-after", type=float, default=8.0)
     p.add_argument("--dtrain", default="build/src/tools/dtrain")
     p.add_argument("--train", default="build/src/train/dtrain-train")
+    p.add_argument("--ssh-hosts", action="store_true",
+                   help="across 3 emulated hosts over ssh (needs root)")
+    p.add_argument("--cluster-helper", default="build/tests/programs/ssh_test_cluster")
     args = p.parse_args()
+    args.placement = ["--launcher", "local"]
+    if not args.ssh_hosts:
+        return compare(args)
+    with emulated_hosts(args.cluster_helper, 3) as cluster, \
+            tempfile.TemporaryDirectory(prefix="restart-bench-hosts-") as tmp:
+        hostfile = os.path.join(tmp, "hosts")
+        with open(hostfile, "w") as f:
+            f.write("".join(f"{h}\n" for h in cluster["hosts"]))
+        args.placement = ["--launcher", "ssh", "-H", hostfile, "--ssh-opts", cluster["ssh_opts"]]
+        return compare(args)
+
+
+def compare(args: argparse.Namespace) -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="restart-bench-") as tmp:
         runs = {}

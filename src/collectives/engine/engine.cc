@@ -498,10 +498,9 @@ void RefuseDevice(const Request& r, const Array& in) {
 // What Adasum cannot take, said before any rank waits for it (adasum.h).
 void RefuseForAdasum(const Request& r, const Array& in, int ranks) {
   if (!AdasumTakes(in.dtype())) {
+    const std::string dtype(DTypeName(in.dtype()));
     throw InvalidArgument(r.state->what +
-                          ": Adasum reduces float16, float32 and float64 values, "
-                          "not " +
-                          std::string(DTypeName(in.dtype())));
+                          ": Adasum reduces float16, float32 and float64 values, not " + dtype);
   }
   if (in.on_device()) {
     throw InvalidArgument(r.state->what +
@@ -509,10 +508,8 @@ void RefuseForAdasum(const Request& r, const Array& in, int ranks) {
                           "dtrain.torch does)");
   }
   if (!IsPowerOfTwo(ranks)) {
-    throw InvalidArgument(r.state->what +
-                          ": Adasum needs a power-of-two number of ranks; this "
-                          "job (or process set) has " +
-                          std::to_string(ranks));
+    const std::string has = "; this job (or process set) has " + std::to_string(ranks);
+    throw InvalidArgument(r.state->what + ": Adasum needs a power-of-two number of ranks" + has);
   }
 }
 
@@ -591,8 +588,8 @@ Handle Engine::Reducescatter(const std::string& name, const Array& in, ReduceOp 
   RefuseDevice(r, in);
   if (op == ReduceOp::kAdasum) {
     throw InvalidArgument(r.state->what +
-                          ": reducescatter sums, averages, or takes the min, max "
-                          "or product; Adasum is for allreduce");
+                          ": reducescatter sums, averages, or takes the min, max or product; "
+                          "Adasum is for allreduce");
   }
   if (in.shape().empty()) {
     throw InvalidArgument(r.state->what +
