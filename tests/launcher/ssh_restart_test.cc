@@ -8,8 +8,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <cstdio>
-#include <fstream>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -25,17 +23,6 @@ using ::testing::Not;
 
 std::string KvCheckWorker() { return DTRAIN_BINARY_DIR "/tests/programs/kv_check_worker"; }
 
-// The pids in network namespace `netns` (`ip netns pids`).
-std::vector<pid_t> PidsIn(const std::string& netns) {
-  std::vector<pid_t> pids;
-  std::FILE* f = ::popen(("ip netns pids " + netns + " 2>/dev/null").c_str(), "r");
-  if (f == nullptr) return pids;
-  long pid = 0;
-  while (std::fscanf(f, "%ld", &pid) == 1) pids.push_back(static_cast<pid_t>(pid));
-  ::pclose(f);
-  return pids;
-}
-
 class SshRestart : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -43,14 +30,6 @@ class SshRestart : public ::testing::Test {
       GTEST_SKIP() << "no ssh test cluster here: " << *why;
     }
     cluster_ = std::make_unique<SshTestCluster>(3);
-  }
-
-  // A hostfile of the first `n` hosts.
-  std::string Hostfile(const TempDir& dir, int n) const {
-    const std::string path = dir / "hosts";
-    std::ofstream out(path);
-    for (int i = 0; i < n; ++i) out << cluster_->address(i) << "\n";
-    return path;
   }
 
   // A 2x2 job under --max-restarts 2 over ssh on `hostfile`, kv_check_worker's sync soak with
@@ -86,10 +65,9 @@ class SshRestart : public ::testing::Test {
 // host 1): each is replaced on its host, the server from its checkpoint, and every pull of every
 // round is the exact sum.
 TEST_F(SshRestart, AWorkerAndThenAServerKilledOnTheirHostsAreReplacedThereAndStayExact) {
-  TempDir dir;
-  LaunchProcess launch(
-      Job(Hostfile(dir, 2), {"--rounds", "12", "--round-pause-ms", "20", "--kill-at-round", "5",
-                             "--die-rank", "1", "--then-kill-server", "1"}));
+  LaunchProcess launch(Job(cluster_->WriteHostfile(2),
+                           {"--rounds", "12", "--round-pause-ms", "20", "--kill-at-round", "5",
+                            "--die-rank", "1", "--then-kill-server", "1"}));
   LaunchResult r = launch.Wait(std::chrono::seconds(120));
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const std::string all = r.out + r.err;
@@ -119,7 +97,7 @@ TEST_F(SshRestart, AWorkerAndThenAServerKilledOnTheirHostsAreReplacedThereAndSta
 TEST_F(SshRestart, AWorkerWhoseHostFailsIsReplacedOnTheNextHostOfTheHostfile) {
   TempDir dir;
   const std::string pid_file = dir / "worker-0";
-  std::vector<std::string> args = Job(Hostfile(dir, 3), {});
+  std::vector<std::string> args = Job(cluster_->WriteHostfile(3), {});
   // Each worker first writes its pid (worker 0's first process: the one on host 2).
   args.resize(args.size() - 3);
   for (const std::string& a :
@@ -133,7 +111,7 @@ TEST_F(SshRestart, AWorkerWhoseHostFailsIsReplacedOnTheNextHostOfTheHostfile) {
   ASSERT_TRUE(PollUntil([&] { return ReadPids(pid_file).size() == 1; }, std::chrono::seconds(30)))
       << "worker 0 never started";
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rounds under way
-  const std::vector<pid_t> host2 = PidsIn(cluster_->netns(2));
+  const std::vector<pid_t> host2 = cluster_->PidsOn(2);
   ASSERT_FALSE(host2.empty());
   for (pid_t p : host2) ::kill(p, SIGKILL);
 

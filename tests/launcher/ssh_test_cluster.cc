@@ -84,14 +84,24 @@ std::vector<std::string> Lines(const std::string& text) {
   return out;
 }
 
+// The processes in the namespace; nullopt when it cannot be asked (it is gone).
+std::optional<std::vector<pid_t>> PidsInNetns(const std::string& netns) {
+  CommandResult r = Run({"ip", "netns", "pids", netns});
+  if (r.code != 0) return std::nullopt;
+  std::vector<pid_t> pids;
+  for (const std::string& p : Lines(r.output)) pids.push_back(static_cast<pid_t>(std::stol(p)));
+  return pids;
+}
+
 // SIGKILLs every process inside the namespace until none is left (bounded).
 void KillEverythingIn(const std::string& netns) {
   PollUntil(
       [&] {
-        CommandResult r = Run({"ip", "netns", "pids", netns});
-        std::vector<std::string> pids = Lines(r.output);
-        for (const std::string& p : pids) ::kill(static_cast<pid_t>(std::stol(p)), SIGKILL);
-        return r.code != 0 || pids.empty();
+        std::optional<std::vector<pid_t>> pids = PidsInNetns(netns);
+        if (pids) {
+          for (pid_t p : *pids) ::kill(p, SIGKILL);
+        }
+        return !pids || pids->empty();
       },
       std::chrono::seconds(5));
 }
@@ -281,12 +291,17 @@ int SshTestCluster::RunIn(int i, const std::vector<std::string>& argv) const {
   return Run(full).code;
 }
 
-std::string SshTestCluster::WriteHostfile() const {
+std::string SshTestCluster::WriteHostfile(int count) const {
+  const size_t listed = count < 0 ? hosts_.size() : static_cast<size_t>(count);
   std::string text = "# made by SshTestCluster\n";
-  for (const Host& h : hosts_) text += h.address + "\n";
+  for (size_t i = 0; i < listed && i < hosts_.size(); ++i) text += hosts_[i].address + "\n";
   const std::string path = dir_ / "hosts";
   WriteText(path, text);
   return path;
+}
+
+std::vector<pid_t> SshTestCluster::PidsOn(int i) const {
+  return PidsInNetns(hosts_[i].netns).value_or(std::vector<pid_t>{});
 }
 
 void SshTestCluster::TearDown() {

@@ -16,6 +16,8 @@
 // pids that no longer exist. Every command it runs has a deadline.
 #pragma once
 
+#include <sys/types.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,8 +49,10 @@ class SshTestCluster {
   // An address of the subnet that no host has.
   std::string unused_address() const { return prefix_ + "99"; }
 
-  // A hostfile listing the hosts by address, one a line.
-  std::string WriteHostfile() const;
+  // A hostfile listing the first `count` hosts (all: -1) by address, one a line.
+  std::string WriteHostfile(int count = -1) const;
+  // The processes running in host `i`'s namespace (`ip netns pids`).
+  std::vector<pid_t> PidsOn(int i) const;
   // For --ssh-opts: "-F <client config>".
   std::string ssh_opts() const { return "-F " + (dir_ / "ssh_config"); }
 
