@@ -15,7 +15,12 @@ one slot each: the killed worker is host 3's (killed there), the discovery scrip
 host and ADD_AFTER seconds later offers it again (its retired slot counts afresh: a new worker
 starts there).
 
+With --cpp, the job is the C++ front end instead: dtrain-train (LeNet, Fashion-MNIST, the
+horovod kvstore) through train::RunElastic, committing every 50 steps; its "training again" is
+rank 0's first line of the new membership ("worker 0 of 2 (elastic ...").
+
     python3 bench/elastic_bench.py [--epochs 2] [--kill-after 10] [--add-after 8] [--ssh-hosts]
+                                   [--cpp]
 """
 import argparse
 import os
@@ -71,8 +76,10 @@ def run(args: argparse.Namespace, disturb: bool, cluster: dict | None) -> dict:
     over_ssh = [] if cluster is None else [
         "--launcher", "ssh", "--ssh-opts", cluster["ssh_opts"], "--env", f"PYTHONPATH:{python_path}",
         "--env", "PYTHONUNBUFFERED:1"]
+    program = ([args.train, "--log-interval", "0"] if args.cpp
+               else [sys.executable, example])
     argv = [args.dtrain, "launch", *over_ssh, "-s", "0", "--host-discovery-script",
-            f"cat {hosts}", "--min-np", "2", "--max-np", "3", "--", sys.executable, example,
+            f"cat {hosts}", "--min-np", "2", "--max-np", "3", "--", *program,
             "--epochs", str(args.epochs)]
     env = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     start = time.time()
@@ -101,7 +108,8 @@ def run(args: argparse.Namespace, disturb: bool, cluster: dict | None) -> dict:
         elif disturb:
             time.sleep(args.kill_after)
             # Host 3's processes of the job (its worker, never rank 0: the oldest is host 1's).
-            victims = netns_pids(cluster["netns"][2], "horovod_elastic_mnist.py")
+            victims = netns_pids(cluster["netns"][2],
+                                 "dtrain-train" if args.cpp else "horovod_elastic_mnist.py")
             result["killed_at"] = time.time()
             for pid in victims:
                 os.kill(pid, signal.SIGKILL)
@@ -130,7 +138,8 @@ def run(args: argparse.Namespace, disturb: bool, cluster: dict | None) -> dict:
     if disturb:
         k, a = result["killed_at"], result["added_at"]
         result["to_membership_s"] = first_after(k, r"membership 2: 2 rank")
-        result["to_training_s"] = first_after(k, r"Reset: 2 rank")
+        result["to_training_s"] = first_after(
+            k, r"worker 0 of 2 \(elastic" if args.cpp else r"Reset: 2 rank")
         result["add_to_membership_s"] = first_after(a, r"membership 3: 3 rank")
     if code != 0:
         print("\n".join(line for _, line in lines[-40:]), file=sys.stderr)
@@ -147,8 +156,11 @@ def main() -> None:
     ap.add_argument("--dtrain", default=None)
     ap.add_argument("--ssh-hosts", action="store_true",
                     help="across 3 emulated hosts over ssh (needs root)")
+    ap.add_argument("--cpp", action="store_true",
+                    help="the C++ front end (dtrain-train) instead of the Python example")
     args = ap.parse_args()
     args.dtrain = args.dtrain or os.path.join(args.build, "src", "tools", "dtrain")
+    args.train = os.path.join(args.build, "src", "train", "dtrain-train")
     if args.ssh_hosts:
         with emulated_hosts(os.path.join(args.build, "tests", "programs", "ssh_test_cluster"),
                             3) as cluster:

@@ -7,6 +7,7 @@
 // prints a progress line with samples/s while an epoch runs and "Epoch N: Test_acc 0.xxxxxx" after
 // each epoch.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -22,6 +23,7 @@
 #include "dtrain/kvstore/init.h"
 #include "dtrain/kvstore/kvstore.h"
 #include "dtrain/train/data/dataset.h"
+#include "dtrain/train/elastic.h"
 #include "dtrain/train/models/network.h"
 #include "dtrain/train/trainer.h"
 #include "report/reporter.h"
@@ -65,6 +67,7 @@ struct Flags {
   std::string gc_type = "none";
   std::string gc_threshold;  // empty: the type's default
   int64_t gc_min_elements = 4096;
+  int64_t commit_every = 50;
 };
 
 // LibTorch's intra-op threads and OpenBLAS's threads would otherwise compete for the same cores;
@@ -79,7 +82,9 @@ int ConfigureThreads(int requested, int workers_on_host, std::string* blas) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = requested > 0 ? requested : std::max(1, cores / std::max(1, workers_on_host));
   torch::set_num_threads(threads);
-  torch::set_num_interop_threads(1);
+  static bool interop_set = false;  // settable once a process (an elastic worker comes back here)
+  if (!interop_set) torch::set_num_interop_threads(1);
+  interop_set = true;
   return threads;
 }
 
@@ -151,6 +156,105 @@ double Evaluate(Network& net, const ImageDataset& test, const torch::Device& dev
   return static_cast<double>(correct.item<int64_t>()) / static_cast<double>(test.size());
 }
 
+// One step over the local replicas (forward, backward, Trainer::Step), the progress line every
+// log_interval steps and the epoch's closing lines, as MXNet's fit prints them.
+class StepRunner {
+ public:
+  StepRunner(const Flags& f, const std::vector<std::shared_ptr<Network>>& replicas,
+             const std::vector<torch::Device>& on,
+             const std::vector<std::pair<int64_t, int64_t>>& parts, const ImageDataset& train)
+      : f_(f), replicas_(replicas), on_(on), parts_(parts), train_(train) {}
+
+  void StartEpoch(int64_t epoch, int64_t first_step) {
+    epoch_ = epoch;
+    epoch_start_ = window_start_ = std::chrono::steady_clock::now();
+    ResetWindow(first_step);
+  }
+
+  // `idx`: this worker's samples of the step; `step`: its number in the epoch (progress lines).
+  void Run(Trainer& trainer, const torch::Tensor& idx, int64_t step, int64_t global_step) {
+    auto x = train_.images.index_select(0, idx);
+    auto y = train_.labels.index_select(0, idx);
+    for (size_t d = 0; d < replicas_.size(); ++d) {
+      auto [offset, size] = parts_[d];
+      auto xd = x.narrow(0, offset, size).to(on_[d]);
+      auto yd = y.narrow(0, offset, size).to(on_[d]);
+      const auto step_arg =
+          timeline::Enabled()
+              ? timeline::Args().Int("step", global_step).Int("device", static_cast<int64_t>(d))
+              : timeline::Args();
+      torch::Tensor logits, loss;
+      {
+        timeline::Span span("forward", "train", step_arg);
+        logits = replicas_[d]->forward(xd);
+        loss = torch::nn::functional::cross_entropy(
+            logits, yd, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+      }
+      {
+        timeline::Span span("backward", "train", step_arg);
+        loss.backward();
+      }
+      torch::NoGradGuard no_grad;
+      auto correct = logits.argmax(1).eq(yd).sum();
+      window_correct_[d] = window_correct_[d].defined() ? window_correct_[d] + correct : correct;
+      window_loss_[d] = window_loss_[d].defined() ? window_loss_[d] + loss.detach() : loss.detach();
+    }
+    trainer.Step(f_.batch_size);
+    window_samples_ += f_.batch_size;
+    if (f_.log_interval > 0 && (step + 1) % f_.log_interval == 0) PrintProgress(step + 1);
+  }
+
+  // After the epoch's `steps` steps and a WaitAll: its time, and the test accuracy.
+  void EndEpoch(int64_t steps, const ImageDataset& test) {
+    const double epoch_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
+    std::printf("Epoch[%lld] Time cost=%.3f (%.1f samples/sec)\n", static_cast<long long>(epoch_),
+                epoch_s, static_cast<double>(steps * f_.batch_size) / epoch_s);
+    std::printf("Epoch %lld: Test_acc %f\n", static_cast<long long>(epoch_),
+                Evaluate(*replicas_[0], test, on_[0]));
+    std::fflush(stdout);
+  }
+
+ private:
+  // Summed where the replicas run, read at each progress line only: reading them every step would
+  // make the host wait for each GPU step to finish.
+  void PrintProgress(int64_t end) {
+    int64_t correct = 0;
+    double loss = 0;
+    for (size_t d = 0; d < replicas_.size(); ++d) {
+      correct += window_correct_[d].item<int64_t>();
+      loss += window_loss_[d].item<double>();
+    }
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
+    std::printf(
+        "Epoch[%lld] Batch [%lld-%lld] Speed: %.2f samples/sec accuracy=%f cross-entropy=%f\n",
+        static_cast<long long>(epoch_), static_cast<long long>(window_first_),
+        static_cast<long long>(end), window_samples_ / secs,
+        static_cast<double>(correct) / window_samples_, loss / window_samples_);
+    std::fflush(stdout);
+    window_start_ = std::chrono::steady_clock::now();
+    ResetWindow(end);
+  }
+
+  void ResetWindow(int64_t first) {
+    window_correct_.assign(replicas_.size(), torch::Tensor());
+    window_loss_.assign(replicas_.size(), torch::Tensor());
+    window_samples_ = 0;
+    window_first_ = first;
+  }
+
+  const Flags& f_;
+  const std::vector<std::shared_ptr<Network>>& replicas_;
+  const std::vector<torch::Device>& on_;
+  const std::vector<std::pair<int64_t, int64_t>>& parts_;
+  const ImageDataset& train_;
+  int64_t epoch_ = 0;
+  std::chrono::steady_clock::time_point epoch_start_, window_start_;
+  std::vector<torch::Tensor> window_correct_, window_loss_;
+  int64_t window_samples_ = 0, window_first_ = 0;
+};
+
 int Train(const Flags& f, KVStore* kv_ptr);
 
 // The store to use: the one asked for, or, without --kvstore, dist_sync in a job (horovod when it
@@ -180,12 +284,23 @@ std::string StoreType(const std::string& asked, const Config& config) {
 // ("Accuracy") for the sweep and the runs over several seeds.
 const std::map<std::string, std::string> kDefaultGcThresholds = {{"2bit", "3"}, {"1bit", "1"}};
 
+int TrainElastic(const Flags& f);
+
 // Errors are printed while the kvstore still lives: leaving the job first would let the launcher
 // stop this process (the job failed) before it says why.
 int Run(const Flags& f) {
   // Read by the collectives when the horovod kvstore starts them.
   if (f.fp16_allreduce) ::setenv("DTRAIN_FP16_ALLREDUCE", "1", 1);
-  auto kv = KVStore::Create(StoreType(f.kvstore, Config::FromEnvironment()));
+  const std::string store = StoreType(f.kvstore, Config::FromEnvironment());
+  if (collectives::IsElastic()) {
+    if (store != "horovod") {
+      throw InvalidArgument("--kvstore " + store + " in an elastic job (dtrain launch " +
+                            "--host-discovery-script): elastic jobs are allreduce jobs; pass " +
+                            "--kvstore horovod (or leave --kvstore out)");
+    }
+    return TrainElastic(f);
+  }
+  auto kv = KVStore::Create(store);
   try {
     if (f.gc_type != "none") {
       std::map<std::string, std::string> gc{{"type", f.gc_type}};
@@ -209,39 +324,45 @@ int Run(const Flags& f) {
   return 1;
 }
 
-int Train(const Flags& f, KVStore* kv_ptr) {
-  KVStore* kv = kv_ptr;
-  const int rank = kv->rank();
-  const int workers = kv->num_workers();
-  std::string blas;
-  const int threads = ConfigureThreads(f.threads, WorkersOnThisHost(*kv), &blas);
+// What the training loops work on: the data, the replicas on their devices, how a batch is split
+// over them, and the Trainer's options. `workers`: the job's, for the schedules' epoch lengths.
+struct Setup {
+  ImageDataset train, test;
+  std::vector<torch::Device> on;
+  std::vector<std::shared_ptr<Network>> replicas;
+  std::vector<std::pair<int64_t, int64_t>> parts;
+  TrainerOptions options;
+};
+
+Setup Prepare(const Flags& f, int workers) {
+  Setup s;
   if (!f.gpus.empty() && f.devices != "1") {
     throw InvalidArgument("--gpus " + f.gpus + " and --devices " + f.devices +
                           ": give one (GPUs, or CPU replicas)");
   }
-  const std::vector<torch::Device> on = ReplicaDevices(f);
-  const int devices = static_cast<int>(on.size());
+  s.on = ReplicaDevices(f);
+  const int devices = static_cast<int>(s.on.size());
   if (f.batch_size < devices) {
     throw InvalidArgument("--batch-size " + std::to_string(f.batch_size) + " is smaller than the " +
                           std::to_string(devices) + " devices it is split over");
   }
   const std::string dir = f.data_dir.empty() ? DefaultDataDir(f.dataset) : f.data_dir;
-  ImageDataset train = LoadDataset(f.dataset, dir, Split::kTrain, f.seed);
-  const ImageDataset test = LoadDataset(f.dataset, dir, Split::kTest, f.seed);
-  if (f.limit_train > 0 && f.limit_train < train.size()) {
-    train.images = train.images.narrow(0, 0, f.limit_train);
-    train.labels = train.labels.narrow(0, 0, f.limit_train);
+  s.train = LoadDataset(f.dataset, dir, Split::kTrain, f.seed);
+  s.test = LoadDataset(f.dataset, dir, Split::kTest, f.seed);
+  if (f.limit_train > 0 && f.limit_train < s.train.size()) {
+    s.train.images = s.train.images.narrow(0, 0, f.limit_train);
+    s.train.labels = s.train.labels.narrow(0, 0, f.limit_train);
   }
-  const InputShape shape{train.images.size(1), train.images.size(2), train.images.size(3)};
+  const InputShape shape{s.train.images.size(1), s.train.images.size(2), s.train.images.size(3)};
 
   torch::manual_seed(f.seed);
-  std::vector<std::shared_ptr<Network>> replicas;
   for (int d = 0; d < devices; ++d) {
-    replicas.push_back(MakeNetwork(f.network, shape, train.num_classes));
-    replicas.back()->to(on[d]);
+    s.replicas.push_back(MakeNetwork(f.network, shape, s.train.num_classes));
+    s.replicas.back()->to(s.on[d]);
   }
+  s.parts = SplitBatch(f.batch_size, devices, f.work_load);
 
-  TrainerOptions options;
+  TrainerOptions& options = s.options;
   options.optimizer.name = f.optimizer;
   options.optimizer.params = {{"learning_rate", f.lr}};
   if (f.optimizer == "sgd" || f.optimizer == "nag")
@@ -249,7 +370,7 @@ int Train(const Flags& f, KVStore* kv_ptr) {
   if (f.wd > 0) options.optimizer.params["wd"] = f.wd;
   options.batch_size = f.batch_size;
   // Schedules count optimizer updates; the flags speak in epochs.
-  const int64_t steps_per_epoch = train.size() / workers / f.batch_size;
+  const int64_t steps_per_epoch = s.train.size() / workers / f.batch_size;
   if (f.lr_scheduler == "step") {
     options.optimizer.lr_scheduler = "step";
     options.optimizer.params["lr_step"] =
@@ -270,8 +391,20 @@ int Train(const Flags& f, KVStore* kv_ptr) {
     // Load before the trainer starts: rank 0's (loaded) weights then become everyone's.
     torch::serialize::InputArchive archive;
     archive.load_from(f.resume);
-    LoadInto(archive, *replicas[0]);
+    LoadInto(archive, *s.replicas[0]);
   }
+  return s;
+}
+
+int Train(const Flags& f, KVStore* kv_ptr) {
+  KVStore* kv = kv_ptr;
+  const int rank = kv->rank();
+  const int workers = kv->num_workers();
+  std::string blas;
+  const int threads = ConfigureThreads(f.threads, WorkersOnThisHost(*kv), &blas);
+  Setup setup = Prepare(f, workers);
+  const auto& [train, test, on, replicas, parts, options] = setup;
+  const int devices = static_cast<int>(on.size());
   Trainer trainer(replicas, *kv, options);
   // A replacement for a lost worker (dtrain launch --max-restarts) finds the optimizer's state on
   // the servers, and resumes at the step its rank had reached.
@@ -285,7 +418,6 @@ int Train(const Flags& f, KVStore* kv_ptr) {
                           std::to_string(sampler.size()) + " samples, fewer than one batch of " +
                           std::to_string(f.batch_size));
   }
-  const auto parts = SplitBatch(f.batch_size, devices, f.work_load);
   std::printf(
       "worker %d of %d: %s on %s, %lld samples, %lld steps/epoch, batch %lld over %d device(s) "
       "(%s), kvstore %s, %d LibTorch thread(s), BLAS: %s\n",
@@ -303,89 +435,105 @@ int Train(const Flags& f, KVStore* kv_ptr) {
     std::fflush(stdout);
   }
 
+  StepRunner runner(f, replicas, on, parts, train);
   int64_t global_step = 0;  // the timeline's step numbers, as the trainer counts them
   for (int epoch = 0; epoch < f.epochs; ++epoch) {
     if (global_step + steps <= resume_at) {  // done before this process joined
       global_step += steps;
       continue;
     }
-    const auto indices = sampler.EpochIndices(epoch);
-    const auto index_tensor = torch::tensor(indices, torch::kInt64);
-    const auto epoch_start = std::chrono::steady_clock::now();
-    auto window_start = epoch_start;
-    // Summed where the replicas run, read at each progress line only: reading them every step would
-    // make the host wait for each GPU step to finish.
-    std::vector<torch::Tensor> window_correct(devices), window_loss(devices);
-    int64_t window_samples = 0, window_first = 0;
+    const auto indices = torch::tensor(sampler.EpochIndices(epoch), torch::kInt64);
     const int64_t first_step = std::max<int64_t>(0, resume_at - global_step);
     global_step += first_step;
-    window_first = first_step;
+    runner.StartEpoch(epoch, first_step);
     for (int64_t step = first_step; step < steps; ++step) {
-      auto idx = index_tensor.narrow(0, step * f.batch_size, f.batch_size);
-      auto x = train.images.index_select(0, idx);
-      auto y = train.labels.index_select(0, idx);
-      for (int d = 0; d < devices; ++d) {
-        auto [offset, size] = parts[d];
-        auto xd = x.narrow(0, offset, size).to(on[d]);
-        auto yd = y.narrow(0, offset, size).to(on[d]);
-        const auto step_arg = timeline::Enabled()
-                                  ? timeline::Args().Int("step", global_step).Int("device", d)
-                                  : timeline::Args();
-        torch::Tensor logits, loss;
-        {
-          timeline::Span span("forward", "train", step_arg);
-          logits = replicas[d]->forward(xd);
-          loss = torch::nn::functional::cross_entropy(
-              logits, yd, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-        }
-        {
-          timeline::Span span("backward", "train", step_arg);
-          loss.backward();
-        }
-        torch::NoGradGuard no_grad;
-        auto correct = logits.argmax(1).eq(yd).sum();
-        window_correct[d] = window_correct[d].defined() ? window_correct[d] + correct : correct;
-        window_loss[d] = window_loss[d].defined() ? window_loss[d] + loss.detach() : loss.detach();
-      }
-      trainer.Step(f.batch_size);
+      runner.Run(trainer, indices.narrow(0, step * f.batch_size, f.batch_size), step, global_step);
       ++global_step;
-      window_samples += f.batch_size;
-      if (f.log_interval > 0 && (step + 1) % f.log_interval == 0) {
-        int64_t correct = 0;
-        double loss = 0;
-        for (int d = 0; d < devices; ++d) {
-          correct += window_correct[d].item<int64_t>();
-          loss += window_loss[d].item<double>();
-        }
-        const double secs =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-        std::printf(
-            "Epoch[%d] Batch [%lld-%lld] Speed: %.2f samples/sec accuracy=%f cross-entropy=%f\n",
-            epoch, static_cast<long long>(window_first), static_cast<long long>(step + 1),
-            window_samples / secs, static_cast<double>(correct) / window_samples,
-            loss / window_samples);
-        std::fflush(stdout);
-        window_start = std::chrono::steady_clock::now();
-        window_correct.assign(devices, torch::Tensor());
-        window_loss.assign(devices, torch::Tensor());
-        window_samples = 0;
-        window_first = step + 1;
-      }
     }
     trainer.WaitAll();
-    // As MXNet's fit prints it; the samples are this worker's.
-    const double epoch_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    std::printf("Epoch[%d] Time cost=%.3f (%.1f samples/sec)\n", epoch, epoch_s,
-                static_cast<double>(steps * f.batch_size) / epoch_s);
-    std::printf("Epoch %d: Test_acc %f\n", epoch, Evaluate(*replicas[0], test, on[0]));
-    std::fflush(stdout);
+    runner.EndEpoch(steps - first_step, test);
   }
   if (!f.save.empty() && rank == 0) {
     trainer.Save(f.save);
     std::printf("saved the model to %s\n", f.save.c_str());
   }
   return 0;
+}
+
+// An elastic job (dtrain launch -s 0 --host-discovery-script): Horovod's elastic loop through
+// train::RunElastic. The epoch's samples are taken in one order every rank knows, a global batch
+// (batch x ranks) per step, rank r taking its r-th slice, so the position (ElasticState's
+// samples_done) is the job's and carries over to a membership of another size.
+int TrainElastic(const Flags& f) {
+  try {
+    Setup setup = Prepare(f, std::max(1, Config::FromEnvironment().num_workers));
+    const auto& [train, test, on, replicas, parts, options] = setup;
+    const SplitSampler whole(train.size(), 1, 0, f.seed);  // the epoch's order, the same everywhere
+    StepRunner runner(f, replicas, on, parts, train);
+    ElasticState state(replicas);
+    RunElastic(
+        state, [&](KVStore& kv) { return std::make_unique<Trainer>(replicas, kv, options); },
+        [&](Trainer& trainer, KVStore& kv, ElasticState& state) {
+          const int rank = kv.rank();
+          const int size = kv.num_workers();
+          std::string blas;
+          const int threads = ConfigureThreads(f.threads, collectives::LocalSize(), &blas);
+          const int64_t global_batch = f.batch_size * size;
+          if (train.size() < global_batch) {
+            throw InvalidArgument(std::to_string(train.size()) + " samples are fewer than one " +
+                                  "global batch of " + std::to_string(global_batch));
+          }
+          std::printf(
+              "worker %d of %d (elastic, pid %d): %s on %s, batch %lld a rank, %d LibTorch "
+              "thread(s), BLAS: %s; from epoch %lld, sample %lld of %lld, step %lld\n",
+              rank, size, static_cast<int>(::getpid()), f.network.c_str(), f.dataset.c_str(),
+              static_cast<long long>(f.batch_size), threads, blas.c_str(),
+              static_cast<long long>(state.epoch), static_cast<long long>(state.samples_done),
+              static_cast<long long>(train.size()), static_cast<long long>(state.steps));
+          std::fflush(stdout);
+          while (state.epoch < f.epochs) {
+            const auto order =
+                torch::tensor(whole.EpochIndices(static_cast<int>(state.epoch)), torch::kInt64);
+            const int64_t first = state.samples_done;
+            runner.StartEpoch(state.epoch, state.samples_done / global_batch);
+            while (state.samples_done + global_batch <= train.size()) {
+              const auto idx =
+                  order.narrow(0, state.samples_done + rank * f.batch_size, f.batch_size);
+              runner.Run(trainer, idx, state.samples_done / global_batch, state.steps);
+              state.samples_done += global_batch;
+              ++state.steps;
+              if (state.steps % f.commit_every == 0) state.Commit();
+            }
+            trainer.WaitAll();
+            runner.EndEpoch((state.samples_done - first) / global_batch, test);
+            ++state.epoch;
+            state.samples_done = 0;
+            state.Commit();
+          }
+          if (!f.save.empty() && rank == 0) {
+            trainer.Save(f.save);
+            std::printf("saved the model to %s\n", f.save.c_str());
+          }
+          // Equal on every rank when their weights are: what tests and users compare.
+          double sum = 0;
+          for (const auto& p : replicas[0]->parameters(true)) sum += p.sum().item<double>();
+          std::printf("worker %d of %d: trained %lld step(s); sum of the weights %.10g\n", rank,
+                      size, static_cast<long long>(state.steps), sum);
+          std::fflush(stdout);
+        });
+    return 0;
+  } catch (const collectives::RemovedFromJob& e) {
+    std::fprintf(stderr, "dtrain-train: %s; exiting\n", e.what());
+    return 0;
+  } catch (const dtrain::Error& e) {
+    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what());
+    report::Send({{"kind", "error"}, {"message", e.what()}});
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what_without_backtrace());
+    report::Send({{"kind", "error"}, {"message", e.what_without_backtrace()}});
+  }
+  std::fflush(stderr);
+  return 1;
 }
 
 }  // namespace
@@ -439,6 +587,10 @@ int main(int argc, char** argv) {
                  "parameters smaller than this travel fused in one key (0: one key each)");
   app.add_option("--lr-factor", f.lr_factor, "step schedule: multiply the rate by this");
   app.add_option("--lr-step-epochs", f.lr_step_epochs, "step schedule: epochs between steps");
+  app.add_option("--commit-every", f.commit_every,
+                 "elastic jobs (dtrain launch --host-discovery-script): steps between commits, "
+                 "the point a failure rolls back to")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr-warmup-steps", f.lr_warmup_steps, "linear warm-up over this many updates");
   CLI11_PARSE(app, argc, argv);  // before serving: `DMLC_ROLE=server dtrain-train --help` helps
   try {

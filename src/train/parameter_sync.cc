@@ -63,6 +63,7 @@ struct ParameterSync::Param {
   std::vector<torch::Tensor> weights;  // one per replica
   std::vector<torch::Tensor> grads;    // this step's, per replica (unfused buckets)
   std::vector<char> arrived;           // per replica: this step's gradient is in
+  std::vector<unsigned> hooks;         // per replica: its gradient hook, removed with the sync
   size_t bucket = 0;
   int64_t offset = 0;  // in its bucket's flat buffers
   int64_t numel = 0;
@@ -174,8 +175,8 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
     for (auto& p : params_) {
       const size_t index = p->index;
       const int replica = static_cast<int>(r);
-      p->weights[r].register_hook(
-          [this, index, replica](torch::Tensor grad) { OnGradient(index, replica, grad); });
+      p->hooks.push_back(p->weights[r].register_hook(
+          [this, index, replica](torch::Tensor grad) { OnGradient(index, replica, grad); }));
     }
   }
 }
@@ -185,6 +186,11 @@ ParameterSync::~ParameterSync() {
     WaitAll();
   } catch (const std::exception& e) {
     DTRAIN_LOG(kWarning) << "trainer: " << e.what();
+  }
+  // The networks outlive this sync (a Trainer made again on them: elastic jobs, a new store):
+  // their next backward must not call into it.
+  for (auto& p : params_) {
+    for (size_t r = 0; r < p->hooks.size(); ++r) p->weights[r].remove_hook(p->hooks[r]);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   ReportProgress(/*final=*/true);

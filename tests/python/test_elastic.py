@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import DTRAIN, job_env, program
+from conftest import DTRAIN, TRAIN, job_env, program
 from test_observability import fetch_json, render, status_url
 
 
@@ -180,3 +180,52 @@ def test_a_host_the_script_drops_has_its_worker_leave_with_exit_code_0(spawn, tm
     reset = next(i for i, e in enumerate(mine) if e["kind"] == "reset" and e["size"] == 1)
     next_step = next(i for i, e in enumerate(mine) if i > reset and e["kind"] == "step")
     assert not any(e["kind"] == "sync" for e in mine[reset:next_step]), mine[reset:next_step + 1]
+
+
+def test_the_cpp_trainer_survives_a_killed_worker_and_takes_in_a_new_one(spawn, tmp_path):
+    """dtrain-train (the C++ Trainer through train::RunElastic and its horovod kvstore): a rank
+    SIGKILLed between commits, the survivors go back to their last commit on 2 ranks; a fourth
+    slot brings 3 ranks again, the newcomer synced from rank 0; every rank ends with the same
+    weights."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    launcher = spawn([DTRAIN, "launch", "-s", "0", "--host-discovery-script", "cat %s" % hosts,
+                      "--min-np", "2", "--max-np", "3", "--elastic-timeout", "60", "--",
+                      TRAIN, "--epochs", "4", "--limit-train", "24000", "--log-interval", "25",
+                      "--commit-every", "40", "--threads", "1"], job_env())
+
+    def said(pattern, after=0):
+        found = re.findall(pattern, launcher.output()[after:])
+        return found or None
+
+    first = wait_for("3 ranks training", lambda: said(
+        r"\[worker 2\] Epoch\[\d\] Batch \[\d+-\d+\]"), launcher)
+    assert first
+    victim = int(said(r"worker 2 of 3 \(elastic, pid (\d+)\)")[0])
+    mark = len(launcher.output())
+    os.kill(victim, signal.SIGKILL)
+    wait_for("2 ranks training after the kill", lambda: said(
+        r"worker 0 of 2 \(elastic, pid \d+\).*from epoch (\d+), sample (\d+) of 24000, "
+        r"step (\d+)", mark), launcher)
+    # Rolled back to a commit: every 40 steps, or an epoch's end (sample 0).
+    epoch, sample, step = (int(x) for x in said(
+        r"worker 0 of 2 \(elastic, pid \d+\).*from epoch (\d+), sample (\d+) of 24000, "
+        r"step (\d+)", mark)[0])
+    assert int(step) % 40 == 0 or sample == 0, (epoch, sample, step)
+    hosts.write_text("localhost:4\n")
+    wait_for("3 ranks again", lambda: said(r"membership 3: 3 rank\(s\)", mark), launcher)
+    code = launcher.wait(180)
+    out = launcher.output()
+    assert code == 0, out
+    newcomer = re.search(r"\[worker 3\] worker (\d) of 3 \(elastic, pid \d+\).*from epoch (\d+), "
+                         r"sample (\d+)", out)
+    assert newcomer, out  # joined where the others were, not at the start
+    assert (int(newcomer.group(2)), int(newcomer.group(3))) > (0, 0), newcomer.group(0)
+    finals = re.findall(r"worker \d of (\d): trained (\d+) step\(s\); sum of the weights (\S+)",
+                        out)
+    assert len(finals) == 3 and len({f for f in finals}) == 1, finals
+    assert finals[0][0] == "3", finals
+    accs = re.findall(r"Epoch 3: Test_acc ([0-9.]+)", out)
+    assert len(set(accs)) == 1 and float(accs[0]) > 0.8, accs
+    assert re.search(r"membership 2: 2 rank\(s\): worker 0, worker 1", out), out
+    assert "the job's cause" not in out, out

@@ -61,6 +61,10 @@ class Trainer {
   // running the optimizer, rank 0 restores it on the servers and every worker waits for that
   // (call on every worker). Throws InvalidArgument for a state of another optimizer or layout.
   void LoadOptimizerState(const std::string& path);
+  // The optimizer's state as Save keeps it, in memory (waits for every exchange), and back: for
+  // elastic jobs' commits (elastic.h). RestoreOptimizerState has LoadOptimizerState's rules.
+  std::string OptimizerState() { return sync_->SaveOptimizerState(); }
+  void RestoreOptimizerState(const std::string& bytes) { sync_->LoadOptimizerState(bytes); }
 
   int64_t num_parameters() const { return sync_->num_parameters(); }
   // Keys the parameters travel under (one per bucket).
