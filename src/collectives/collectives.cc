@@ -3,6 +3,7 @@
 #include "dtrain/collectives/collectives.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "collectives/backend.h"
@@ -142,6 +143,20 @@ Array Allgather(const std::string& name, const Array& in) {
 }
 void Broadcast(const std::string& name, const Array& inout, int root) {
   BroadcastAsync(name, inout, root).Wait();
+}
+void BroadcastBytes(const std::string& name, std::string& bytes, int root) {
+  Array length(Shape{1}, DType::kFloat64);  // exact up to 2^53 bytes
+  *static_cast<double*>(length.data()) = static_cast<double>(bytes.size());
+  Broadcast(name + ".length", length, root);
+  const auto size = static_cast<size_t>(*static_cast<const double*>(length.data()));
+  if (size == 0) {
+    bytes.clear();
+    return;
+  }
+  Array data(Shape{static_cast<int64_t>((size + 3) / 4)}, DType::kFloat32);
+  if (Rank() == root) std::memcpy(data.data(), bytes.data(), size);
+  Broadcast(name, data, root);
+  bytes.assign(data.bytes(), size);
 }
 void Barrier(int process_set) { BarrierAsync(process_set).Wait(); }
 

@@ -1,7 +1,5 @@
 #include "kvstore/collective_kvstore.h"
 
-#include <cstring>
-
 #include "compression/codec.h"
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
@@ -190,15 +188,8 @@ void CollectiveKVStore::ShareLoadedOptimizerState() {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     state.swap(loaded_state_);
   }
-  Array length(Shape{1}, DType::kFloat64);
-  *static_cast<double*>(length.data()) = static_cast<double>(state.size());
-  collectives::Broadcast("kv.optimizer_state.length", length, 0);
-  const auto size = static_cast<size_t>(*static_cast<const double*>(length.data()));
-  if (size == 0) return;
-  Array bytes(Shape{static_cast<int64_t>((size + 3) / 4)}, DType::kFloat32);
-  if (rank() == 0) std::memcpy(bytes.data(), state.data(), size);
-  collectives::Broadcast("kv.optimizer_state", bytes, 0);
-  if (rank() != 0) LoadOptimizerState(std::string(bytes.bytes(), size));
+  collectives::BroadcastBytes("kv.optimizer_state", state, 0);
+  if (rank() != 0 && !state.empty()) LoadOptimizerState(state);
 }
 
 void CollectiveKVStore::SetOptimizer(const OptimizerSpec& spec) {

@@ -286,6 +286,23 @@ const std::map<std::string, std::string> kDefaultGcThresholds = {{"2bit", "3"}, 
 
 int TrainElastic(const Flags& f);
 
+// Runs `train`; a dtrain or LibTorch error it throws is printed and reported to the launcher, and
+// gives exit code 1.
+template <typename Train>
+int ReportingErrors(Train&& train) {
+  try {
+    return train();
+  } catch (const dtrain::Error& e) {
+    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what());
+    report::Send({{"kind", "error"}, {"message", e.what()}});
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what_without_backtrace());
+    report::Send({{"kind", "error"}, {"message", e.what_without_backtrace()}});
+  }
+  std::fflush(stderr);
+  return 1;
+}
+
 // Errors are printed while the kvstore still lives: leaving the job first would let the launcher
 // stop this process (the job failed) before it says why.
 int Run(const Flags& f) {
@@ -298,10 +315,10 @@ int Run(const Flags& f) {
                             "--host-discovery-script): elastic jobs are allreduce jobs; pass " +
                             "--kvstore horovod (or leave --kvstore out)");
     }
-    return TrainElastic(f);
+    return ReportingErrors([&] { return TrainElastic(f); });
   }
   auto kv = KVStore::Create(store);
-  try {
+  return ReportingErrors([&] {
     if (f.gc_type != "none") {
       std::map<std::string, std::string> gc{{"type", f.gc_type}};
       if (!f.gc_threshold.empty()) {
@@ -313,15 +330,7 @@ int Run(const Flags& f) {
       kv->SetGradientCompression(gc);
     }
     return Train(f, kv.get());
-  } catch (const dtrain::Error& e) {
-    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what());
-    report::Send({{"kind", "error"}, {"message", e.what()}});
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what_without_backtrace());
-    report::Send({{"kind", "error"}, {"message", e.what_without_backtrace()}});
-  }
-  std::fflush(stderr);
-  return 1;
+  });
 }
 
 // What the training loops work on: the data, the replicas on their devices, how a batch is split
@@ -525,15 +534,7 @@ int TrainElastic(const Flags& f) {
   } catch (const collectives::RemovedFromJob& e) {
     std::fprintf(stderr, "dtrain-train: %s; exiting\n", e.what());
     return 0;
-  } catch (const dtrain::Error& e) {
-    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what());
-    report::Send({{"kind", "error"}, {"message", e.what()}});
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "dtrain-train: error: %s\n", e.what_without_backtrace());
-    report::Send({{"kind", "error"}, {"message", e.what_without_backtrace()}});
   }
-  std::fflush(stderr);
-  return 1;
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 // RunElastic and ElasticState (elastic.h): Horovod's elastic loop for the C++ Trainer.
 #include "dtrain/train/elastic.h"
 
-#include <cstring>
-
 #include "common/logging.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/error.h"
@@ -23,17 +21,6 @@ void BroadcastTensor(const std::string& name, torch::Tensor& t) {
   torch::Tensor buffer = DTypeOf(t.scalar_type()) ? t : t.to(torch::kFloat64);
   collectives::Broadcast(name, horovod::ArrayView(buffer), 0);
   if (!buffer.is_same(t)) t.copy_(buffer);
-}
-
-void BroadcastBytes(const std::string& name, std::string& bytes) {
-  Array length(Shape{1}, DType::kFloat64);
-  *static_cast<double*>(length.data()) = static_cast<double>(bytes.size());
-  collectives::Broadcast(name + ".length", length, 0);
-  const auto size = static_cast<size_t>(*static_cast<const double*>(length.data()));
-  Array data(Shape{static_cast<int64_t>((size + 3) / 4)}, DType::kFloat32);
-  if (collectives::Rank() == 0) std::memcpy(data.data(), bytes.data(), size);
-  if (size > 0) collectives::Broadcast(name, data, 0);
-  bytes.assign(data.bytes(), size);
 }
 
 }  // namespace
@@ -90,7 +77,7 @@ void ElasticState::Sync() {
   for (size_t i = 0; i < saved_.tensors.size(); ++i) {
     BroadcastTensor("elastic.tensor." + std::to_string(i), saved_.tensors[i]);
   }
-  BroadcastBytes("elastic.optimizer", saved_.optimizer);
+  collectives::BroadcastBytes("elastic.optimizer", saved_.optimizer, 0);
 }
 
 void ElasticState::CheckHostUpdates() {

@@ -177,6 +177,9 @@ Handle BarrierAsync(int process_set = kGlobalProcessSet);
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op);
 Array Allgather(const std::string& name, const Array& in);
 void Broadcast(const std::string& name, const Array& inout, int root);
+// Root's `bytes` (any length) into everyone's: their length, then (unless empty) the bytes, as two
+// broadcasts named `name`.length and `name`.
+void BroadcastBytes(const std::string& name, std::string& bytes, int root);
 void Barrier(int process_set = kGlobalProcessSet);
 // Horovod's join (engine.h): returns the rank that joined last, once every rank has joined.
 Handle JoinAsync();
