@@ -61,9 +61,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     std::string cmd;
-    const auto slots = DecodeSlotRounds(bytes, &cmd);
-    const auto again = DecodeSlotRounds(EncodeSlotRounds(cmd, slots));
+    uint64_t checkpoint = 0, checkpoint_again = 0;
+    const auto slots = DecodeSlotRounds(bytes, &cmd, &checkpoint);
+    const auto again =
+        DecodeSlotRounds(EncodeSlotRounds(cmd, slots, checkpoint), nullptr, &checkpoint_again);
     if (again.size() != slots.size()) Fail("slot rounds did not round-trip");
+    if (checkpoint_again != checkpoint) Fail("a checkpoint number did not round-trip");
   } catch (const dtrain::ProtocolError&) {
   }
   return 0;

@@ -35,17 +35,6 @@ Body Slice(const Body& source, int64_t offset, int64_t length, DType dtype) {
   return b;
 }
 
-// A copy of `b` in a pooled buffer of this worker's own.
-Body OwnCopy(const Body& b) {
-  auto buffer = BufferPool::Default().Get(std::max<size_t>(b.size, 1));
-  std::memcpy(buffer.get(), b.data, b.size);
-  Body out;
-  out.data = buffer.get();
-  out.size = b.size;
-  out.owner = std::move(buffer);
-  return out;
-}
-
 Body WholeArray(const Array& a) {
   Body b;
   b.owner = a.owner();
@@ -61,6 +50,7 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
     : type_(std::move(type)),
       sync_(type_.find("async") == std::string::npos),
       log_pushes_(sync_ && config.ServersReplaceable()),
+      log_buffers_(log_pushes_ ? SlabArena::Create(config.replay_log_bytes) : nullptr),
       config_(config),
       node_(config, Role::kWorker, std::move(transport), ps::Node::Options{exit_on_failure}),
       client_(node_),
@@ -386,6 +376,22 @@ void DistKVStore::LoadOptimizerState(const std::string& blob) {
   RequestAndWait("restoring the optimizer state", std::move(requests));
 }
 
+Body DistKVStore::NewPushBody(size_t bytes) const {
+  Body out;
+  auto buffer = log_buffers_ ? log_buffers_->Get(std::max<size_t>(bytes, 1))
+                             : BufferPool::Default().Get(std::max<size_t>(bytes, 1));
+  out.data = buffer.get();
+  out.size = bytes;
+  out.owner = std::move(buffer);
+  return out;
+}
+
+Body DistKVStore::OwnCopy(const Body& b) const {
+  Body out = NewPushBody(b.size);
+  std::memcpy(out.data, b.data, b.size);
+  return out;
+}
+
 Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) const {
   if (values.size() == 1) return WholeArray(values[0]);
   Body sum = OwnCopy(WholeArray(values[0]));
@@ -398,11 +404,7 @@ Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) 
 Body DistKVStore::Compressed(const KeyInfo& info, const Body& source,
                              const CompressionSpec& spec) const {
   const int64_t n = NumElements(info.shape);
-  Body out;
-  auto buffer = BufferPool::Default().Get(std::max<size_t>(CompressedBytes(spec.type, n), 1));
-  out.data = buffer.get();
-  out.size = CompressedBytes(spec.type, n);
-  out.owner = std::move(buffer);
+  Body out = NewPushBody(CompressedBytes(spec.type, n));
   Residual& residual = *info.residual;
   std::lock_guard<std::mutex> lock(residual.mutex);
   if (residual.values.empty()) residual.values.assign(static_cast<size_t>(n), 0.0f);

@@ -8,7 +8,10 @@
 namespace dtrain::ps {
 
 PushLog::PushLog(size_t bound_bytes, int num_servers)
-    : bound_(bound_bytes), server_bytes_(num_servers, 0), asked_(num_servers, 0) {}
+    : bound_(bound_bytes),
+      server_bytes_(num_servers, 0),
+      asked_(num_servers, 0),
+      heard_(num_servers, 0) {}
 
 PushLog::Recorded PushLog::Record(int server, uint64_t request_id, const transport::Message& push) {
   SlotLog& log = slots_[{push.header.key, push.header.part}];
@@ -20,7 +23,7 @@ PushLog::Recorded PushLog::Record(int server, uint64_t request_id, const transpo
   server_bytes_[server] += size;
   total_ += size;
   while (total_ > bound_ && log.entries.size() > 1) Drop(log);
-  Recorded out{log.pushed, false};
+  Recorded out{log.pushed, false, heard_[server]};
   const size_t share = bound_ / (2 * server_bytes_.size());
   if (server_bytes_[server] > share && !asked_[server]) {
     asked_[server] = 1;
@@ -59,8 +62,10 @@ void PushLog::Trim(int server, SlotId slot, int64_t rounds) {
   }
 }
 
-void PushLog::CheckpointAnswered(int server) {
-  if (server >= 0 && static_cast<size_t>(server) < asked_.size()) asked_[server] = 0;
+void PushLog::CheckpointAnswered(int server, uint64_t checkpoint) {
+  if (server < 0 || static_cast<size_t>(server) >= asked_.size()) return;
+  asked_[server] = 0;
+  heard_[server] = checkpoint;
 }
 
 std::vector<PushLog::Entry> PushLog::Since(int server,

@@ -30,6 +30,7 @@ class PushLog {
   struct Recorded {
     int64_t round = 0;
     bool ask_for_checkpoint = false;  // this server's share passed half of the bound
+    uint64_t heard_checkpoint = 0;    // the server's last checkpoint this worker heard of
   };
   using SlotId = std::pair<uint64_t, uint32_t>;
 
@@ -41,8 +42,8 @@ class PushLog {
   void StartAt(SlotId slot, int64_t rounds);
   // `server` checkpointed these slots at these rounds: their pushes up to them go.
   void Trim(int server, SlotId slot, int64_t rounds);
-  // The server's checkpoint requests are answered (by a Trim from it); it may be asked again.
-  void CheckpointAnswered(int server);
+  // The server's checkpoint number `checkpoint` came (with its Trims): it may be asked again.
+  void CheckpointAnswered(int server, uint64_t checkpoint);
   // The pushes to `server` after the rounds it restored (slots missing from `restored`: after
   // round 0), in the order they were sent. Throws PeerError if the bound dropped some of them.
   std::vector<Entry> Since(int server, const std::map<SlotId, int64_t>& restored) const;
@@ -64,6 +65,7 @@ class PushLog {
   std::map<SlotId, SlotLog> slots_;
   std::vector<size_t> server_bytes_;
   std::vector<char> asked_;
+  std::vector<uint64_t> heard_;  // by server: its last checkpoint's number
   size_t total_ = 0;
 };
 

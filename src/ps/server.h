@@ -101,7 +101,9 @@ class Server {
   void HandleRejoinCommand(const transport::Message& msg, const std::string& cmd, int64_t round);
   void HandleData(transport::Message&& msg);
   // {"cmd": "restored_rounds"}: each slot's rounds in the restored checkpoint (a replacement);
-  // {"cmd": "checkpoint_now"}: a checkpoint soon (the asker's replay log fills up).
+  // {"cmd": "checkpoint_now", "after": n}: a checkpoint soon (the asker's replay log fills up),
+  // unless one after its number n (the last the asker heard of) is already taken: every worker's
+  // log fills at the same pace, and one checkpoint answers them all.
   void HandleCheckpointCommand(const transport::Message& msg, const std::string& cmd);
   // Checkpoints (server_checkpointing.cc).
   void CheckpointLoop();
@@ -176,6 +178,7 @@ class Server {
   bool checkpoint_requested_ = false;
   bool checkpoint_stop_ = false;
   std::atomic<bool> pushed_since_checkpoint_{false};
+  uint64_t checkpoints_taken_ = 0;  // guarded by checkpoint_mutex_: captured, and written or being
   std::vector<transport::Header> acknowledge_after_checkpoint_;  // guarded by checkpoint_mutex_
   std::vector<SlotRounds> restored_rounds_;  // a replacement's, from its checkpoint
   std::thread checkpoint_thread_;

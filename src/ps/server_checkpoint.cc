@@ -217,19 +217,30 @@ ServerCheckpoint DecodeCheckpoint(std::string_view bytes) {
   return out;
 }
 
-std::string EncodeSlotRounds(const std::string& cmd, const std::vector<SlotRounds>& slots) {
+std::string EncodeSlotRounds(const std::string& cmd, const std::vector<SlotRounds>& slots,
+                             uint64_t checkpoint) {
   nlohmann::json list = nlohmann::json::array();
   for (const SlotRounds& s : slots) list.push_back({s.key, s.part, s.rounds});
-  return nlohmann::json{{"cmd", cmd}, {"slots", list}}.dump();
+  nlohmann::json j{{"cmd", cmd}, {"slots", list}};
+  if (checkpoint > 0) j["checkpoint"] = checkpoint;
+  return j.dump();
 }
 
-std::vector<SlotRounds> DecodeSlotRounds(std::string_view meta, std::string* cmd) {
+std::vector<SlotRounds> DecodeSlotRounds(std::string_view meta, std::string* cmd,
+                                         uint64_t* checkpoint) {
   const auto j = nlohmann::json::parse(meta, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("slots") || !j["slots"].is_array() ||
       !j.contains("cmd") || !j["cmd"].is_string()) {
     throw ProtocolError("malformed slot rounds");
   }
   if (cmd != nullptr) *cmd = j["cmd"].get<std::string>();
+  if (checkpoint != nullptr) {
+    *checkpoint = 0;
+    if (j.contains("checkpoint")) {
+      if (!j["checkpoint"].is_number_unsigned()) throw ProtocolError("malformed checkpoint number");
+      *checkpoint = j["checkpoint"].get<uint64_t>();
+    }
+  }
   std::vector<SlotRounds> out;
   out.reserve(j["slots"].size());
   for (const auto& e : j["slots"]) {

@@ -59,14 +59,18 @@ void RemoveCheckpoint(const std::string& folder);
 ServerCheckpoint DecodeCheckpoint(std::string_view bytes);
 
 // A slot's completed rounds, as servers tell workers after a checkpoint and a restored server
-// tells them where it resumes: {"cmd": ..., "slots": [[key, part, rounds]...]}.
+// tells them where it resumes: {"cmd": ..., "slots": [[key, part, rounds]...]}, and after a
+// checkpoint its number ({"checkpoint": n}, counted from 1 by each server).
 struct SlotRounds {
   uint64_t key = 0;
   uint32_t part = 0;
   int64_t rounds = 0;
 };
-std::string EncodeSlotRounds(const std::string& cmd, const std::vector<SlotRounds>& slots);
-// Throws ProtocolError unless `meta` is such a message; returns its slots, and its cmd in *cmd.
-std::vector<SlotRounds> DecodeSlotRounds(std::string_view meta, std::string* cmd = nullptr);
+std::string EncodeSlotRounds(const std::string& cmd, const std::vector<SlotRounds>& slots,
+                             uint64_t checkpoint = 0);
+// Throws ProtocolError unless `meta` is such a message; returns its slots, its cmd in *cmd and its
+// checkpoint number (0 if none) in *checkpoint.
+std::vector<SlotRounds> DecodeSlotRounds(std::string_view meta, std::string* cmd = nullptr,
+                                         uint64_t* checkpoint = nullptr);
 
 }  // namespace dtrain::ps

@@ -1,5 +1,6 @@
 // Server: its checkpoints and their restoration (the model is in server.h).
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <shared_mutex>
 
 #include "common/logging.h"
@@ -73,7 +74,24 @@ void Server::HandleCheckpointCommand(const Message& msg, const std::string& cmd)
   const transport::Header& h = msg.header;
   if (!node_.layout().IsWorker(h.sender)) return ReplyError(h, cmd + " is for workers");
   if (cmd == "checkpoint_now") {
-    if (!checkpoint_folder_.empty()) RequestCheckpoint();
+    if (checkpoint_folder_.empty()) return Reply(h);
+    const auto meta = nlohmann::json::parse(msg.meta, nullptr, false);
+    uint64_t after = 0;  // an asker that names no checkpoint gets a new one
+    if (meta.is_object() && meta.contains("after")) {
+      if (!meta["after"].is_number_unsigned()) return ReplyError(h, "checkpoint_now: bad 'after'");
+      after = meta["after"].get<uint64_t>();
+    }
+    uint64_t taken = 0;
+    {
+      std::lock_guard<std::mutex> lock(checkpoint_mutex_);
+      taken = checkpoints_taken_;
+    }
+    if (after > 0 && taken > after) {
+      DTRAIN_LOG(kConnections) << node_.NameOf(h.sender) << " asked for a checkpoint after "
+                               << after << ": checkpoint " << taken << " answers it";
+    } else {
+      RequestCheckpoint();
+    }
     return Reply(h);
   }
   Reply(h, {}, EncodeSlotRounds(cmd, restored_rounds_));  // set before the node answers anyone
@@ -174,6 +192,11 @@ void Server::WriteAndAnnounce(bool announce) {
   }
   std::vector<SlotRounds> rounds;
   ServerCheckpoint checkpoint = Capture(&rounds);
+  uint64_t number = 0;
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mutex_);
+    number = ++checkpoints_taken_;
+  }
   const double paused_ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
   size_t bytes = 0;
   try {
@@ -182,6 +205,10 @@ void Server::WriteAndAnnounce(bool announce) {
     // The previous checkpoint stays; the workers keep their pushes since (and ask again).
     DTRAIN_LOG(kWarning) << "cannot write a checkpoint: " << e.what();
     pushed_since_checkpoint_.store(true);
+    {
+      std::lock_guard<std::mutex> lock(checkpoint_mutex_);
+      checkpoints_taken_ = number - 1;  // writes are serialised: none was taken since
+    }
     for (const transport::Header& h : acknowledge) {
       ReplyError(h, std::string("the server cannot write its checkpoint: ") + e.what());
     }
@@ -196,7 +223,7 @@ void Server::WriteAndAnnounce(bool announce) {
   if (!announce) return;
   Message notice;
   notice.header.command = Command::kCommand;
-  notice.meta = EncodeSlotRounds("checkpointed", rounds);
+  notice.meta = EncodeSlotRounds("checkpointed", rounds, number);
   for (int w = 0; w < node_.layout().num_workers; ++w) {
     try {
       node_.Send(node_.layout().WorkerId(w), notice);

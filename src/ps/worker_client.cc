@@ -66,6 +66,7 @@ void WorkerClient::Issue(int server_rank, Message request, Body reply_into, Done
   std::shared_lock<std::shared_mutex> send_lock(send_mutex_);
   bool held = false;
   bool ask_for_checkpoint = false;
+  uint64_t heard_checkpoint = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (failure_) {
@@ -80,6 +81,7 @@ void WorkerClient::Issue(int server_rank, Message request, Body reply_into, Done
         const PushLog::Recorded r = log_->Record(server_rank, id, request);
         p.round = r.round;
         ask_for_checkpoint = r.ask_for_checkpoint;
+        heard_checkpoint = r.heard_checkpoint;
       }
     }
     pending_[id] = std::move(p);
@@ -88,7 +90,7 @@ void WorkerClient::Issue(int server_rank, Message request, Body reply_into, Done
   if (held) return;  // Resume sends it
   Send(server_rank, id, std::move(request));
   send_lock.unlock();
-  if (ask_for_checkpoint) AskForCheckpoint(server_rank);
+  if (ask_for_checkpoint) AskForCheckpoint(server_rank, heard_checkpoint);
 }
 
 void WorkerClient::Send(int server_rank, uint64_t id, Message request) {
@@ -111,10 +113,10 @@ void WorkerClient::Send(int server_rank, uint64_t id, Message request) {
   }
 }
 
-void WorkerClient::AskForCheckpoint(int server_rank) {
+void WorkerClient::AskForCheckpoint(int server_rank, uint64_t heard) {
   Message msg;
   msg.header.command = Command::kCommand;
-  msg.meta = R"({"cmd":"checkpoint_now"})";
+  msg.meta = nlohmann::json{{"cmd", "checkpoint_now"}, {"after", heard}}.dump();
   Request(
       server_rank, std::move(msg), Body{},
       LogIfRefused(node_, "asking server " + std::to_string(server_rank) + " for a checkpoint"));
@@ -201,9 +203,10 @@ void WorkerClient::OnServerNotice(const Message& msg) {
   if (h.command != Command::kCommand || !node_.layout().IsServer(h.sender)) return;
   const int server = node_.layout().RankOf(h.sender);
   std::string cmd;
+  uint64_t checkpoint = 0;
   std::vector<SlotRounds> slots;
   try {
-    slots = DecodeSlotRounds(msg.meta, &cmd);
+    slots = DecodeSlotRounds(msg.meta, &cmd, &checkpoint);
   } catch (const ProtocolError& e) {
     DTRAIN_LOG(kWarning) << "ignoring a malformed notice from " << node_.NameOf(h.sender) << ": "
                          << e.what();
@@ -213,7 +216,7 @@ void WorkerClient::OnServerNotice(const Message& msg) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!log_) return;
   for (const SlotRounds& s : slots) log_->Trim(server, {s.key, s.part}, s.rounds);
-  log_->CheckpointAnswered(server);
+  log_->CheckpointAnswered(server, checkpoint);
 }
 
 void WorkerClient::OnReply(Message&& msg) {

@@ -81,7 +81,8 @@ class WorkerClient {
              bool log_push, bool past_hold);
   // Hands the request to the node; a failure fails it, unless a replacement may take it.
   void Send(int server_rank, uint64_t id, transport::Message request);
-  void AskForCheckpoint(int server_rank);
+  // A checkpoint newer than `heard` (the server's last this worker heard of; 0: any).
+  void AskForCheckpoint(int server_rank, uint64_t heard);
 
   Node& node_;
   std::atomic<uint64_t> next_id_{1};

@@ -65,9 +65,11 @@ TEST(PushLogTest, HalfTheBoundAsksForACheckpointOncePerAnswer) {
   EXPECT_FALSE(log.Record(0, 3, Push(1, 0, 60)).ask_for_checkpoint);  // asked already
   EXPECT_FALSE(log.Record(1, 4, Push(2, 0, 60)).ask_for_checkpoint);
   log.Trim(0, {1, 0}, 3);
-  log.CheckpointAnswered(0);
+  log.CheckpointAnswered(0, 7);
   EXPECT_FALSE(log.Record(0, 5, Push(1, 0, 60)).ask_for_checkpoint);
-  EXPECT_TRUE(log.Record(0, 6, Push(1, 0, 60)).ask_for_checkpoint);
+  const PushLog::Recorded again = log.Record(0, 6, Push(1, 0, 60));
+  EXPECT_TRUE(again.ask_for_checkpoint);
+  EXPECT_EQ(again.heard_checkpoint, 7u);  // the server skips the ask if it took a later one
 }
 
 TEST(PushLogTest, PastTheBoundOldPushesGoAndARestoreThatNeedsThemFails) {

@@ -131,9 +131,13 @@ TEST_F(CheckpointFolderTest, EveryTruncationAndEveryFlippedByteIsRefusedOrHarmle
 
 TEST(SlotRoundsTest, RoundTripAndMalformedInputIsRefused) {
   std::string cmd;
-  const auto slots =
-      DecodeSlotRounds(EncodeSlotRounds("checkpointed", {{1, 0, 5}, {2, 3, 0}}), &cmd);
+  uint64_t checkpoint = 0;
+  const auto slots = DecodeSlotRounds(EncodeSlotRounds("checkpointed", {{1, 0, 5}, {2, 3, 0}}, 12),
+                                      &cmd, &checkpoint);
   EXPECT_EQ(cmd, "checkpointed");
+  EXPECT_EQ(checkpoint, 12u);
+  DecodeSlotRounds(EncodeSlotRounds("restored_rounds", {}), &cmd, &checkpoint);
+  EXPECT_EQ(checkpoint, 0u);  // none named
   ASSERT_EQ(slots.size(), 2u);
   EXPECT_EQ(slots[1].key, 2u);
   EXPECT_EQ(slots[1].part, 3u);
@@ -141,8 +145,10 @@ TEST(SlotRoundsTest, RoundTripAndMalformedInputIsRefused) {
   for (const char* bad :
        {"", "[]", "{}", R"({"cmd":"x"})", R"({"cmd":1,"slots":[]})",
         R"({"cmd":"x","slots":[[1,2]]})", R"({"cmd":"x","slots":[[1,2,-1]]})",
-        R"({"cmd":"x","slots":[[1,4294967296,1]]})", R"({"cmd":"x","slots":[[1,2,"3"]]})"}) {
-    EXPECT_THROW(DecodeSlotRounds(bad), ProtocolError) << bad;
+        R"({"cmd":"x","slots":[[1,4294967296,1]]})", R"({"cmd":"x","slots":[[1,2,"3"]]})",
+        R"({"cmd":"x","slots":[],"checkpoint":-1})",
+        R"({"cmd":"x","slots":[],"checkpoint":"2"})"}) {
+    EXPECT_THROW(DecodeSlotRounds(bad, nullptr, &checkpoint), ProtocolError) << bad;
   }
 }
 
