@@ -3,7 +3,8 @@
 
 Runs the main job (2 workers, 2 servers, dist_sync LeNet on Fashion-MNIST, fixed seed, model saved
 with --save) several times: undisturbed without and with server checkpoints (--max-restarts turns
-them on; twice each, alternating, for the checkpoints' overhead), once with worker 1 killed
+them on; PAIRS times each, alternating, for the checkpoints' overhead: the median of the pairs'
+ratios, of worker 0's epoch times and of wall times), once with worker 1 killed
 (SIGKILL) KILL_AFTER seconds into its training, and once with server 1 killed. Prints each run's
 final Test_acc and wall time; for a killed worker the time from the kill to the replacement's
 "resuming at step" line and to its first progress line (training again); for a killed server
@@ -16,7 +17,7 @@ launcher tests' cluster: build/tests/programs/ssh_test_cluster; needs root) unde
 with a hostfile: the killed worker or server is replaced on its host over ssh.
 
     python3 bench/restart_bench.py [--epochs 2] [--kill-after 8] [--dtrain build/src/tools/dtrain]
-                                   [--ssh-hosts]
+                                   [--pairs 5] [--overhead-only] [--ssh-hosts]
 """
 import argparse
 import os
@@ -94,11 +95,15 @@ def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -
         lines.append((time.monotonic() - start, line.rstrip("\n")))
     code = proc.wait(timeout=3600)
     acc = {}
+    epoch_s = 0.0  # worker 0's epochs: the steps, without the processes' start and the tests
     for _, l in lines:
+        m = re.match(r"\[worker 0\] Epoch\[\d+\] Time cost=([0-9.]+)", l)
+        if m:
+            epoch_s += float(m.group(1))
         m = re.match(r"\[worker (\d)\] Epoch (\d+): Test_acc ([0-9.]+)", l)
         if m:
             acc[(int(m.group(1)), int(m.group(2)))] = float(m.group(3))
-    result = {"code": code, "wall_s": lines[-1][0] if lines else 0.0,
+    result = {"code": code, "wall_s": lines[-1][0] if lines else 0.0, "epoch_s": epoch_s,
               "test_acc": acc.get((0, args.epochs - 1))}
     if kill == "worker" and killed_at:
         t0 = killed_at[0]
@@ -126,6 +131,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--kill-after", type=float, default=8.0)
+    p.add_argument("--pairs", type=int, default=5,
+                   help="undisturbed runs without and with checkpoints, alternated")
+    p.add_argument("--overhead-only", action="store_true", help="no kills")
     p.add_argument("--dtrain", default="build/src/tools/dtrain")
     p.add_argument("--train", default="build/src/train/dtrain-train")
     p.add_argument("--ssh-hosts", action="store_true",
@@ -148,17 +156,23 @@ def compare(args: argparse.Namespace) -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="restart-bench-") as tmp:
         runs = {}
-        for name, restarts in (("plain", False), ("checkpointed", True)) * 2:
+        for name, restarts in (("plain", False), ("checkpointed", True)) * args.pairs:
             r = run(args, None, restarts, f"{tmp}/{name}.pt")
             runs.setdefault(name, []).append(r)
             ok &= r["code"] == 0
-            print(f"undisturbed, {name}: exit {r['code']}, {r['wall_s']:.1f} s, "
-                  f"Test_acc {r['test_acc']}", flush=True)
+            print(f"undisturbed, {name}: exit {r['code']}, {r['wall_s']:.1f} s "
+                  f"(worker 0's epochs {r['epoch_s']:.2f} s), Test_acc {r['test_acc']}", flush=True)
         plain = runs["plain"][0]
-        best = {k: min(r["wall_s"] for r in v) for k, v in runs.items()}
-        print(f"  server checkpoints' overhead (best of 2 each): "
-              f"{100 * (best['checkpointed'] / best['plain'] - 1):+.1f}% wall time", flush=True)
-        for victim in ("worker", "server"):
+        # Each pair's ratio (the machine's pace drifts between pairs), and their median.
+        for what in ("epoch_s", "wall_s"):
+            ratios = sorted(c[what] / p[what] - 1
+                            for p, c in zip(runs["plain"], runs["checkpointed"]))
+            median = ratios[len(ratios) // 2] if len(ratios) % 2 else \
+                (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+            print(f"  server checkpoints' overhead ({what}, {len(ratios)} alternated pairs): "
+                  f"median {100 * median:+.1f}%, pairs "
+                  + " ".join(f"{100 * r:+.1f}%" for r in ratios), flush=True)
+        for victim in () if args.overhead_only else ("worker", "server"):
             hit = run(args, victim, True, f"{tmp}/{victim}.pt")
             ok &= hit["code"] == 0
             print(f"{victim} 1 killed at {hit.get('killed_at_s', 0):.1f} s: exit {hit['code']}, "

@@ -35,6 +35,15 @@ Body Slice(const Body& source, int64_t offset, int64_t length, DType dtype) {
   return b;
 }
 
+// One arena per server for the push log's copies, each keeping spare slabs up to the log's bound.
+std::vector<std::shared_ptr<SlabArena>> PushLogArenas(const Config& config) {
+  const size_t bound =
+      config.replay_log_bytes > 0 ? config.replay_log_bytes : ps::PushLog::kAutoMaxBytes;
+  std::vector<std::shared_ptr<SlabArena>> arenas;
+  for (int s = 0; s < config.num_servers; ++s) arenas.push_back(SlabArena::Create(bound));
+  return arenas;
+}
+
 Body WholeArray(const Array& a) {
   Body b;
   b.owner = a.owner();
@@ -50,7 +59,7 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
     : type_(std::move(type)),
       sync_(type_.find("async") == std::string::npos),
       log_pushes_(sync_ && config.ServersReplaceable()),
-      log_buffers_(log_pushes_ ? SlabArena::Create(config.replay_log_bytes) : nullptr),
+      log_buffers_(log_pushes_ ? PushLogArenas(config) : std::vector<std::shared_ptr<SlabArena>>{}),
       config_(config),
       node_(config, Role::kWorker, std::move(transport), ps::Node::Options{exit_on_failure}),
       client_(node_),
@@ -376,25 +385,27 @@ void DistKVStore::LoadOptimizerState(const std::string& blob) {
   RequestAndWait("restoring the optimizer state", std::move(requests));
 }
 
-Body DistKVStore::NewPushBody(size_t bytes) const {
+Body DistKVStore::NewPushBody(const KeyInfo& info, size_t bytes) const {
   Body out;
-  auto buffer = log_buffers_ ? log_buffers_->Get(std::max<size_t>(bytes, 1))
-                             : BufferPool::Default().Get(std::max<size_t>(bytes, 1));
+  const size_t server = info.slots.empty() ? 0 : static_cast<size_t>(info.slots.front().server);
+  auto buffer = server < log_buffers_.size()
+                    ? log_buffers_[server]->Get(std::max<size_t>(bytes, 1))
+                    : BufferPool::Default().Get(std::max<size_t>(bytes, 1));
   out.data = buffer.get();
   out.size = bytes;
   out.owner = std::move(buffer);
   return out;
 }
 
-Body DistKVStore::OwnCopy(const Body& b) const {
-  Body out = NewPushBody(b.size);
+Body DistKVStore::OwnCopy(const KeyInfo& info, const Body& b) const {
+  Body out = NewPushBody(info, b.size);
   std::memcpy(out.data, b.data, b.size);
   return out;
 }
 
 Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) const {
   if (values.size() == 1) return WholeArray(values[0]);
-  Body sum = OwnCopy(WholeArray(values[0]));
+  Body sum = OwnCopy(info, WholeArray(values[0]));
   for (size_t i = 1; i < values.size(); ++i) {
     AddInto(sum.data, values[i].data(), values[i].size(), info.dtype);
   }
@@ -404,7 +415,7 @@ Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) 
 Body DistKVStore::Compressed(const KeyInfo& info, const Body& source,
                              const CompressionSpec& spec) const {
   const int64_t n = NumElements(info.shape);
-  Body out = NewPushBody(CompressedBytes(spec.type, n));
+  Body out = NewPushBody(info, CompressedBytes(spec.type, n));
   Residual& residual = *info.residual;
   std::lock_guard<std::mutex> lock(residual.mutex);
   if (residual.values.empty()) residual.values.assign(static_cast<size_t>(n), 0.0f);
@@ -460,7 +471,7 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   if (compression.enabled()) {
     source = Compressed(info, source, compression);
   } else if (log_pushes_ && command != Command::kPull && values.size() == 1) {
-    source = OwnCopy(source);  // kept in the push log after the caller's array changes
+    source = OwnCopy(info, source);  // kept in the push log after the caller's array changes
   }
   const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
   auto state = Track(std::string(op) + " of key " + KeyLabel(key) + info.servers,

@@ -80,11 +80,12 @@ class DistKVStore : public KVStore {
   const KeyInfo& Lookup(Key key, const char* op) const;
   void Check(Key key, const KeyInfo& info, const std::vector<Array>& arrays, const char* op,
              const char* what) const;
-  // The sum of the device values, as a message body source (no copy for a single value).
-  // A buffer of `bytes` for a value this worker pushes (log_buffers_ or the BufferPool).
-  transport::Body NewPushBody(size_t bytes) const;
+  // A buffer of `bytes` for a value of `info`'s key this worker pushes (log_buffers_ or the
+  // BufferPool).
+  transport::Body NewPushBody(const KeyInfo& info, size_t bytes) const;
   // A copy of `b` in a buffer of this worker's own (NewPushBody).
-  transport::Body OwnCopy(const transport::Body& b) const;
+  transport::Body OwnCopy(const KeyInfo& info, const transport::Body& b) const;
+  // The sum of the device values, as a message body source (no copy for a single value).
   transport::Body Summed(const KeyInfo& info, const std::vector<Array>& values) const;
   // `source` (the key's float32 values) compressed as a whole, residual updated.
   transport::Body Compressed(const KeyInfo& info, const transport::Body& source,
@@ -113,9 +114,11 @@ class DistKVStore : public KVStore {
   // Pushes are kept for a restored server (dist_sync with replaceable servers): their bodies must
   // be this worker's copies, never the caller's arrays.
   const bool log_pushes_;
-  // Where pushed values are copied to when log_pushes_: the log keeps them long, outside
-  // malloc's heap (common/slab_arena.h); otherwise the process's BufferPool.
-  const std::shared_ptr<SlabArena> log_buffers_;
+  // Where pushed values are copied to when log_pushes_, by the server of the key's first slot:
+  // the log keeps them long, outside malloc's heap (common/slab_arena.h). One per server, because
+  // each server's checkpoints trim its pushes: a slab shared with a server that checkpoints less
+  // often would stay mapped until that one's. Empty otherwise (the process's BufferPool).
+  const std::vector<std::shared_ptr<SlabArena>> log_buffers_;
   const Config config_;
   ps::Node node_;
   ps::WorkerClient client_;

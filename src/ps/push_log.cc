@@ -8,7 +8,7 @@
 namespace dtrain::ps {
 
 PushLog::PushLog(size_t bound_bytes, int num_servers)
-    : bound_(bound_bytes),
+    : fixed_bound_(bound_bytes),
       server_bytes_(num_servers, 0),
       asked_(num_servers, 0),
       heard_(num_servers, 0) {}
@@ -19,17 +19,25 @@ PushLog::Recorded PushLog::Record(int server, uint64_t request_id, const transpo
   Entry entry{++log.pushed, request_id, push};
   entry.push.header.command = transport::Command::kPush;  // repeated, it needs no answer value
   const size_t size = push.body.size;
+  round_bytes_ += size - log.push_bytes;  // unsigned wrap-around cancels out
+  log.push_bytes = size;
   log.entries.push_back(std::move(entry));
   server_bytes_[server] += size;
   total_ += size;
-  while (total_ > bound_ && log.entries.size() > 1) Drop(log);
+  const size_t bound = this->bound();
+  while (total_ > bound && log.entries.size() > 1) Drop(log);
   Recorded out{log.pushed, false, heard_[server]};
-  const size_t share = bound_ / (2 * server_bytes_.size());
+  const size_t share = bound / (2 * server_bytes_.size());
   if (server_bytes_[server] > share && !asked_[server]) {
     asked_[server] = 1;
     out.ask_for_checkpoint = true;
   }
   return out;
+}
+
+size_t PushLog::bound() const {
+  if (fixed_bound_ > 0) return fixed_bound_;
+  return std::clamp(kAutoRounds * round_bytes_, kAutoMinBytes, kAutoMaxBytes);
 }
 
 void PushLog::Drop(SlotLog& log) {

@@ -7,6 +7,12 @@
 // checkpoint (it answers with a Trim); past the whole bound the oldest pushes of the slot being
 // pushed go, and a restore that needs them fails, naming the rounds missing.
 //
+// The bound by default (DTRAIN_REPLAY_LOG_MB unset) is 64 rounds of this worker's pushes, at least
+// 64 MB and at most 512 MB: servers then checkpoint every 32 rounds or so, whatever the model's
+// size. A fixed bound either makes small models fill hundreds of MB before their first
+// checkpoint (fresh memory: a LeNet worker faulted in 512 MB, +6% over 5 epochs) or makes big
+// ones checkpoint every round.
+//
 // Threads: none of its own; the caller serialises every call (WorkerClient's mutex).
 #pragma once
 
@@ -34,6 +40,11 @@ class PushLog {
   };
   using SlotId = std::pair<uint64_t, uint32_t>;
 
+  static constexpr size_t kAutoRounds = 64;
+  static constexpr size_t kAutoMinBytes = size_t{64} << 20;
+  static constexpr size_t kAutoMaxBytes = size_t{512} << 20;
+
+  // bound_bytes: 0 for the default (kAutoRounds rounds, within kAutoMinBytes..kAutoMaxBytes).
   PushLog(size_t bound_bytes, int num_servers);
 
   // Keeps `push` (to `server`, slot push.header.key/part) as the slot's next round.
@@ -51,17 +62,20 @@ class PushLog {
   int64_t pushed(SlotId slot) const;
 
   size_t bytes() const { return total_; }
+  size_t bound() const;
 
  private:
   struct SlotLog {
     int server = 0;
     int64_t pushed = 0;           // rounds this worker pushed into the slot
     int64_t dropped_through = 0;  // rounds the bound dropped (they cannot be repeated)
+    size_t push_bytes = 0;        // its latest push's
     std::deque<Entry> entries;
   };
   void Drop(SlotLog& log);
 
-  const size_t bound_;
+  const size_t fixed_bound_;  // 0: the default
+  size_t round_bytes_ = 0;    // a round of this worker's pushes: every slot's latest, summed
   std::map<SlotId, SlotLog> slots_;
   std::vector<size_t> server_bytes_;
   std::vector<char> asked_;

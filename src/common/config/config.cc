@@ -246,7 +246,8 @@ std::string Config::Describe() const {
       << " DTRAIN_RESTART_WAIT_MS=" << restart_wait.count()
       << " DTRAIN_CHECKPOINT_DIR=" << (checkpoint_dir.empty() ? "(unset)" : checkpoint_dir)
       << " DTRAIN_SERVER_CHECKPOINT_S=" << server_checkpoint_interval.count() / 1000.0
-      << " DTRAIN_REPLAY_LOG_MB=" << (replay_log_bytes >> 20)
+      << " DTRAIN_REPLAY_LOG_MB="
+      << (replay_log_bytes == 0 ? std::string("auto") : std::to_string(replay_log_bytes >> 20))
       << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes
       << " DTRAIN_SAME_HOST=" << same_host_direct
       << " DTRAIN_JOB_SECRET=" << (job_secret.empty() ? "(unset)" : "(set)")
