@@ -121,7 +121,9 @@ def worker(rank, args, queue):
     x, y = load_train(args.data_dir, args.limit_train)
     torch.manual_seed(args.seed)
     model = {"lenet": LeNet, "mlp": Mlp}[args.network]()
-    ddp = DDP(model)  # broadcasts rank 0's initial weights
+    # --independent: the same loop with no gradient exchange at all (each process trains alone):
+    # the bound any data-parallel trainer on this machine can reach.
+    ddp = model if args.independent else DDP(model)  # DDP broadcasts rank 0's initial weights
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     sampler = DistributedSampler(range(len(x)), num_replicas=args.workers, rank=rank,
                                  shuffle=True, seed=args.seed, drop_last=True)
@@ -180,6 +182,8 @@ def main():
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default=DATA_DIR)
+    p.add_argument("--independent", action="store_true",
+                   help="no DDP: the processes train alone (the bound without communication)")
     p.add_argument("--timeout", type=float, default=120, help="seconds before giving up")
     args = p.parse_args()
 
@@ -211,6 +215,7 @@ def main():
             p.join(5)
     out = {
         "bench": "ddp_train",
+        "mode": "independent" if args.independent else "ddp",
         "network": args.network,
         "workers": args.workers,
         "batch": args.batch_size,

@@ -3,16 +3,21 @@
 # one run, 2 workers x 1 thread on this machine:
 #
 # 1. Training throughput, LeNet and the 784-512-512-10 MLP on Fashion-MNIST, batch 64 per
-#    worker, SGD lr 0.05 momentum 0.9, the first 20,000 samples (bench/python_train.py; the
-#    same data, batches and timing windows as bench/ddp_train.py):
+#    worker, SGD lr 0.05 momentum 0.9, all 60,000 training samples (--samples; bench/python_train.py:
+#    the same data, batches and timing windows as bench/ddp_train.py):
 #      trainer      dtrain.torch.Trainer over dist_sync, 2 servers (dtrain launch -n 2 -s 2)
 #      hvd_gloo     dtrain.torch.DistributedOptimizer over Gloo (dtrain launch -n 2 -s 0)
 #      hvd_mpi      the same over OpenMPI (mpirun -np 2)
-#      ddp          PyTorch DistributedDataParallel, gloo (bench/ddp_train.py)
+#      ddp          PyTorch DistributedDataParallel, gloo (bench/ddp_train.py), as users run it
+#      ddp_kept     the same with the heap setting dtrain's workers apply (DTRAIN_KEEP_FREED_MB:
+#                   freed memory stays in the heap), given to DDP through GLIBC_TUNABLES: the
+#                   like-for-like comparison of the distributed part alone
+#      bound        the same loop and heap setting with no communication at all (ddp_train.py
+#                   --independent): what no data-parallel trainer on this machine can beat
 #      dtrain_train the C++ front end, dist_sync, 2 servers (dtrain-train), for reference
 #    samples/s: per worker the median timing window after the first, summed over workers; best
 #    of --repeat runs. One JSON line per network with every figure and the ratios to DDP
-#    (target: trainer / ddp >= 1.2).
+#    (target: trainer / ddp >= 1.2), to ddp_kept and to the bound.
 # 2. What Python adds to a call: the median time of a 4 KB pushpull (call to end of wait) from
 #    Python (bench/python_kv_latency.py) and from C++ (kvstore_bench), on a local store (the
 #    Python layer alone) and on dist_sync 1 worker x 1 server, alternated 5 times, the median of
@@ -31,7 +36,7 @@ cd "$(dirname "$0")/.."
 build=build
 networks="lenet mlp"
 batch=64
-samples=20000
+samples=60000
 log_interval=20
 repeat=2
 python=${PYTHON:-/usr/bin/python3}
@@ -64,6 +69,9 @@ mpirun_args=(-np 2 --oversubscribe --bind-to none -x PYTHONPATH -x OMP_NUM_THREA
 ((EUID == 0)) && mpirun_args+=(--allow-run-as-root)
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
+# What DTRAIN_KEEP_FREED_MB's default does in dtrain's workers (common/malloc_tuning.h), in
+# glibc's own variable, for the processes that do not load dtrain.
+kept_heap=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432
 # Sum over ranks of "median_window" in the JSON lines of a log.
 sum_ranks() {
   "$python" -c '
@@ -96,13 +104,17 @@ run_case() {  # CASE NETWORK LOG -> samples/s
     hvd_gloo) timeout 300 "$launcher" launch -n 2 -s 0 -- "$python" bench/python_train.py hvd $(train_args "$net") ;;
     hvd_mpi) timeout 300 mpirun "${mpirun_args[@]}" "$python" bench/python_train.py hvd $(train_args "$net") ;;
     ddp) timeout 300 "$python" bench/ddp_train.py --workers 2 --threads 1 $(train_args "$net") ;;
+    ddp_kept) GLIBC_TUNABLES=$kept_heap timeout 300 "$python" bench/ddp_train.py --workers 2 \
+        --threads 1 $(train_args "$net") ;;
+    bound) GLIBC_TUNABLES=$kept_heap timeout 300 "$python" bench/ddp_train.py --independent \
+        --workers 2 --threads 1 $(train_args "$net") ;;
     dtrain_train) timeout 300 "$launcher" launch -n 2 -s 2 -- "$train" \
         --dataset fashion-mnist --network "$net" --epochs 1 --batch-size "$batch" \
         --limit-train "$samples" --log-interval "$log_interval" --optimizer sgd --lr 0.05 \
         --momentum 0.9 --threads 1 --kvstore dist_sync ;;
   esac >"$log" 2>&1 || fail "$case $net" "$log"
   case $case in
-    ddp) grep '^{' "$log" | tail -1 | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/' ;;
+    ddp | ddp_kept | bound) grep '^{' "$log" | tail -1 | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/' ;;
     dtrain_train) cpp_speed "$log" ;;
     *) sum_ranks "$log" ;;
   esac
@@ -112,13 +124,14 @@ for net in $networks; do
   declare -A fig=()
   load_before=$(load1)
   for ((r = 1; r <= repeat; r++)); do
-    for case in trainer hvd_gloo hvd_mpi ddp dtrain_train; do
+    for case in trainer hvd_gloo hvd_mpi ddp ddp_kept bound dtrain_train; do
       fig[$case]=$(best "${fig[$case]:-null}" "$(run_case "$case" "$net" "$logs/$case-$net-$r.log")")
     done
   done
-  printf '{"bench":"python_train","torch":"%s","network":"%s","workers":2,"threads_per_process":1,"batch":%d,"samples":%d,"trainer_samples_per_s":%s,"hvd_gloo_samples_per_s":%s,"hvd_mpi_samples_per_s":%s,"ddp_samples_per_s":%s,"dtrain_train_cpp_samples_per_s":%s,"ratio_trainer_vs_ddp":%s,"ratio_hvd_gloo_vs_ddp":%s,"ratio_hvd_mpi_vs_ddp":%s,"ratio_trainer_vs_cpp":%s,"repeat":%d,"load1_before":%s,"load1_after":%s}\n' \
+  printf '{"bench":"python_train","torch":"%s","network":"%s","workers":2,"threads_per_process":1,"batch":%d,"samples":%d,"trainer_samples_per_s":%s,"hvd_gloo_samples_per_s":%s,"hvd_mpi_samples_per_s":%s,"ddp_samples_per_s":%s,"ddp_kept_heap_samples_per_s":%s,"bound_no_communication_samples_per_s":%s,"dtrain_train_cpp_samples_per_s":%s,"ratio_trainer_vs_ddp":%s,"ratio_trainer_vs_ddp_kept_heap":%s,"ratio_trainer_vs_bound":%s,"ratio_hvd_gloo_vs_ddp":%s,"ratio_hvd_mpi_vs_ddp":%s,"ratio_trainer_vs_cpp":%s,"repeat":%d,"load1_before":%s,"load1_after":%s}\n' \
     "$torch_version" "$net" "$batch" "$samples" "${fig[trainer]}" "${fig[hvd_gloo]}" "${fig[hvd_mpi]}" "${fig[ddp]}" \
-    "${fig[dtrain_train]}" "$(ratio "${fig[trainer]}" "${fig[ddp]}")" "$(ratio "${fig[hvd_gloo]}" "${fig[ddp]}")" \
+    "${fig[ddp_kept]}" "${fig[bound]}" "${fig[dtrain_train]}" "$(ratio "${fig[trainer]}" "${fig[ddp]}")" \
+    "$(ratio "${fig[trainer]}" "${fig[ddp_kept]}")" "$(ratio "${fig[trainer]}" "${fig[bound]}")" "$(ratio "${fig[hvd_gloo]}" "${fig[ddp]}")" \
     "$(ratio "${fig[hvd_mpi]}" "${fig[ddp]}")" "$(ratio "${fig[trainer]}" "${fig[dtrain_train]}")" \
     "$repeat" "$load_before" "$(load1)"
   unset fig

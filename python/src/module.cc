@@ -1,10 +1,13 @@
 // The _dtrain extension module: the C++ core as the pure-Python package dtrain uses it.
 #include "bindings.h"
+#include "common/malloc_tuning.h"
 #include "cuda/cuda.h"
 #include "errors.h"
 
 PYBIND11_MODULE(_dtrain, m) {
   m.doc() = "dtrain's C++ core (use the dtrain package rather than this module)";
+  // A worker's heap keeps what each step frees for the next (common/malloc_tuning.h).
+  dtrain::KeepFreedMemoryAsConfigured();
   dtrain::python::RegisterErrors(m);
   dtrain::python::RegisterRoles(m);
   dtrain::python::RegisterKVStore(m);

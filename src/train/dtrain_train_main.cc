@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/config/config.h"
+#include "common/malloc_tuning.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/error.h"
 #include "dtrain/kvstore/init.h"
@@ -596,6 +597,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);  // before serving: `DMLC_ROLE=server dtrain-train --help` helps
   try {
     dtrain::Initialize();  // with DMLC_ROLE=server/scheduler this process serves and exits here
+    dtrain::KeepFreedMemoryAsConfigured();  // a worker: its heap keeps each step's memory
     return Run(f);
   } catch (const dtrain::Error& e) {
     std::fprintf(stderr, "dtrain-train: error: %s\n", e.what());

@@ -158,6 +158,9 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_REPLAY_LOG_MB", 1, int64_t{1} << 20)) {
     c.replay_log_bytes = static_cast<size_t>(*v) << 20;
   }
+  if (auto v = r.Integer("DTRAIN_KEEP_FREED_MB", 0, 1024)) {
+    c.keep_freed_bytes = static_cast<size_t>(*v) << 20;
+  }
   if (auto v = r.Integer("DTRAIN_STREAMS_PER_PEER", 1, 16))
     c.streams_per_peer = static_cast<int>(*v);
   if (auto v = r.Integer("DTRAIN_IO_THREADS", 1, 64)) c.io_threads = static_cast<int>(*v);
@@ -248,6 +251,7 @@ std::string Config::Describe() const {
       << " DTRAIN_SERVER_CHECKPOINT_S=" << server_checkpoint_interval.count() / 1000.0
       << " DTRAIN_REPLAY_LOG_MB="
       << (replay_log_bytes == 0 ? std::string("auto") : std::to_string(replay_log_bytes >> 20))
+      << " DTRAIN_KEEP_FREED_MB=" << (keep_freed_bytes >> 20)
       << " DTRAIN_MAX_MESSAGE_BYTES=" << max_message_bytes
       << " DTRAIN_SAME_HOST=" << same_host_direct
       << " DTRAIN_JOB_SECRET=" << (job_secret.empty() ? "(unset)" : "(set)")

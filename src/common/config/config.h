@@ -148,6 +148,9 @@ struct Config {
   // DTRAIN_JOB_SECRET: when set, every connection proves knowledge of it (auth/job_auth.h) before
   // any message counts. Never printed. `dtrain launch` sets a fresh one per job.
   std::string job_secret;
+  // DTRAIN_KEEP_FREED_MB: freed memory a worker's heap keeps for its next step instead of
+  // returning it to the kernel (common/malloc_tuning.h); 0: glibc's defaults.
+  size_t keep_freed_bytes = size_t{256} << 20;
 
   AllreduceSettings allreduce;
 

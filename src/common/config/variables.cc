@@ -49,6 +49,8 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_SAME_HOST"},
     Variable{"DTRAIN_MAX_MESSAGE_BYTES"},
     Variable{"DTRAIN_JOB_SECRET"},
+    // the worker process
+    Variable{"DTRAIN_KEEP_FREED_MB"},
     // allreduce mode (Horovod's names as fallbacks)
     Variable{"DTRAIN_COLLECTIVES"},
     Variable{"OMPI_COMM_WORLD_SIZE", true},
