@@ -29,11 +29,11 @@ MallocTuning DecideMallocTuning(size_t keep_bytes, const EnvLookup& env) {
 #endif
 }
 
-MallocTuning KeepFreedMemory(size_t keep_bytes) {
+MallocTuning KeepFreedMemory(size_t keep_bytes, const EnvLookup& env) {
   static std::once_flag once;
   static MallocTuning outcome = MallocTuning::kOff;
   std::call_once(once, [&] {
-    outcome = DecideMallocTuning(keep_bytes, ProcessEnvironment());
+    outcome = DecideMallocTuning(keep_bytes, env);
 #if defined(__GLIBC__)
     if (outcome == MallocTuning::kApplied) {
       // Both at once: setting either turns off glibc's automatic thresholds, and the mapping
@@ -50,15 +50,13 @@ MallocTuning KeepFreedMemory(size_t keep_bytes) {
 }
 
 MallocTuning KeepFreedMemoryAsConfigured(const EnvLookup& env) {
-  size_t keep_bytes = Config{}.keep_freed_bytes;
+  std::optional<size_t> set;
   try {
-    if (auto mb = EnvReader(env).Integer("DTRAIN_KEEP_FREED_MB", 0, 1024)) {
-      keep_bytes = static_cast<size_t>(*mb) << 20;
-    }
+    set = KeepFreedBytesFromEnvironment(EnvReader(env));
   } catch (const ConfigError&) {
     return MallocTuning::kOff;
   }
-  return KeepFreedMemory(keep_bytes);
+  return KeepFreedMemory(set.value_or(Config{}.keep_freed_bytes), env);
 }
 
 std::string Describe(MallocTuning tuning) {

@@ -37,7 +37,7 @@ MallocTuning DecideMallocTuning(size_t keep_bytes, const EnvLookup& env);
 
 // Applies keep_bytes (Config::keep_freed_bytes) to this process's malloc unless the environment
 // says otherwise, once (later calls return the first outcome). Thread-safe.
-MallocTuning KeepFreedMemory(size_t keep_bytes);
+MallocTuning KeepFreedMemory(size_t keep_bytes, const EnvLookup& env = ProcessEnvironment());
 
 // KeepFreedMemory with DTRAIN_KEEP_FREED_MB from the environment (Config's default when unset).
 // A malformed value applies nothing here: the process's Config reports it when the job starts.

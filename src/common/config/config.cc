@@ -33,6 +33,11 @@ std::optional<Role> RoleFromName(const std::string& name) {
   return std::nullopt;
 }
 
+std::optional<size_t> KeepFreedBytesFromEnvironment(const EnvReader& r) {
+  if (auto mb = r.Integer("DTRAIN_KEEP_FREED_MB", 0, 1024)) return static_cast<size_t>(*mb) << 20;
+  return std::nullopt;
+}
+
 std::string JobSecretFromVariable(const std::optional<std::string>& value) {
   if (!value) return "";
   if (value->empty()) {
@@ -158,9 +163,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_REPLAY_LOG_MB", 1, int64_t{1} << 20)) {
     c.replay_log_bytes = static_cast<size_t>(*v) << 20;
   }
-  if (auto v = r.Integer("DTRAIN_KEEP_FREED_MB", 0, 1024)) {
-    c.keep_freed_bytes = static_cast<size_t>(*v) << 20;
-  }
+  if (auto v = KeepFreedBytesFromEnvironment(r)) c.keep_freed_bytes = *v;
   if (auto v = r.Integer("DTRAIN_STREAMS_PER_PEER", 1, 16))
     c.streams_per_peer = static_cast<int>(*v);
   if (auto v = r.Integer("DTRAIN_IO_THREADS", 1, 64)) c.io_threads = static_cast<int>(*v);

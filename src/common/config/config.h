@@ -36,6 +36,10 @@ constexpr size_t kMinSecretChars = 16;
 // log).
 std::string JobSecretFromVariable(const std::optional<std::string>& value);
 
+// DTRAIN_KEEP_FREED_MB in bytes, when set: the one parse, for Config and for the worker's heap
+// setting at import (common/malloc_tuning.h), which runs before any Config. Throws ConfigError.
+std::optional<size_t> KeepFreedBytesFromEnvironment(const EnvReader& r);
+
 // The allreduce engine's tuning (collectives/config.h's CollectivesConfig is one of these too, so
 // the defaults live here only).
 struct CollectiveTuning {
