@@ -13,7 +13,8 @@ network in PyTorch) on CIFAR-shaped synthetic images, batch 128 per worker, SGD 
   dtrain 2x2  dtrain-train --gpus 0, 2 workers and 2 servers
 --jobs picks some of them, or adds ones that split dtrain's cost: dtrain_local (one process,
 --kvstore local: the staging and the host's optimizer, no network or server) and
-dtrain_1x1_no_overlap (gradients leave at step(), not during backward).
+dtrain_1x1_no_overlap (gradients leave at step(), not during backward), dtrain_1x2 (1 worker, 2
+servers), dtrain_1x1_traced (dtrain_1x1 writing a timeline, DTRAIN_TIMELINE, into --timeline-dir).
 samples/s: per process the median of its timing windows after the first, summed over processes.
 Prints one JSON line per job and one with the ratios (dtrain 1x1 / plain, dtrain 2x2 / ddp 2).
 """
@@ -42,11 +43,12 @@ def dtrain_speed(output):
     return sum(per_worker), per_worker
 
 
-def run(cmd, timeout):
-    """The command's output; its whole process group is killed if it outlives `timeout`."""
+def run(cmd, timeout, env=None):
+    """The command's output; its whole process group is killed if it outlives `timeout`. `env`:
+    variables added to this process's environment."""
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **(env or {})})
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -68,6 +70,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--log-interval", type=int, default=20)
     p.add_argument("--timeout", type=float, default=120, help="seconds per job")
+    p.add_argument("--timeline-dir", default=".", help="where dtrain_1x1_traced writes its trace")
     p.add_argument("--jobs", default="plain,dtrain_1x1,ddp_2,dtrain_2x2",
                    help="comma-separated, run in this order")
     args = p.parse_args()
@@ -84,8 +87,9 @@ def main():
         results[name] = line["samples_per_s"]
         print(json.dumps({"job": name, **line}), flush=True)
 
-    def dtrain(name, workers, *extra):
-        job = [launcher, "launch", "-n", str(workers), "-s", str(workers), "--launcher", "local",
+    def dtrain(name, workers, *extra, servers=None, env=None):
+        servers = workers if servers is None else servers
+        job = [launcher, "launch", "-n", str(workers), "-s", str(servers), "--launcher", "local",
                "--"] if workers else []
         cmd = job + [trainer, "--dataset", "synthetic", "--network", "resnet18", "--gpus", "0",
                      "--epochs", "1", "--batch-size", str(args.batch_size),
@@ -93,11 +97,11 @@ def main():
                      "--log-interval", str(args.log_interval), "--optimizer", "sgd", "--lr",
                      "0.05", "--momentum", "0.9",
                      "--kvstore", "dist_sync" if workers else "local", *extra]
-        out = run(cmd, args.timeout)
+        out = run(cmd, args.timeout, env)
         total, per_worker = dtrain_speed(out)
         acc = re.findall(r"Test_acc ([0-9.]+)", out)
         results[name] = total
-        print(json.dumps({"job": name, "workers": max(1, workers), "servers": workers,
+        print(json.dumps({"job": name, "workers": max(1, workers), "servers": servers,
                           "samples_per_s": round(total, 1),
                           "per_process": [round(s, 1) for s in per_worker],
                           "test_acc": float(acc[-1]) if acc else None}), flush=True)
@@ -109,6 +113,10 @@ def main():
         "dtrain_2x2": lambda: dtrain("dtrain_2x2", 2),
         "dtrain_local": lambda: dtrain("dtrain_local", 0),
         "dtrain_1x1_no_overlap": lambda: dtrain("dtrain_1x1_no_overlap", 1, "--no-overlap"),
+        "dtrain_1x2": lambda: dtrain("dtrain_1x2", 1, servers=2),
+        "dtrain_1x1_traced": lambda: dtrain("dtrain_1x1_traced", 1, env={
+            "DTRAIN_TIMELINE": os.path.abspath(os.path.join(args.timeline_dir,
+                                                            "dtrain_1x1.json"))}),
     }
     for name in args.jobs.split(","):
         if name not in jobs:

@@ -3,9 +3,10 @@
 // An Array on a device (Array::WrapDevice) carries its device id and the stream its producer
 // used. Everything here orders itself after the work already queued on that stream (an event
 // recorded there, waited on by dtrain's own copy stream: no host synchronisation with the
-// producer), and returns once its own copies and kernels have finished, so the caller may hand the
-// results to the network or back to the user at once. Those waits include the producer's queued
-// work, so they are bounded by the job's DTRAIN_REQUEST_TIMEOUT_MS: past it, TimeoutError.
+// producer). The Start* calls return at once with a Fence; the others return once their own copies
+// and kernels have finished, so the caller may hand the results to the network or back to the user
+// at once. Those waits include the producer's queued work, so they are bounded by the job's
+// DTRAIN_REQUEST_TIMEOUT_MS: past it, TimeoutError.
 //
 // Host copies go through page-locked (pinned) buffers from a pool (pinned_pool.h), so a round
 // allocates nothing once warm and copies run at the bus's rate.
@@ -15,6 +16,7 @@
 // tensors).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,12 +33,44 @@ std::string Unavailable();
 
 // A pinned host array of `like`'s shape and dtype; its contents are undefined.
 Array PinnedLike(const Array& like);
-// Copies of device arrays into pinned host arrays (same shape and dtype), all queued before one
-// wait. Host arrays among `arrays` are returned as they are.
+// Copies and kernels queued on dtrain's streams that the caller has not waited for yet. Wait()
+// returns once they have finished; it is bounded by the job's DTRAIN_REQUEST_TIMEOUT_MS
+// (TimeoutError naming `what`). A default Fence has passed. Copies share state; thread-safe.
+class Fence {
+ public:
+  struct State;
+  Fence() = default;
+  explicit Fence(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  void Wait(const std::string& what) const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Host arrays whose values are being copied from a device: read them once `copied` has passed.
+struct Staged {
+  std::vector<Array> hosts;
+  Fence copied;
+};
+
+// Starts copying device arrays into pinned host arrays (same shape and dtype) and returns without
+// waiting for the copies, so that the caller (autograd's hook) does not stall the GPU's queue.
+// Each device value is first copied on its producer's own stream into a device buffer of dtrain's,
+// a copy at the GPU's memory rate, so the producer's later work may overwrite or free it at once;
+// the copy to the host then runs on dtrain's stream. Host arrays among `arrays` are returned as
+// they are.
+Staged StartToHost(const std::vector<Array>& arrays);
+// The same for several device values of one layout (MXNet's *_device stores): summed on the first
+// one's device (peer copies for values on other devices), and only the sum copied (one host array).
+Staged StartSumToHost(const std::vector<Array>& arrays);
+// Starts copying `host` into each device array of `devices`, after the work queued on its stream
+// (host ones get a plain copy at once). `host` must stay as it is until the fence has passed.
+Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices);
+
+// The same, waited for: copies of device arrays into pinned host arrays, and of a host array into
+// device arrays. Sizes and dtypes must match.
 std::vector<Array> ToHost(const std::vector<Array>& arrays);
 Array ToHost(const Array& array);
-// Copies `host` into each device array of `devices` (host ones get a plain copy). Sizes and dtypes
-// must match.
 void CopyFromHost(const Array& host, const std::vector<Array>& devices);
 
 // A new array in device memory of `like`'s device, holding a copy of `like`.

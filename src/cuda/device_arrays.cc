@@ -1,5 +1,6 @@
 // cuda.h with the CUDA runtime: copies on one non-blocking stream per device, ordered after the
-// producer's stream by an event, then one wait for all of them.
+// producer's stream by an event; the Start* forms hand back a Fence (events recorded after them)
+// instead of waiting.
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -27,6 +28,14 @@ cudaStream_t CopyStream(int device) {
   DeviceGuard guard(device);
   cudaStream_t stream = nullptr;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // The snapshots of every round come from the device's default pool (cudaMallocAsync): keep what
+  // they free for the next round instead of returning it to the driver at each synchronisation.
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  cudaGetLastError();
   streams->emplace(device, stream);
   return stream;
 }
@@ -54,21 +63,22 @@ std::shared_ptr<void> DeviceBuffer(int device, size_t bytes, cudaStream_t stream
   });
 }
 
-// Waits for the work queued on `stream` (its device current). That work waits in turn for the
-// producer's stream, where a user's kernel may never end: past the job's request timeout this is a
-// TimeoutError instead of a hang. Polls as cudaStreamSynchronize's default (spin) mode does, then
-// sleeps briefly once the wait is long.
-void WaitFor(cudaStream_t stream, const char* what) {
+// Polls `query` (cudaStreamQuery or cudaEventQuery of work on dtrain's streams) until it reports
+// the work done. That work waits in turn for the producer's stream, where a user's kernel may never
+// end: past the job's request timeout this is a TimeoutError instead of a hang. Polls as
+// cudaStreamSynchronize's default (spin) mode does, then sleeps briefly once the wait is long.
+template <typename Query>
+void PollUntilDone(Query query, const std::string& what) {
   static const Duration timeout = Config::FromEnvironment().request_timeout;
   const Deadline deadline(timeout);
   const auto spin_until = Clock::now() + std::chrono::milliseconds(2);
   for (;;) {
-    const cudaError_t status = cudaStreamQuery(stream);
+    const cudaError_t status = query();
     if (status == cudaSuccess) return;
-    if (status != cudaErrorNotReady) Check(status, what);
+    if (status != cudaErrorNotReady) Check(status, what.c_str());
     cudaGetLastError();  // "not ready" may stay as the last error: clear it for later launches
     if (deadline.passed()) {
-      throw TimeoutError(std::string("CUDA: ") + what + " did not finish within " +
+      throw TimeoutError("CUDA: " + what + " did not finish within " +
                          std::to_string(Seconds(timeout)) +
                          " s (DTRAIN_REQUEST_TIMEOUT_MS): the work queued on the tensor's stream "
                          "before it has not ended");
@@ -81,11 +91,21 @@ void WaitFor(cudaStream_t stream, const char* what) {
   }
 }
 
-void Wait(const std::map<int, cudaStream_t>& streams, const char* what) {
-  for (auto [device, stream] : streams) {
-    DeviceGuard guard(device);
-    WaitFor(stream, what);
+// Waits for the work queued on `stream` (its device current).
+void WaitFor(cudaStream_t stream, const char* what) {
+  PollUntilDone([stream] { return cudaStreamQuery(stream); }, what);
+}
+
+// An event recorded on `stream` now (its device current).
+cudaEvent_t RecordNow(cudaStream_t stream, const char* what) {
+  cudaEvent_t event = nullptr;
+  Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  const cudaError_t status = cudaEventRecord(event, stream);
+  if (status != cudaSuccess) {
+    cudaEventDestroy(event);
+    Check(status, what);
   }
+  return event;
 }
 
 }  // namespace
@@ -122,30 +142,136 @@ Array PinnedLike(const Array& like) {
   return Array::Wrap(buffer.get(), like.shape(), like.dtype(), buffer);
 }
 
-std::vector<Array> ToHost(const std::vector<Array>& arrays) {
-  std::vector<Array> hosts;
+struct Fence::State {
+  std::vector<std::pair<int, cudaEvent_t>> events;  // one per device whose stream did work
+  std::vector<std::shared_ptr<void>> buffers;       // device buffers that work still reads
+  ~State() {
+    buffers.clear();
+    int previous = 0;
+    if (cudaGetDevice(&previous) != cudaSuccess) return;
+    for (auto [device, event] : events) {
+      cudaSetDevice(device);
+      cudaEventDestroy(event);  // released by CUDA once it has happened
+    }
+    cudaSetDevice(previous);
+  }
+};
+
+void Fence::Wait(const std::string& what) const {
+  if (!state_) return;
+  for (auto [device, event] : state_->events) {
+    DeviceGuard guard(device);
+    PollUntilDone([event] { return cudaEventQuery(event); }, what);
+  }
+}
+
+namespace {
+
+// Marks the end of the work queued so far on each of `used`'s streams.
+Fence FenceAfter(const std::map<int, cudaStream_t>& used, std::shared_ptr<Fence::State> state,
+                 const char* what) {
+  for (auto [device, stream] : used) {
+    DeviceGuard guard(device);
+    state->events.emplace_back(device, RecordNow(stream, what));
+  }
+  return Fence(std::move(state));
+}
+
+void WaitOnEvent(cudaStream_t stream, cudaEvent_t event) {
+  const cudaError_t status = cudaStreamWaitEvent(stream, event, 0);
+  cudaEventDestroy(event);  // released once the wait has happened
+  Check(status, "ordering after the snapshot");
+}
+
+// A copy of `a`'s device value in a buffer of dtrain's, made on `a`'s own stream: in order after
+// the work that produced it and before anything queued there later, so the producer may overwrite
+// `a` at once. `stream` (dtrain's, on any device) is made to wait for the copy; the buffer is
+// freed on dtrain's stream of its device, in that stream's order.
+std::shared_ptr<void> Snapshot(const Array& a, cudaStream_t stream) {
+  const int device = a.device();
+  cudaStream_t release = CopyStream(device);
+  DeviceGuard guard(device);
+  auto producer = static_cast<cudaStream_t>(a.stream());
+  void* p = nullptr;
+  Check(cudaMallocAsync(&p, a.nbytes() > 0 ? a.nbytes() : 1, producer), "cudaMallocAsync");
+  std::shared_ptr<void> buffer(p, [device, release](void* q) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device);
+    cudaFreeAsync(q, release);
+    cudaSetDevice(previous);
+  });
+  Check(cudaMemcpyAsync(p, a.data(), a.nbytes(), cudaMemcpyDeviceToDevice, producer),
+        "copy on the device");
+  WaitOnEvent(stream, RecordNow(producer, "copy on the device"));
+  return buffer;
+}
+
+}  // namespace
+
+Staged StartToHost(const std::vector<Array>& arrays) {
+  Staged staged;
   std::map<int, cudaStream_t> used;
   for (const Array& a : arrays) {
     if (!a.on_device()) {
-      hosts.push_back(a);
+      staged.hosts.push_back(a);
       continue;
     }
     Array host = PinnedLike(a);
     cudaStream_t stream = CopyStream(a.device());
+    // Freed in `stream`'s order, after the copy below.
+    std::shared_ptr<void> snapshot = Snapshot(a, stream);
     DeviceGuard guard(a.device());
-    OrderAfterProducer(a, stream);
-    Check(cudaMemcpyAsync(host.data(), a.data(), a.nbytes(), cudaMemcpyDeviceToHost, stream),
+    Check(cudaMemcpyAsync(host.data(), snapshot.get(), a.nbytes(), cudaMemcpyDeviceToHost, stream),
           "copy to the host");
     used[a.device()] = stream;
-    hosts.push_back(std::move(host));
+    staged.hosts.push_back(std::move(host));
   }
-  Wait(used, "copy to the host");
-  return hosts;
+  staged.copied = FenceAfter(used, std::make_shared<Fence::State>(), "copy to the host");
+  return staged;
+}
+
+Staged StartSumToHost(const std::vector<Array>& arrays) {
+  if (arrays.empty()) throw InvalidArgument("a sum of no values");
+  const Array& first = arrays[0];
+  RequireDevice(first, "a sum on the device");
+  const int device = first.device();
+  cudaStream_t stream = CopyStream(device);
+  auto state = std::make_shared<Fence::State>();
+  std::shared_ptr<void> sum = Snapshot(first, stream);
+  for (size_t i = 1; i < arrays.size(); ++i) {
+    const Array& a = arrays[i];
+    RequireDevice(a, "a sum on the device");
+    RequireSameLayout(first, a, "a sum on the device");
+    std::shared_ptr<void> value = Snapshot(a, stream);
+    DeviceGuard guard(device);
+    std::shared_ptr<void> from = value;  // buffers on `stream`'s device are freed in its order
+    if (a.device() != device) {
+      // Freed on its own device's stream, which does not wait for this one: kept until the fence.
+      state->buffers.push_back(value);
+      from = DeviceBuffer(device, a.nbytes(), stream);
+      Check(cudaMemcpyPeerAsync(from.get(), device, value.get(), a.device(), a.nbytes(), stream),
+            "peer copy between devices");
+    }
+    Check(LaunchAddInto(sum.get(), from.get(), first.size(), first.dtype(), stream),
+          "sum on the device");
+  }
+  Array host = PinnedLike(first);
+  DeviceGuard guard(device);
+  Check(cudaMemcpyAsync(host.data(), sum.get(), first.nbytes(), cudaMemcpyDeviceToHost, stream),
+        "copy to the host");
+  return {{host}, FenceAfter({{device, stream}}, std::move(state), "copy of a sum to the host")};
+}
+
+std::vector<Array> ToHost(const std::vector<Array>& arrays) {
+  Staged staged = StartToHost(arrays);
+  staged.copied.Wait("copy to the host");
+  return staged.hosts;
 }
 
 Array ToHost(const Array& array) { return ToHost(std::vector<Array>{array})[0]; }
 
-void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
+Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices) {
   host.RequireHost("CopyFromHost");
   std::map<int, cudaStream_t> used;
   for (const Array& d : devices) {
@@ -161,7 +287,11 @@ void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
           "copy to the device");
     used[d.device()] = stream;
   }
-  Wait(used, "copy to the device");
+  return FenceAfter(used, std::make_shared<Fence::State>(), "copy to the device");
+}
+
+void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
+  StartCopyFromHost(host, devices).Wait("copy to the device");
 }
 
 Array CloneOnDevice(const Array& like) {

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 
-#include "cuda/cuda.h"
+#include "common/config/config.h"
+#include "common/logging.h"
 #include "dtrain/common/error.h"
+#include "kvstore/array_checks.h"
+#include "kvstore/key_names.h"
+#include "report/timeline.h"
 
 namespace dtrain {
 namespace {
@@ -17,13 +21,36 @@ bool AggregatesOnDevice(const std::string& type) {
   return type == "device" || type.ends_with("_device");
 }
 
+// Completes `state` with `op`'s outcome.
+void Forward(const Operation& op, const std::shared_ptr<OperationState>& state) {
+  op.OnDone([state](std::exception_ptr error) { state->PartDone(error); });
+}
+
 }  // namespace
 
 DeviceStagingKVStore::DeviceStagingKVStore(std::unique_ptr<KVStore> inner)
-    : inner_(std::move(inner)), aggregate_on_device_(AggregatesOnDevice(inner_->type())) {}
+    : inner_(std::move(inner)),
+      aggregate_on_device_(AggregatesOnDevice(inner_->type())),
+      timeout_(Config::FromEnvironment().request_timeout) {}
 
-std::vector<Array> DeviceStagingKVStore::StageValues(const std::vector<Array>& values) const {
-  if (!AnyOnDevice(values)) return values;
+DeviceStagingKVStore::~DeviceStagingKVStore() {
+  try {
+    WaitAll();
+  } catch (const std::exception& e) {
+    DTRAIN_LOG(kWarning) << "kvstore: closing with staged calls unfinished: " << e.what();
+  }
+  // The queues end before the wrapped store (staged calls still use it); completions that come
+  // later find no queue and fail their operation instead.
+  staging_.reset();
+  {
+    std::lock_guard<std::mutex> lock(copy_back_->mutex);
+    copy_back_->queue = nullptr;
+  }
+  copying_back_.reset();
+}
+
+cuda::Staged DeviceStagingKVStore::StartStaging(const std::vector<Array>& values) const {
+  if (!AnyOnDevice(values)) return {values, cuda::Fence()};
   const bool all_on_device =
       std::all_of(values.begin(), values.end(), [](const Array& a) { return a.on_device(); });
   const bool same_layout = std::all_of(values.begin(), values.end(), [&](const Array& a) {
@@ -32,12 +59,49 @@ std::vector<Array> DeviceStagingKVStore::StageValues(const std::vector<Array>& v
   // With compression the store compresses each device's value before summing: keep them apart.
   if (aggregate_on_device_ && values.size() > 1 && all_on_device && same_layout &&
       !inner_->gradient_compression().enabled()) {
-    Array sum = cuda::CloneOnDevice(values[0]);
-    for (size_t i = 1; i < values.size(); ++i) cuda::AddInto(sum, values[i]);
-    return {cuda::ToHost(sum)};
+    return cuda::StartSumToHost(values);
   }
-  // Mismatched layouts reach the wrapped store as they are, which rejects them by key.
-  return cuda::ToHost(values);
+  // Mismatched layouts of keys this store saw initialised were refused at the call (CheckLayout);
+  // others reach the wrapped store as they are, which rejects them by key.
+  return cuda::StartToHost(values);
+}
+
+bool DeviceStagingKVStore::MustQueue(const std::vector<Array>& values) {
+  if (AnyOnDevice(values)) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return staging_ && !staging_->idle();
+}
+
+void DeviceStagingKVStore::Track(const Operation& op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(in_flight_, [](const Operation& o) { return o.done(); });
+  in_flight_.push_back(op);
+}
+
+Operation DeviceStagingKVStore::Later(Key key, const char* verb, cuda::Staged staged,
+                                      std::function<Operation(std::vector<Array> hosts)> call) {
+  const std::string what = std::string(verb) + " of key " + KeyLabel(key);
+  auto state = std::make_shared<OperationState>(what, 1, timeout_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!staging_) staging_ = std::make_unique<SerialQueue>("kvstore staging of device values");
+    staging_->Post([key, what, state, staged = std::move(staged), call = std::move(call),
+                    queued = timeline::Now()] {
+      try {
+        staged.copied.Wait("copy of the values of the " + what + " to the host");
+        if (timeline::Enabled()) {  // from the call to the values' arrival on the host
+          timeline::Complete("to_host", "kvstore", queued, timeline::Now(),
+                             timeline::Args().Str("key", KeyLabel(key)));
+        }
+        Forward(call(staged.hosts), state);
+      } catch (...) {
+        state->PartDone(std::current_exception());
+      }
+    });
+  }
+  Operation op(state);
+  Track(op);
+  return op;
 }
 
 Operation DeviceStagingKVStore::IntoOutputs(
@@ -62,43 +126,129 @@ Operation DeviceStagingKVStore::IntoOutputs(
       hosts.push_back(cuda::PinnedLike(out));
     }
   }
-  Operation done = call(std::move(hosts))
-                       .Then([staging, devices] { cuda::CopyFromHost(staging, devices); },
-                             "pull of key " + std::to_string(key) + " into device memory");
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::erase_if(copying_back_, [](const Operation& o) { return o.done(); });
-  copying_back_.push_back(done);
-  return done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!copying_back_) {
+      copying_back_ = std::make_unique<SerialQueue>("kvstore copies into device memory");
+      std::lock_guard<std::mutex> queue_lock(copy_back_->mutex);
+      copy_back_->queue = copying_back_.get();
+    }
+  }
+  const std::string what = "pull of key " + KeyLabel(key) + " into device memory";
+  auto state = std::make_shared<OperationState>(what, 1, timeout_);
+  // Once pulled (on the wrapped store's thread): start the copies there, and wait for them on the
+  // copy-back thread so that the store's thread goes on with other keys.
+  call(std::move(hosts))
+      .OnDone(
+          [key, state, staging, devices, what, copy_back = copy_back_](std::exception_ptr error) {
+            if (error) {
+              state->PartDone(error);
+              return;
+            }
+            try {
+              cuda::Fence copied = cuda::StartCopyFromHost(staging, devices);
+              std::lock_guard<std::mutex> lock(copy_back->mutex);
+              if (copy_back->queue == nullptr)
+                throw Error("the " + what + " ended as the store closed");
+              // `staging` must stay as it is until the copies have read it.
+              copy_back->queue->Post([key, state, copied, staging, what, pulled = timeline::Now()] {
+                try {
+                  copied.Wait(what);
+                  if (timeline::Enabled()) {  // from the pulled value's arrival to its copy's end
+                    timeline::Complete("to_device", "kvstore", pulled, timeline::Now(),
+                                       timeline::Args().Str("key", KeyLabel(key)));
+                  }
+                  state->PartDone();
+                } catch (...) {
+                  state->PartDone(std::current_exception());
+                }
+              });
+            } catch (...) {
+              state->PartDone(std::current_exception());
+            }
+          });
+  Operation op(state);
+  Track(op);
+  return op;
+}
+
+void DeviceStagingKVStore::Flush() {
+  SerialQueue* queue = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue = staging_.get();
+  }
+  if (queue != nullptr) queue->Drain(timeout_);
+}
+
+bool DeviceStagingKVStore::CheckLayout(const char* call, Key key, const std::vector<Array>& arrays,
+                                       const char* what) {
+  Array layout;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = layouts_.find(key);
+    if (it == layouts_.end()) return false;
+    layout = it->second;
+  }
+  CheckArrays(call, key, layout, arrays, what);
+  return true;
 }
 
 void DeviceStagingKVStore::Init(Key key, const Array& value) {
+  Flush();
   inner_->Init(key, value.on_device() ? cuda::ToHost(value) : value);
+  std::lock_guard<std::mutex> lock(mutex_);
+  layouts_[key] = Array::Wrap(nullptr, value.shape(), value.dtype(), nullptr);
 }
 
 Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int priority) {
-  return inner_->Push(key, StageValues(values), priority);
+  if (!MustQueue(values)) return inner_->Push(key, std::move(values), priority);
+  if (!CheckLayout("Push", key, values, "value")) {
+    Flush();
+    return inner_->Push(key, cuda::ToHost(values), priority);
+  }
+  return Later(key, "push", StartStaging(values), [this, key, priority](std::vector<Array> hosts) {
+    return inner_->Push(key, std::move(hosts), priority);
+  });
 }
 
 Operation DeviceStagingKVStore::Pull(Key key, std::vector<Array> outs, int priority) {
-  return IntoOutputs(key, std::move(outs), [&](std::vector<Array> hosts) {
-    return inner_->Pull(key, std::move(hosts), priority);
-  });
+  auto pull = [this, key, outs, priority](std::vector<Array>) {
+    return IntoOutputs(key, outs, [&](std::vector<Array> hosts) {
+      return inner_->Pull(key, std::move(hosts), priority);
+    });
+  };
+  if (!MustQueue({})) return pull({});
+  if (!CheckLayout("Pull", key, outs, "out")) {
+    Flush();
+    return pull({});
+  }
+  return Later(key, "pull", cuda::Staged{}, std::move(pull));
 }
 
 Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
                                          std::vector<Array> outs, int priority) {
-  auto staged = StageValues(values);
-  return IntoOutputs(key, std::move(outs), [&](std::vector<Array> hosts) {
-    return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
-  });
+  auto pushpull = [this, key, outs, priority](std::vector<Array> staged) {
+    return IntoOutputs(key, outs, [&](std::vector<Array> hosts) {
+      return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
+    });
+  };
+  if (!MustQueue(values)) return pushpull(std::move(values));
+  if (!CheckLayout("PushPull", key, values, "value") ||
+      (!outs.empty() && !CheckLayout("PushPull", key, outs, "out"))) {
+    Flush();
+    return pushpull(cuda::ToHost(values));
+  }
+  return Later(key, "pushpull", StartStaging(values), std::move(pushpull));
 }
 
 void DeviceStagingKVStore::WaitAll() {
+  Flush();
   inner_->WaitAll();
   std::vector<Operation> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending.swap(copying_back_);
+    pending.swap(in_flight_);
   }
   for (const Operation& op : pending) op.Wait();
 }

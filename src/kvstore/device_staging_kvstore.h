@@ -10,16 +10,26 @@
 //     The wrapped store then does exactly what it does for host values, so results equal the
 //     host path's (float sums on the GPU are plain rounded adds, in the same order).
 //   - pull: into one pinned host array, copied to every device output once the wrapped pull is
-//     done (on the thread that finished it), before the returned Operation is done.
+//     done, before the returned Operation is done.
 // Copies are ordered after the work queued on each array's stream (cuda.h).
+//
+// Nothing waits for the GPU on the caller's thread, which is often autograd's: a push starts its
+// copies and returns, and the staging thread hands the host values to the wrapped store once they
+// have arrived, in the order of the calls (host-only calls made meanwhile queue behind them, so a
+// pull still sees an earlier push). Copies back to the device are waited for on a thread of their
+// own, never on the wrapped store's network thread. Init, Barrier and the optimizer's calls first
+// wait until every queued call has reached the wrapped store.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/serial_queue.h"
+#include "cuda/cuda.h"
 #include "dtrain/kvstore/kvstore.h"
 
 namespace dtrain {
@@ -27,6 +37,7 @@ namespace dtrain {
 class DeviceStagingKVStore final : public KVStore {
  public:
   explicit DeviceStagingKVStore(std::unique_ptr<KVStore> inner);
+  ~DeviceStagingKVStore() override;
 
   std::string type() const override { return inner_->type(); }
   int rank() const override { return inner_->rank(); }
@@ -46,28 +57,71 @@ class DeviceStagingKVStore final : public KVStore {
                      int priority = 0) override;
 
   void WaitAll() override;
-  void Barrier() override { inner_->Barrier(); }
-  void SetOptimizer(const OptimizerSpec& spec) override { inner_->SetOptimizer(spec); }
+  void Barrier() override {
+    Flush();
+    inner_->Barrier();
+  }
+  void SetOptimizer(const OptimizerSpec& spec) override {
+    Flush();
+    inner_->SetOptimizer(spec);
+  }
   void SetGradientCompression(const std::map<std::string, std::string>& params) override {
+    Flush();
     inner_->SetGradientCompression(params);
   }
   CompressionSpec gradient_compression() const override { return inner_->gradient_compression(); }
-  std::string SaveOptimizerState() override { return inner_->SaveOptimizerState(); }
-  void LoadOptimizerState(const std::string& state) override { inner_->LoadOptimizerState(state); }
+  std::string SaveOptimizerState() override {
+    Flush();
+    return inner_->SaveOptimizerState();
+  }
+  void LoadOptimizerState(const std::string& state) override {
+    Flush();
+    inner_->LoadOptimizerState(state);
+  }
+
+  // Where the copies back to devices are waited for; shared with the wrapped store's completions,
+  // which may outlive this store (queue is null once it is closing).
+  struct CopyBack {
+    std::mutex mutex;
+    SerialQueue* queue = nullptr;
+  };
 
  private:
-  // Host arrays to hand the wrapped store in place of `values`.
-  std::vector<Array> StageValues(const std::vector<Array>& values) const;
+  // Starts copying `values` to the host (host ones pass as they are), summed on a GPU first where
+  // the store aggregates on devices (above).
+  cuda::Staged StartStaging(const std::vector<Array>& values) const;
+  // Whether a call must go through the staging thread: it has device values, or calls before it
+  // are still queued there.
+  bool MustQueue(const std::vector<Array>& values);
+  // Queues `call` (the wrapped store's push or pushpull of `staged`'s host values) to run on the
+  // staging thread once the copies have arrived; returns an operation done when its result is.
+  Operation Later(Key key, const char* verb, cuda::Staged staged,
+                  std::function<Operation(std::vector<Array> hosts)> call);
   // Runs `call` (the wrapped store's pull or pushpull) on host stand-ins for `outs`; where some are
   // on a device, the returned operation also copies the pulled value to them, once the wrapped one
-  // is done (on the thread that finished it).
+  // is done.
   Operation IntoOutputs(Key key, std::vector<Array> outs,
                         const std::function<Operation(std::vector<Array> hosts)>& call);
+  // Checks `arrays` against the layout `key` was initialised with, at the call (InvalidArgument
+  // naming the key), as the wrapped store checks host values: a staged call reaches it only later.
+  // False if this store has not seen the key initialised: the caller then goes straight to the
+  // wrapped store, whose error names it.
+  bool CheckLayout(const char* call, Key key, const std::vector<Array>& arrays, const char* what);
+  // Waits until every queued call has reached the wrapped store.
+  void Flush();
+  void Track(const Operation& op);  // for WaitAll
 
   const std::unique_ptr<KVStore> inner_;
   const bool aggregate_on_device_;  // "device" and "dist_*_device"
+  const Duration timeout_;          // DTRAIN_REQUEST_TIMEOUT_MS
   std::mutex mutex_;
-  std::vector<Operation> copying_back_;  // pulls whose device copies may not have run yet
+  std::vector<Operation> in_flight_;  // operations of staged calls, possibly not done
+  // Each initialised key's layout: an Array header without data (CheckArrays reads its shape).
+  std::map<Key, Array> layouts_;
+  // Made on the first device call, so a store that never sees one runs no extra thread.
+  std::unique_ptr<SerialQueue> staging_;
+  std::unique_ptr<SerialQueue> copying_back_;
+  const std::shared_ptr<CopyBack> copy_back_ = std::make_shared<CopyBack>();
 };
 
 }  // namespace dtrain

@@ -57,31 +57,50 @@ Operation Operation::Combine(const std::vector<Operation>& ops) {
   return all;
 }
 
-Operation Operation::Then(std::function<void()> next, std::string what) const {
+void Operation::OnDone(std::function<void(std::exception_ptr)> fn) const {
   auto inner = states_;
+  auto finish = [inner, fn = std::move(fn)] {
+    std::exception_ptr error;
+    for (const auto& s : inner) {
+      try {
+        s->Wait(Duration::zero());  // done: rethrows its error, if any
+      } catch (...) {
+        error = std::current_exception();
+        break;
+      }
+    }
+    fn(error);
+  };
+  if (inner.empty()) {
+    finish();
+    return;
+  }
+  // `finish` goes on the last of the inner operations to finish.
+  auto left = std::make_shared<std::atomic<size_t>>(inner.size());
+  auto shared_finish = std::make_shared<decltype(finish)>(std::move(finish));
+  for (const auto& s : inner) {
+    s->WhenDone([left, shared_finish] {
+      if (left->fetch_sub(1) == 1) (*shared_finish)();
+    });
+  }
+}
+
+Operation Operation::Then(std::function<void()> next, std::string what) const {
   auto state = std::make_shared<OperationState>(
-      std::move(what), 1, inner.empty() ? Duration(std::chrono::hours(1)) : inner[0]->timeout());
-  auto run = [inner, state, next = std::move(next)] {
+      std::move(what), 1,
+      states_.empty() ? Duration(std::chrono::hours(1)) : states_[0]->timeout());
+  OnDone([state, next = std::move(next)](std::exception_ptr error) {
+    if (error) {
+      state->PartDone(error);
+      return;
+    }
     try {
-      for (const auto& s : inner) s->Wait(Duration::zero());  // rethrows the first error
       next();
       state->PartDone();
     } catch (...) {
       state->PartDone(std::current_exception());
     }
-  };
-  if (inner.empty()) {
-    run();
-    return Operation(state);
-  }
-  // `run` goes on the last of the inner operations to finish.
-  auto left = std::make_shared<std::atomic<size_t>>(inner.size());
-  auto shared_run = std::make_shared<decltype(run)>(std::move(run));
-  for (const auto& s : inner) {
-    s->WhenDone([left, shared_run] {
-      if (left->fetch_sub(1) == 1) (*shared_run)();
-    });
-  }
+  });
   return Operation(state);
 }
 

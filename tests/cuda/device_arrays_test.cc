@@ -110,5 +110,54 @@ TEST_F(DeviceArraysTest, PinnedBuffersAreReused) {
   EXPECT_EQ(PinnedPool::Default().cached_bytes(), cached);
 }
 
+// A push started in autograd's hook returns before the copy has run, and the producer may then
+// overwrite its gradient at once: the staged value must be the one it had when the push started.
+TEST_F(DeviceArraysTest, StartedCopiesToTheHostKeepTheValueAtTheStart) {
+  cudaStream_t producer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  const int64_t n = 16 << 20;  // 64 MB: copies long enough for a missing order to show
+  Array host(Shape{n});
+  for (int64_t i = 0; i < n; ++i) host.floats()[i] = static_cast<float>(i % 1000);
+  Array value = OnDevice(host);
+  Array on_stream = Array::WrapDevice(value.data(), value.shape(), value.dtype(), 0, producer,
+                                      std::shared_ptr<void>(value.data(), [value](void*) {}));
+  // Work the producer queued before (a busy stream), then the start, then its overwrite.
+  void* busy = nullptr;
+  ASSERT_EQ(cudaMalloc(&busy, size_t{1} << 30), cudaSuccess);
+  for (int i = 0; i < 8; ++i) cudaMemsetAsync(busy, i, size_t{1} << 30, producer);
+  Staged staged = StartToHost({on_stream});
+  ASSERT_EQ(cudaMemsetAsync(value.data(), 0, value.nbytes(), producer), cudaSuccess);
+  staged.copied.Wait("the test's copy");
+  ASSERT_EQ(staged.hosts.size(), 1u);
+  EXPECT_EQ(std::memcmp(staged.hosts[0].data(), host.data(), host.nbytes()), 0);
+  ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
+  EXPECT_EQ(ToHost(value).floats()[999], 0.f);  // the overwrite happened too
+  cudaFree(busy);
+  cudaStreamDestroy(producer);
+}
+
+TEST_F(DeviceArraysTest, StartedSumEqualsTheHostsSum) {
+  Array a = Floats({1.f, 2.f, 3.f}), b = Floats({10.f, 20.f, 30.f}), c = Floats({.5f, .25f, 0.f});
+  Staged staged = StartSumToHost({OnDevice(a), OnDevice(b), OnDevice(c)});
+  staged.copied.Wait("the test's sum");
+  ASSERT_EQ(staged.hosts.size(), 1u);
+  EXPECT_FALSE(staged.hosts[0].on_device());
+  EXPECT_EQ(staged.hosts[0].ToVector(), (std::vector<float>{11.5f, 22.25f, 33.f}));
+  EXPECT_THROW(StartSumToHost({OnDevice(a), OnDevice(Floats({1.f}))}), InvalidArgument);
+}
+
+TEST_F(DeviceArraysTest, StartedCopiesFromTheHostArriveByTheFence) {
+  Array d1 = OnDevice(Floats({0.f, 0.f})), d2 = OnDevice(Floats({0.f, 0.f}));
+  Array h = Floats({0.f, 0.f});
+  Array from = PinnedLike(h);
+  from.floats()[0] = 4.f;
+  from.floats()[1] = -1.f;
+  Fence fence = StartCopyFromHost(from, {d1, h, d2});
+  EXPECT_EQ(h.ToVector(), (std::vector<float>{4.f, -1.f}));  // a host output at once
+  fence.Wait("the test's copies");
+  EXPECT_EQ(ToHost(d1).ToVector(), (std::vector<float>{4.f, -1.f}));
+  EXPECT_EQ(ToHost(d2).ToVector(), (std::vector<float>{4.f, -1.f}));
+}
+
 }  // namespace
 }  // namespace dtrain::cuda

@@ -65,6 +65,9 @@ class Operation {
   // finished this one). It fails with this one's error (and `next` does not run), or with what
   // `next` throws. `what` names it in timeouts.
   Operation Then(std::function<void()> next, std::string what) const;
+  // Runs `fn` once this operation is done, with its first error or nullptr: at once on this thread
+  // if it already is, else on the thread that finished it. `fn` must not throw.
+  void OnDone(std::function<void(std::exception_ptr)> fn) const;
 
  private:
   std::vector<std::shared_ptr<OperationState>> states_;
