@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "common/config/config.h"
-#include "common/logging.h"
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
@@ -34,13 +33,10 @@ DeviceStagingKVStore::DeviceStagingKVStore(std::unique_ptr<KVStore> inner)
       timeout_(Config::FromEnvironment().request_timeout) {}
 
 DeviceStagingKVStore::~DeviceStagingKVStore() {
-  try {
-    WaitAll();
-  } catch (const std::exception& e) {
-    DTRAIN_LOG(kWarning) << "kvstore: closing with staged calls unfinished: " << e.what();
-  }
-  // The queues end before the wrapped store (staged calls still use it); completions that come
-  // later find no queue and fail their operation instead.
+  // The calls still queued reach the wrapped store first (its own destructor then waits for its
+  // operations, as it does unless the job has failed: no wait here, which a dead peer could make
+  // last the whole request timeout). Completions that come after the copy-back queue has gone
+  // fail their operation instead.
   staging_.reset();
   {
     std::lock_guard<std::mutex> lock(copy_back_->mutex);
