@@ -209,7 +209,8 @@ void Server::HandleCommand(const Message& msg) {
     }
     return HandleRejoinCommand(msg, cmd, round);
   }
-  if (cmd == "restored_rounds" || cmd == "checkpoint_now") return HandleCheckpointCommand(msg, cmd);
+  if (cmd == "restored_rounds" || cmd == "checkpoint_now")
+    return HandleCheckpointCommand(h, meta, cmd);
   if (cmd != "get_optimizer_state" && cmd != "set_optimizer_state") {
     return ReplyError(h, "unknown command '" + cmd + "'");
   }

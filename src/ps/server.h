@@ -49,6 +49,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <set>
 #include <shared_mutex>
 #include <thread>
@@ -104,7 +105,9 @@ class Server {
   // {"cmd": "checkpoint_now", "after": n}: a checkpoint soon (the asker's replay log fills up),
   // unless one after its number n (the last the asker heard of) is already taken: every worker's
   // log fills at the same pace, and one checkpoint answers them all.
-  void HandleCheckpointCommand(const transport::Message& msg, const std::string& cmd);
+  // `meta`: the command's parsed meta (HandleCommand checked it is an object).
+  void HandleCheckpointCommand(const transport::Header& h, const nlohmann::json& meta,
+                               const std::string& cmd);
   // Checkpoints (server_checkpointing.cc).
   void CheckpointLoop();
   void RequestCheckpoint();

@@ -70,14 +70,13 @@ void Server::Restore(const ServerCheckpoint& checkpoint) {
                        << "; the workers repeat the rounds since";
 }
 
-void Server::HandleCheckpointCommand(const Message& msg, const std::string& cmd) {
-  const transport::Header& h = msg.header;
+void Server::HandleCheckpointCommand(const transport::Header& h, const nlohmann::json& meta,
+                                     const std::string& cmd) {
   if (!node_.layout().IsWorker(h.sender)) return ReplyError(h, cmd + " is for workers");
   if (cmd == "checkpoint_now") {
     if (checkpoint_folder_.empty()) return Reply(h);
-    const auto meta = nlohmann::json::parse(msg.meta, nullptr, false);
     uint64_t after = 0;  // an asker that names no checkpoint gets a new one
-    if (meta.is_object() && meta.contains("after")) {
+    if (meta.contains("after")) {
       if (!meta["after"].is_number_unsigned()) return ReplyError(h, "checkpoint_now: bad 'after'");
       after = meta["after"].get<uint64_t>();
     }
