@@ -31,6 +31,20 @@ using Json = nlohmann::json;
 const std::string kPythonPath = DTRAIN_BINARY_DIR "/python";
 const std::string kWorker = DTRAIN_SOURCE_DIR "/tests/python/programs/elastic_worker.py";
 
+// The absolute path of the python3 on this process's PATH ("" if none). The "hosts" are this
+// machine's namespaces, but their ssh sessions start the login shell, whose rc files may put
+// another python3 first (pyenv's shims, without torch): the workers run the one probed here.
+std::string Python3() {
+  std::string path;
+  if (FILE* f = popen("command -v python3", "r")) {
+    char line[4096];
+    if (fgets(line, sizeof line, f) != nullptr) path = line;
+    pclose(f);
+  }
+  while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
+  return path;
+}
+
 // The workers' events (elastic_worker.py writes DIR/events-<pid>.jsonl), every complete line.
 std::vector<Json> Events(const TempDir& dir) {
   std::vector<Json> events;
@@ -82,10 +96,12 @@ class SshElastic : public ::testing::Test {
     if (std::optional<std::string> why = SshTestCluster::WhyUnavailable()) {
       GTEST_SKIP() << "no ssh test cluster here: " << *why;
     }
-    const std::string probe =
-        "PYTHONPATH=" + kPythonPath + " python3 -c 'import torch, dtrain.torch' >/dev/null 2>&1";
+    python_ = Python3();
+    if (python_.empty()) GTEST_SKIP() << "no python3 on PATH";
+    const std::string probe = "PYTHONPATH=" + kPythonPath + " " + python_ +
+                              " -c 'import torch, dtrain.torch' >/dev/null 2>&1";
     if (std::system(probe.c_str()) != 0) {
-      GTEST_SKIP() << "python3 cannot import torch and dtrain.torch from " << kPythonPath;
+      GTEST_SKIP() << python_ << " cannot import torch and dtrain.torch from " << kPythonPath;
     }
     cluster_ = std::make_unique<SshTestCluster>(3);
   }
@@ -116,6 +132,7 @@ class SshElastic : public ::testing::Test {
   }
 
   std::unique_ptr<SshTestCluster> cluster_;
+  std::string python_;  // the interpreter the workers run (Python3())
 };
 
 TEST_F(SshElastic, AKilledHostsWorkerLeavesTwoRanksAndTheHostOfferedAgainMakesThree) {
@@ -143,7 +160,7 @@ TEST_F(SshElastic, AKilledHostsWorkerLeavesTwoRanksAndTheHostOfferedAgainMakesTh
                         "--env",
                         "ELASTIC_LOG_DIR:" + dir.path().string(),
                         "--",
-                        "python3",
+                        python_,
                         kWorker,
                         "0.05"});
 
