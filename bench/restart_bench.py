@@ -3,10 +3,12 @@
 
 Runs the main job (2 workers, 2 servers, dist_sync LeNet on Fashion-MNIST, fixed seed, model saved
 with --save) several times: undisturbed without and with server checkpoints (--max-restarts turns
-them on; PAIRS times each, alternating, for the checkpoints' overhead: the median of the pairs'
-ratios, of worker 0's epoch times and of wall times), once with worker 1 killed
-(SIGKILL) KILL_AFTER seconds into its training, and once with server 1 killed. Prints each run's
-final Test_acc and wall time; for a killed worker the time from the kill to the replacement's
+them on; PAIRS pairs after WARMUP uncounted runs, each pair's order the other way round from the
+last's, for the checkpoints' overhead: the median of the pairs' ratios, with a 95% interval for
+it, of worker 0's epoch times, of wall times and of the whole job's CPU time; and the share of the
+job's CPU that the checkpointed runs' summaries account to checkpoints and push-log copies), once with worker 1
+killed (SIGKILL) KILL_AFTER seconds into its training, and once with server 1 killed. Prints each
+run's final Test_acc and wall time; for a killed worker the time from the kill to the replacement's
 "resuming at step" line and to its first progress line (training again); for a killed server
 the time to its restore and to the next progress line, and whether the saved model (weights and
 the servers' optimizer state) equals the undisturbed run's exactly (the checkpoint + replay path
@@ -17,11 +19,13 @@ launcher tests' cluster: build/tests/programs/ssh_test_cluster; needs root) unde
 with a hostfile: the killed worker or server is replaced on its host over ssh.
 
     python3 bench/restart_bench.py [--epochs 2] [--kill-after 8] [--dtrain build/src/tools/dtrain]
-                                   [--pairs 5] [--overhead-only] [--ssh-hosts]
+                                   [--pairs 5] [--warmup 1] [--overhead-only] [--ssh-hosts]
 """
 import argparse
 import os
+import math
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -71,6 +75,7 @@ def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -
     argv += ["--", args.train, "--dataset", "fashion-mnist", "--network", "lenet", "--kvstore",
              "dist_sync", "--epochs", str(args.epochs), "--seed", "7", "--log-interval", "50",
              "--save", save]
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[tuple[float, str]] = []
@@ -94,6 +99,11 @@ def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -
     for line in proc.stdout:
         lines.append((time.monotonic() - start, line.rstrip("\n")))
     code = proc.wait(timeout=3600)
+    # The CPU time of the whole job: the launcher reaps every process it started, so its own
+    # children's times are in it. Less sensitive than wall time to this shared VM's pace (time
+    # another guest takes from us is counted in neither run's CPU time).
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = used.ru_utime + used.ru_stime - (cpu_before.ru_utime + cpu_before.ru_stime)
     acc = {}
     epoch_s = 0.0  # worker 0's epochs: the steps, without the processes' start and the tests
     for _, l in lines:
@@ -103,7 +113,19 @@ def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -
         m = re.match(r"\[worker (\d)\] Epoch (\d+): Test_acc ([0-9.]+)", l)
         if m:
             acc[(int(m.group(1)), int(m.group(2)))] = float(m.group(3))
-    result = {"code": code, "wall_s": lines[-1][0] if lines else 0.0, "epoch_s": epoch_s,
+    # What the launcher's summary says restarts cost, measured where it is spent (no drift of the
+    # machine's pace between runs in it): the servers' checkpoints' CPU and the workers' copies
+    # into their push logs.
+    direct_ms = 0.0
+    for _, l in lines:
+        m = re.search(r"checkpoint\(s\), .* ([0-9.]+) ms of CPU in all", l)
+        if m:
+            direct_ms += float(m.group(1))
+        m = re.search(r"push log: \d+ bytes kept, copied in ([0-9.]+) ms", l)
+        if m:
+            direct_ms += float(m.group(1))
+    result = {"code": code, "direct_ms": direct_ms, "wall_s": lines[-1][0] if lines else 0.0, "epoch_s": epoch_s,
+              "cpu_s": cpu_s,
               "test_acc": acc.get((0, args.epochs - 1))}
     if kill == "worker" and killed_at:
         t0 = killed_at[0]
@@ -133,6 +155,7 @@ def main() -> int:
     p.add_argument("--kill-after", type=float, default=8.0)
     p.add_argument("--pairs", type=int, default=5,
                    help="undisturbed runs without and with checkpoints, alternated")
+    p.add_argument("--warmup", type=int, default=1, help="runs first, not counted")
     p.add_argument("--overhead-only", action="store_true", help="no kills")
     p.add_argument("--dtrain", default="build/src/tools/dtrain")
     p.add_argument("--train", default="build/src/train/dtrain-train")
@@ -152,26 +175,57 @@ def main() -> int:
         return compare(args)
 
 
+def median_with_ci(values: list[float]) -> tuple[float, float, float]:
+    """The median of `values` and a distribution-free confidence interval for it of at least
+    95% (the order statistics the binomial distribution of the sign test gives; the whole range
+    when there are too few values for 95%)."""
+    v = sorted(values)
+    n = len(v)
+    median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    # The largest k with P(Binomial(n, 1/2) < k) <= 2.5%: [v[k-1], v[n-k]] covers the median
+    # with probability at least 95%.
+    k, tail = 0, 0.0
+    while k < n // 2:
+        tail_next = tail + math.comb(n, k) / 2 ** n
+        if tail_next > 0.025:
+            break
+        tail, k = tail_next, k + 1
+    lo, hi = (v[k - 1], v[n - k]) if k > 0 else (v[0], v[-1])
+    return median, lo, hi
+
+
 def compare(args: argparse.Namespace) -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="restart-bench-") as tmp:
+        for _ in range(args.warmup):  # the page cache, the data set's first read: not counted
+            r = run(args, None, False, f"{tmp}/warmup.pt")
+            print(f"warm-up: exit {r['code']}, {r['wall_s']:.1f} s", flush=True)
         runs = {}
-        for name, restarts in (("plain", False), ("checkpointed", True)) * args.pairs:
-            r = run(args, None, restarts, f"{tmp}/{name}.pt")
-            runs.setdefault(name, []).append(r)
-            ok &= r["code"] == 0
-            print(f"undisturbed, {name}: exit {r['code']}, {r['wall_s']:.1f} s "
-                  f"(worker 0's epochs {r['epoch_s']:.2f} s), Test_acc {r['test_acc']}", flush=True)
+        # Pairs in alternating order (plain first, then checkpointed first, ...), so that a
+        # steady drift of the machine's pace favours neither.
+        for i in range(args.pairs):
+            order = (("plain", False), ("checkpointed", True))
+            for name, restarts in order if i % 2 == 0 else order[::-1]:
+                r = run(args, None, restarts, f"{tmp}/{name}.pt")
+                runs.setdefault(name, []).append(r)
+                ok &= r["code"] == 0
+                print(f"undisturbed, {name}: exit {r['code']}, {r['wall_s']:.1f} s "
+                      f"(worker 0's epochs {r['epoch_s']:.2f} s, the job's CPU {r['cpu_s']:.1f} s), "
+                      f"Test_acc {r['test_acc']}", flush=True)
         plain = runs["plain"][0]
-        # Each pair's ratio (the machine's pace drifts between pairs), and their median.
-        for what in ("epoch_s", "wall_s"):
-            ratios = sorted(c[what] / p[what] - 1
-                            for p, c in zip(runs["plain"], runs["checkpointed"]))
-            median = ratios[len(ratios) // 2] if len(ratios) % 2 else \
-                (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
-            print(f"  server checkpoints' overhead ({what}, {len(ratios)} alternated pairs): "
-                  f"median {100 * median:+.1f}%, pairs "
-                  + " ".join(f"{100 * r:+.1f}%" for r in ratios), flush=True)
+        # Each pair's ratio (the machine's pace drifts between pairs), their median, and a 95%
+        # interval for that median.
+        for what in ("epoch_s", "wall_s", "cpu_s"):
+            ratios = [c[what] / p[what] - 1 for p, c in zip(runs["plain"], runs["checkpointed"])]
+            median, lo, hi = median_with_ci(ratios)
+            print(f"  server checkpoints' overhead ({what}, {len(ratios)} pairs): "
+                  f"median {100 * median:+.1f}% (95% interval {100 * lo:+.1f}% to {100 * hi:+.1f}%), "
+                  f"pairs " + " ".join(f"{100 * r:+.1f}%" for r in sorted(ratios)), flush=True)
+        shares = [r["direct_ms"] / 1000 / r["cpu_s"] for r in runs["checkpointed"]]
+        median, lo, hi = median_with_ci(shares)
+        print(f"  what the checkpointed runs' summaries account for (checkpoints' CPU + copies into "
+              f"the push logs) against the job's CPU: median {100 * median:.2f}% "
+              f"({100 * min(shares):.2f}-{100 * max(shares):.2f}%)", flush=True)
         for victim in () if args.overhead_only else ("worker", "server"):
             hit = run(args, victim, True, f"{tmp}/{victim}.pt")
             ok &= hit["code"] == 0

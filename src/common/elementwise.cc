@@ -172,6 +172,31 @@ void CombineAny(void* out, const void* a, const void* b, size_t n, DType dtype, 
 
 }  // namespace
 
+void CopyBypassingCaches(void* out, const void* in, size_t bytes) {
+#if defined(__x86_64__)
+  auto* dst = static_cast<char*>(out);
+  const auto* src = static_cast<const char*>(in);
+  // Up to a 16-byte boundary of the destination with plain stores, then 64 bytes a step.
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  size_t at = head;
+  for (; at + 64 <= bytes; at += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at + 48), d);
+  }
+  std::memcpy(dst + at, src + at, bytes - at);
+  _mm_sfence();  // streaming stores are weakly ordered: visible before whatever is stored next
+#else
+  std::memcpy(out, in, bytes);
+#endif
+}
+
 uint16_t FloatToHalf(float f) { return SoftFloatToHalf(f); }
 float HalfToFloat(uint16_t h) { return SoftHalfToFloat(h); }
 

@@ -1,10 +1,12 @@
 #include "common/slab_arena.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <new>
+#include <vector>
 
 namespace dtrain {
 namespace {
@@ -26,6 +28,15 @@ char* Map(size_t capacity) {
   if (start + span != end) ::munmap(end, static_cast<size_t>(start + span - end));
   ::madvise(base, capacity, MADV_HUGEPAGE);  // advice: the slab works either way
   return base;
+}
+
+// Faults in every page of [base, base + bytes): one write per page (a huge page's first write
+// faults in all of it).
+void Touch(char* base, size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (size_t at = 0; at < bytes; at += page) {
+    *static_cast<volatile char*>(base + at) = 0;
+  }
 }
 
 }  // namespace
@@ -100,6 +111,35 @@ void SlabArena::Release(char* base, size_t capacity) {
   }
   ::munmap(base, capacity);
   mapped_bytes_ -= capacity;
+}
+
+size_t SlabArena::Reserve(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Whole slabs, as many as cover `bytes`, as many as the spare limit holds at most.
+    bytes = std::min(RoundUp(bytes, kSlabBytes), spare_limit_ / kSlabBytes * kSlabBytes);
+    if (spare_bytes_ >= bytes) return spare_bytes_;
+    bytes -= spare_bytes_;
+  }
+  // Mapped and touched outside the lock: Get may be called meanwhile.
+  std::vector<char*> mapped;
+  for (size_t at = 0; at < bytes; at += kSlabBytes) {
+    char* base = nullptr;
+    try {
+      base = Map(kSlabBytes);
+    } catch (const std::bad_alloc&) {
+      break;
+    }
+    Touch(base, kSlabBytes);
+    mapped.push_back(base);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (char* base : mapped) {
+    spares_.emplace(kSlabBytes, base);
+    spare_bytes_ += kSlabBytes;
+    mapped_bytes_ += kSlabBytes;
+  }
+  return spare_bytes_;
 }
 
 size_t SlabArena::spare_bytes() const {

@@ -1,16 +1,20 @@
 #include "kvstore/dist_kvstore.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/buffer_pool.h"
+#include "common/elementwise.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
 #include "ps/server_checkpoint.h"
+#include "report/reporter.h"
 #include "report/timeline.h"
 
 namespace dtrain {
@@ -44,6 +48,17 @@ std::vector<std::shared_ptr<SlabArena>> PushLogArenas(const Config& config) {
   return arenas;
 }
 
+// What one server's arena is filled with before a worker first asks that server for a checkpoint
+// (ps/push_log.h: at half of the server's share of the bound, the default bound at least
+// kAutoMinBytes), and one slab more for the pushes until the checkpoint's answer comes.
+size_t FirstFillBytes(const Config& config) {
+  const size_t bound =
+      config.replay_log_bytes > 0 ? config.replay_log_bytes : ps::PushLog::kAutoMinBytes;
+  const size_t share = bound / (2 * static_cast<size_t>(std::max(config.num_servers, 1)));
+  return (share + SlabArena::kSlabBytes - 1) / SlabArena::kSlabBytes * SlabArena::kSlabBytes +
+         SlabArena::kSlabBytes;
+}
+
 Body WholeArray(const Array& a) {
   Body b;
   b.owner = a.owner();
@@ -70,6 +85,22 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
     node_.SetServerReplacedHandlers([this](int server) { client_.Hold(server); },
                                     [this](int server) { OnServerRestarted(server); });
   }
+  // The push log's first fill is faulted in while this worker waits for the job to form, not in
+  // its first training steps (the future waits for it when the constructor ends or throws).
+  std::future<void> reserving;
+  if (log_pushes_) {
+    reserving =
+        std::async(std::launch::async, [arenas = log_buffers_, bytes = FirstFillBytes(config)] {
+          const auto begin = std::chrono::steady_clock::now();
+          size_t reserved = 0;
+          for (const auto& arena : arenas) reserved += arena->Reserve(bytes);
+          DTRAIN_LOG(kConnections)
+              << "push log: " << (reserved >> 20) << " MB faulted in while joining, in "
+              << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+                     .count()
+              << " ms";
+        });
+  }
   try {
     node_.Start();
     if (node_.rejoined()) Rejoin();
@@ -82,6 +113,12 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
 }
 
 DistKVStore::~DistKVStore() {
+  if (log_pushes_) {
+    const double copy_ms = static_cast<double>(log_copy_ns_.load()) / 1e6;
+    DTRAIN_LOG(kConnections) << "push log: " << log_copied_bytes_.load() << " bytes copied in "
+                             << copy_ms << " ms";
+    report::Send({{"kind", "push_log"}, {"bytes", log_copied_bytes_.load()}, {"copy_ms", copy_ms}});
+  }
   try {
     if (!node_.failure()) {  // after a failure there is nothing to wait for; it was logged
       try {
@@ -403,6 +440,12 @@ Body DistKVStore::OwnCopy(const KeyInfo& info, const Body& b) const {
   return out;
 }
 
+Body DistKVStore::LogCopy(const KeyInfo& info, const Body& b) const {
+  Body out = NewPushBody(info, b.size);
+  CopyBypassingCaches(out.data, b.data, b.size);
+  return out;
+}
+
 Body DistKVStore::Summed(const KeyInfo& info, const std::vector<Array>& values) const {
   if (values.size() == 1) return WholeArray(values[0]);
   Body sum = OwnCopy(info, WholeArray(values[0]));
@@ -471,7 +514,12 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   if (compression.enabled()) {
     source = Compressed(info, source, compression);
   } else if (log_pushes_ && command != Command::kPull && values.size() == 1) {
-    source = OwnCopy(info, source);  // kept in the push log after the caller's array changes
+    const auto begin = std::chrono::steady_clock::now();
+    source = LogCopy(info, source);  // kept in the push log after the caller's array changes
+    log_copy_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - begin)
+                                              .count());
+    log_copied_bytes_ += source.size;
   }
   const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
   auto state = Track(std::string(op) + " of key " + KeyLabel(key) + info.servers,

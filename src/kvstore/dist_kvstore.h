@@ -9,6 +9,7 @@
 // Threads: every method may be called from any thread; operations on one key keep their order.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -85,6 +86,10 @@ class DistKVStore : public KVStore {
   transport::Body NewPushBody(const KeyInfo& info, size_t bytes) const;
   // A copy of `b` in a buffer of this worker's own (NewPushBody).
   transport::Body OwnCopy(const KeyInfo& info, const transport::Body& b) const;
+  // The same for the push log, with stores that bypass the caches: the copy is read again only by
+  // the send (and by a replay, if a server is restored), and 64 rounds of it would otherwise
+  // sweep the training step's working set out of the caches.
+  transport::Body LogCopy(const KeyInfo& info, const transport::Body& b) const;
   // The sum of the device values, as a message body source (no copy for a single value).
   transport::Body Summed(const KeyInfo& info, const std::vector<Array>& values) const;
   // `source` (the key's float32 values) compressed as a whole, residual updated.
@@ -119,6 +124,10 @@ class DistKVStore : public KVStore {
   // each server's checkpoints trim its pushes: a slab shared with a server that checkpoints less
   // often would stay mapped until that one's. Empty otherwise (the process's BufferPool).
   const std::vector<std::shared_ptr<SlabArena>> log_buffers_;
+  // What keeping pushes cost the callers' threads: bytes copied into the log and the time the
+  // copies took (reported to the launcher when the store closes: the job's summary shows them).
+  std::atomic<uint64_t> log_copied_bytes_{0};
+  std::atomic<uint64_t> log_copy_ns_{0};
   const Config config_;
   ps::Node node_;
   ps::WorkerClient client_;

@@ -8,10 +8,13 @@
 // pushed go, and a restore that needs them fails, naming the rounds missing.
 //
 // The bound by default (DTRAIN_REPLAY_LOG_MB unset) is 64 rounds of this worker's pushes, at least
-// 64 MB and at most 512 MB: servers then checkpoint every 32 rounds or so, whatever the model's
-// size. A fixed bound either makes small models fill hundreds of MB before their first
-// checkpoint (fresh memory: a LeNet worker faulted in 512 MB, +6% over 5 epochs) or makes big
-// ones checkpoint every round.
+// 256 MB and at most 512 MB: servers then checkpoint every 32 rounds or so of a big model. The
+// floor is for small, fast models: each checkpoint costs the servers a pause, a capture of the
+// optimizer's state and a notice to every worker, and a LeNet with a 64 MB floor checkpointed
+// every 80 rounds (4 times a second), +2-3% on its steps against +0% with 256 MB
+// (docs/performance.md). The memory is faulted in when the worker starts (DistKVStore reserves
+// the first fill), so its steps do not pay for fresh pages. A fixed bound either makes big models
+// checkpoint every round or small ones hold more than they need.
 //
 // Threads: none of its own; the caller serialises every call (WorkerClient's mutex).
 #pragma once
@@ -41,7 +44,7 @@ class PushLog {
   using SlotId = std::pair<uint64_t, uint32_t>;
 
   static constexpr size_t kAutoRounds = 64;
-  static constexpr size_t kAutoMinBytes = size_t{64} << 20;
+  static constexpr size_t kAutoMinBytes = size_t{256} << 20;
   static constexpr size_t kAutoMaxBytes = size_t{512} << 20;
 
   // bound_bytes: 0 for the default (kAutoRounds rounds, within kAutoMinBytes..kAutoMaxBytes).

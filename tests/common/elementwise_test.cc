@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -10,6 +11,24 @@
 
 namespace dtrain {
 namespace {
+
+TEST(Elementwise, CopyBypassingCachesCopiesEveryByteAtAnyAlignmentAndLength) {
+  std::vector<unsigned char> in(4096 + 64), out(4096 + 64);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t from : {0u, 1u, 15u, 16u, 33u}) {
+    for (size_t to : {0u, 3u, 16u, 63u}) {
+      for (size_t bytes : {0u, 1u, 15u, 16u, 17u, 63u, 64u, 65u, 200u, 4000u}) {
+        std::fill(out.begin(), out.end(), 0xee);
+        CopyBypassingCaches(out.data() + to, in.data() + from, bytes);
+        for (size_t i = 0; i < out.size(); ++i) {
+          const bool inside = i >= to && i < to + bytes;
+          ASSERT_EQ(out[i], inside ? in[from + i - to] : 0xee)
+              << "from " << from << " to " << to << " bytes " << bytes << " at " << i;
+        }
+      }
+    }
+  }
+}
 
 TEST(Elementwise, EveryHalfSurvivesARoundTripThroughFloat) {
   for (uint32_t h = 0; h < 65536; ++h) {

@@ -4,6 +4,8 @@
 #include "common/slab_arena.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -83,6 +85,39 @@ TEST(SlabArenaTest, BuffersOutliveTheirArena) {
   std::memset(big.get(), 2, 4 * kMiB);
   small.reset();  // their slabs unmap themselves
   big.reset();
+}
+
+// Pages of [p, p + bytes) the kernel has in memory (mincore).
+size_t ResidentPages(const char* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const size_t span = reinterpret_cast<uintptr_t>(p) + bytes - begin;
+  std::vector<unsigned char> in((span + page - 1) / page);
+  EXPECT_EQ(::mincore(reinterpret_cast<void*>(begin), span, in.data()), 0);
+  size_t n = 0;
+  for (unsigned char c : in) n += c & 1;
+  return n;
+}
+
+TEST(SlabArenaTest, ReservedSlabsAreFaultedInAndServeTheFirstBuffers) {
+  constexpr size_t kBuffer = 200 * 1024;
+  const size_t pages = (kBuffer + static_cast<size_t>(::sysconf(_SC_PAGESIZE)) - 1) /
+                       static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  auto fresh = SlabArena::Create(64 * kMiB);
+  auto untouched = fresh->Get(kBuffer);
+  EXPECT_LT(ResidentPages(untouched.get(), kBuffer), pages);  // a fresh mapping faults later
+
+  auto arena = SlabArena::Create(64 * kMiB);
+  EXPECT_EQ(arena->Reserve(20 * kMiB), 3 * SlabArena::kSlabBytes);  // whole slabs
+  EXPECT_EQ(arena->mapped_bytes(), 3 * SlabArena::kSlabBytes);
+  EXPECT_EQ(arena->Reserve(10 * kMiB), 3 * SlabArena::kSlabBytes);  // already there
+  std::vector<std::shared_ptr<char>> buffers;
+  for (int i = 0; i < 100; ++i) {  // 20 MB, from the reserve
+    buffers.push_back(arena->Get(kBuffer));
+    EXPECT_EQ(ResidentPages(buffers.back().get(), kBuffer), pages);
+  }
+  EXPECT_EQ(arena->mapped_bytes(), 3 * SlabArena::kSlabBytes);     // nothing new mapped
+  EXPECT_EQ(SlabArena::Create(4 * kMiB)->Reserve(64 * kMiB), 0u);  // under a slab of limit
 }
 
 TEST(SlabArenaTest, ThreadsTakeAndReleaseConcurrently) {

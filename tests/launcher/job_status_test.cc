@@ -81,16 +81,30 @@ TEST(JobStatus, AServersCheckpointsAreCountedWithTheLastOnesSize) {
   JobStatus status(kStart);
   status.ProcessStarted(kServer0, "127.0.0.1", 41, kStart);
   for (int i = 1; i <= 3; ++i) {
-    status.Apply(kServer0, {{"kind", "checkpoint"}, {"bytes", 1000 * i}, {"ms", 2.5}},
+    status.Apply(kServer0,
+                 {{"kind", "checkpoint"}, {"bytes", 1000 * i}, {"ms", 2.5}, {"cpu_ms", 0.5 * i}},
                  kStart + i * kSecond);
   }
+  // A CPU time that cannot be one is not added.
+  status.Apply(kServer0, {{"kind", "checkpoint"}, {"bytes", 3000}, {"ms", 1.0}, {"cpu_ms", -5}},
+               kStart + 4 * kSecond);
   const nlohmann::json j = status.ToJson(kStart + 4 * kSecond);
   const nlohmann::json* server = NodeNamed(j, "server 0");
   ASSERT_NE(server, nullptr);
-  EXPECT_EQ((*server)["checkpoints"], 3);
+  EXPECT_EQ((*server)["checkpoints"], 4);
   EXPECT_EQ((*server)["checkpoint_bytes"], 3000);
+  EXPECT_DOUBLE_EQ((*server)["checkpoint_cpu_ms"].get<double>(), 3.0);
   EXPECT_THAT(status.Summary(kStart + 4 * kSecond),
-              Contains(HasSubstr("3 checkpoint(s), the last 3000 bytes")));
+              Contains(HasSubstr("4 checkpoint(s), the last 3000 bytes in 1.0 ms, 3.0 ms of CPU")));
+}
+
+TEST(JobStatus, AWorkersPushLogIsSummarised) {
+  JobStatus status(kStart);
+  status.ProcessStarted(kWorker0, "127.0.0.1", 41, kStart);
+  status.Apply(kWorker0, {{"kind", "push_log"}, {"bytes", 123456}, {"copy_ms", 7.25}},
+               kStart + kSecond);
+  EXPECT_THAT(status.Summary(kStart + 2 * kSecond),
+              Contains(HasSubstr("push log: 123456 bytes kept, copied in 7.2 ms")));
 }
 
 TEST(JobStatus, AReplacedWorkersRestartSaysWhenItRejoinedAndWhichRoundsWereLost) {

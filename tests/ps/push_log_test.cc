@@ -72,21 +72,21 @@ TEST(PushLogTest, HalfTheBoundAsksForACheckpointOncePerAnswer) {
   EXPECT_EQ(again.heard_checkpoint, 7u);  // the server skips the ask if it took a later one
 }
 
-TEST(PushLogTest, TheDefaultBoundIs64RoundsOfPushesWithin64To512MB) {
+TEST(PushLogTest, TheDefaultBoundIs64RoundsOfPushesWithin256To512MB) {
   PushLog small(0, 1);
   small.Record(0, 1, Push(1, 0, 1000));
   EXPECT_EQ(small.bound(), PushLog::kAutoMinBytes);  // 64 KB of rounds: the floor
 
-  // Two slots of 1 MB and 2 MB: a round is 3 MB, the bound 192 MB, a checkpoint asked for past
-  // 96 MB (at the 33rd round).
+  // Two slots of 2 MB and 3 MB: a round is 5 MB, the bound 320 MB, a checkpoint asked for past
+  // 160 MB (at the 33rd round).
   PushLog log(0, 1);
   uint64_t id = 0;
   for (int round = 1; round <= 32; ++round) {
-    EXPECT_FALSE(log.Record(0, ++id, Push(1, 0, 1 << 20)).ask_for_checkpoint) << round;
-    EXPECT_FALSE(log.Record(0, ++id, Push(2, 0, 2 << 20)).ask_for_checkpoint) << round;
+    EXPECT_FALSE(log.Record(0, ++id, Push(1, 0, 2 << 20)).ask_for_checkpoint) << round;
+    EXPECT_FALSE(log.Record(0, ++id, Push(2, 0, 3 << 20)).ask_for_checkpoint) << round;
   }
-  EXPECT_EQ(log.bound(), size_t{192} << 20);
-  EXPECT_TRUE(log.Record(0, ++id, Push(1, 0, 1 << 20)).ask_for_checkpoint);
+  EXPECT_EQ(log.bound(), size_t{320} << 20);
+  EXPECT_TRUE(log.Record(0, ++id, Push(1, 0, 2 << 20)).ask_for_checkpoint);
 
   PushLog big(0, 1);
   big.Record(0, 1, Push(1, 0, 10 << 20));

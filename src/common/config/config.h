@@ -120,7 +120,7 @@ struct Config {
   Duration server_checkpoint_interval{30000};
   // DTRAIN_REPLAY_LOG_MB: what a worker keeps of its pushes since its servers' last checkpoints,
   // to repeat them to a restored server; at half of it the worker asks for a checkpoint. 0 (unset):
-  // 64 rounds of its pushes, 64 to 512 MB (ps/push_log.h).
+  // 64 rounds of its pushes, 256 to 512 MB (ps/push_log.h).
   size_t replay_log_bytes = 0;
   // A lost server is replaced (and workers keep what they push for it) rather than failing the job.
   bool ServersReplaceable() const { return restart_wait.count() > 0 && !checkpoint_dir.empty(); }

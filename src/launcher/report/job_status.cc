@@ -188,6 +188,12 @@ std::optional<FailureRecord> JobStatus::Apply(const NodeKey& from, const nlohman
     ++n.checkpoints;
     Read(record, "bytes", &n.checkpoint_bytes);
     Read(record, "ms", &n.checkpoint_ms);
+    double cpu_ms = 0;
+    if (Read(record, "cpu_ms", &cpu_ms) && cpu_ms >= 0 && cpu_ms < 1e9)
+      n.checkpoint_cpu_ms += cpu_ms;
+  } else if (kind == "push_log") {
+    Read(record, "bytes", &n.push_log_bytes);
+    Read(record, "copy_ms", &n.push_log_copy_ms);
   } else if (kind == "summary") {
     Read(record, "steps", &n.steps);
     Read(record, "samples", &n.samples);
@@ -231,7 +237,8 @@ nlohmann::json JobStatus::ToJson(int64_t now_us) const {
         {"errors", n.errors},
         {"restarts", n.restarts},
         {"checkpoints", n.checkpoints},
-        {"checkpoint_bytes", n.checkpoint_bytes}};
+        {"checkpoint_bytes", n.checkpoint_bytes},
+        {"checkpoint_cpu_ms", n.checkpoint_cpu_ms}};
     if (key.role == Role::kWorker) {
       j["steps"] = n.steps;
       j["samples"] = n.samples;
@@ -297,9 +304,17 @@ std::vector<std::string> JobStatus::Summary(int64_t now_us) const {
     for (const auto& r : n.restarts) lines.push_back("    restarted " + r);
     if (n.checkpoints > 0) {
       char text[160];
-      std::snprintf(text, sizeof(text), "    %lld checkpoint(s), the last %lld bytes in %.1f ms",
+      std::snprintf(text, sizeof(text),
+                    "    %lld checkpoint(s), the last %lld bytes in %.1f ms, %.1f ms of CPU in all",
                     static_cast<long long>(n.checkpoints),
-                    static_cast<long long>(n.checkpoint_bytes), n.checkpoint_ms);
+                    static_cast<long long>(n.checkpoint_bytes), n.checkpoint_ms,
+                    n.checkpoint_cpu_ms);
+      lines.push_back(text);
+    }
+    if (n.push_log_bytes > 0) {
+      char text[160];
+      std::snprintf(text, sizeof(text), "    push log: %lld bytes kept, copied in %.1f ms",
+                    static_cast<long long>(n.push_log_bytes), n.push_log_copy_ms);
       lines.push_back(text);
     }
   }

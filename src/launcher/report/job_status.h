@@ -65,10 +65,15 @@ struct NodeStatus {
   // Replacements started for it (dtrain launch --max-restarts): "at 12.3 s: killed by signal 9;
   // rejoined 1.8 s later".
   std::vector<std::string> restarts;
-  // Servers with DTRAIN_CHECKPOINT_DIR: checkpoints written, and the last one's size and time.
+  // Servers with DTRAIN_CHECKPOINT_DIR: checkpoints written, the last one's size and time, and
+  // the CPU time they all took.
   int64_t checkpoints = 0;
   int64_t checkpoint_bytes = 0;
   double checkpoint_ms = 0;
+  double checkpoint_cpu_ms = 0;
+  // Workers keeping their pushes for restored servers: bytes copied into the log, and the time.
+  int64_t push_log_bytes = 0;
+  double push_log_copy_ms = 0;
 };
 
 class JobStatus {
