@@ -121,7 +121,7 @@ def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -
         m = re.search(r"checkpoint\(s\), .* ([0-9.]+) ms of CPU in all", l)
         if m:
             direct_ms += float(m.group(1))
-        m = re.search(r"push log: \d+ bytes kept, copied in ([0-9.]+) ms", l)
+        m = re.search(r"push log: \d+ bytes copied into it in ([0-9.]+) ms", l)
         if m:
             direct_ms += float(m.group(1))
     result = {"code": code, "direct_ms": direct_ms, "wall_s": lines[-1][0] if lines else 0.0, "epoch_s": epoch_s,

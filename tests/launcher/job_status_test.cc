@@ -104,7 +104,7 @@ TEST(JobStatus, AWorkersPushLogIsSummarised) {
   status.Apply(kWorker0, {{"kind", "push_log"}, {"bytes", 123456}, {"copy_ms", 7.25}},
                kStart + kSecond);
   EXPECT_THAT(status.Summary(kStart + 2 * kSecond),
-              Contains(HasSubstr("push log: 123456 bytes kept, copied in 7.2 ms")));
+              Contains(HasSubstr("push log: 123456 bytes copied into it in 7.2 ms")));
 }
 
 TEST(JobStatus, AReplacedWorkersRestartSaysWhenItRejoinedAndWhichRoundsWereLost) {

@@ -313,7 +313,7 @@ std::vector<std::string> JobStatus::Summary(int64_t now_us) const {
     }
     if (n.push_log_bytes > 0) {
       char text[160];
-      std::snprintf(text, sizeof(text), "    push log: %lld bytes kept, copied in %.1f ms",
+      std::snprintf(text, sizeof(text), "    push log: %lld bytes copied into it in %.1f ms",
                     static_cast<long long>(n.push_log_bytes), n.push_log_copy_ms);
       lines.push_back(text);
     }
