@@ -5,14 +5,14 @@ Runs the main job (2 workers, 2 servers, dist_sync LeNet on Fashion-MNIST, fixed
 with --save) several times: undisturbed without and with server checkpoints (--max-restarts turns
 them on; PAIRS pairs after WARMUP uncounted runs, each pair's order the other way round from the
 last's, for the checkpoints' overhead: the median of the pairs' ratios, with a 95% interval for
-it, of worker 0's epoch times, of wall times and of the whole job's CPU time; and the share of the
-job's CPU that the checkpointed runs' summaries account to checkpoints and push-log copies), once with worker 1
-killed (SIGKILL) KILL_AFTER seconds into its training, and once with server 1 killed. Prints each
-run's final Test_acc and wall time; for a killed worker the time from the kill to the replacement's
-"resuming at step" line and to its first progress line (training again); for a killed server
-the time to its restore and to the next progress line, and whether the saved model (weights and
-the servers' optimizer state) equals the undisturbed run's exactly (the checkpoint + replay path
-is exact on dist_sync).
+it, of worker 0's epoch times, of wall times and of the whole job's CPU time; and the share of
+the job's CPU that the checkpointed runs' summaries account to checkpoints and push-log copies),
+once with worker 1 killed (SIGKILL) KILL_AFTER seconds into its training, and once with server 1
+killed. Prints each run's final Test_acc and wall time; for a killed worker the time from the kill
+to the replacement's "resuming at step" line and to its first progress line (training again); for
+a killed server the time to its restore and to the next progress line, and whether the saved
+model (weights and the servers' optimizer state) equals the undisturbed run's exactly (the
+checkpoint + replay path is exact on dist_sync).
 
 With --ssh-hosts, the same across 3 emulated hosts (network namespaces with their own sshd, the
 launcher tests' cluster: build/tests/programs/ssh_test_cluster; needs root) under --launcher ssh
@@ -22,8 +22,8 @@ with a hostfile: the killed worker or server is replaced on its host over ssh.
                                    [--pairs 5] [--warmup 1] [--overhead-only] [--ssh-hosts]
 """
 import argparse
-import os
 import math
+import os
 import re
 import resource
 import signal
@@ -100,12 +100,15 @@ def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -
         lines.append((time.monotonic() - start, line.rstrip("\n")))
     code = proc.wait(timeout=3600)
     # The CPU time of the whole job: the launcher reaps every process it started, so its own
-    # children's times are in it. Less sensitive than wall time to this shared VM's pace (time
-    # another guest takes from us is counted in neither run's CPU time).
+    # children's times are in it. Time another guest of this shared VM takes from us is not.
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = used.ru_utime + used.ru_stime - (cpu_before.ru_utime + cpu_before.ru_stime)
     acc = {}
     epoch_s = 0.0  # worker 0's epochs: the steps, without the processes' start and the tests
+    # What the launcher's summary says restarts cost, measured where it is spent (no drift of the
+    # machine's pace between runs in it): the servers' checkpoints' CPU and the workers' copies
+    # into their push logs.
+    direct_ms = 0.0
     for _, l in lines:
         m = re.match(r"\[worker 0\] Epoch\[\d+\] Time cost=([0-9.]+)", l)
         if m:
@@ -113,19 +116,12 @@ def run(args: argparse.Namespace, kill: str | None, restarts: bool, save: str) -
         m = re.match(r"\[worker (\d)\] Epoch (\d+): Test_acc ([0-9.]+)", l)
         if m:
             acc[(int(m.group(1)), int(m.group(2)))] = float(m.group(3))
-    # What the launcher's summary says restarts cost, measured where it is spent (no drift of the
-    # machine's pace between runs in it): the servers' checkpoints' CPU and the workers' copies
-    # into their push logs.
-    direct_ms = 0.0
-    for _, l in lines:
-        m = re.search(r"checkpoint\(s\), .* ([0-9.]+) ms of CPU in all", l)
+        m = re.search(r"checkpoint\(s\), .* ([0-9.]+) ms of CPU in all", l) or \
+            re.search(r"push log: \d+ bytes copied into it in ([0-9.]+) ms", l)
         if m:
             direct_ms += float(m.group(1))
-        m = re.search(r"push log: \d+ bytes copied into it in ([0-9.]+) ms", l)
-        if m:
-            direct_ms += float(m.group(1))
-    result = {"code": code, "direct_ms": direct_ms, "wall_s": lines[-1][0] if lines else 0.0, "epoch_s": epoch_s,
-              "cpu_s": cpu_s,
+    result = {"code": code, "wall_s": lines[-1][0] if lines else 0.0, "epoch_s": epoch_s,
+              "cpu_s": cpu_s, "direct_ms": direct_ms,
               "test_acc": acc.get((0, args.epochs - 1))}
     if kill == "worker" and killed_at:
         t0 = killed_at[0]
@@ -210,8 +206,8 @@ def compare(args: argparse.Namespace) -> int:
                 runs.setdefault(name, []).append(r)
                 ok &= r["code"] == 0
                 print(f"undisturbed, {name}: exit {r['code']}, {r['wall_s']:.1f} s "
-                      f"(worker 0's epochs {r['epoch_s']:.2f} s, the job's CPU {r['cpu_s']:.1f} s), "
-                      f"Test_acc {r['test_acc']}", flush=True)
+                      f"(worker 0's epochs {r['epoch_s']:.2f} s, "
+                      f"the job's CPU {r['cpu_s']:.1f} s), Test_acc {r['test_acc']}", flush=True)
         plain = runs["plain"][0]
         # Each pair's ratio (the machine's pace drifts between pairs), their median, and a 95%
         # interval for that median.
@@ -219,12 +215,13 @@ def compare(args: argparse.Namespace) -> int:
             ratios = [c[what] / p[what] - 1 for p, c in zip(runs["plain"], runs["checkpointed"])]
             median, lo, hi = median_with_ci(ratios)
             print(f"  server checkpoints' overhead ({what}, {len(ratios)} pairs): "
-                  f"median {100 * median:+.1f}% (95% interval {100 * lo:+.1f}% to {100 * hi:+.1f}%), "
+                  f"median {100 * median:+.1f}% "
+                  f"(95% interval {100 * lo:+.1f}% to {100 * hi:+.1f}%), "
                   f"pairs " + " ".join(f"{100 * r:+.1f}%" for r in sorted(ratios)), flush=True)
         shares = [r["direct_ms"] / 1000 / r["cpu_s"] for r in runs["checkpointed"]]
         median, lo, hi = median_with_ci(shares)
-        print(f"  what the checkpointed runs' summaries account for (checkpoints' CPU + copies into "
-              f"the push logs) against the job's CPU: median {100 * median:.2f}% "
+        print(f"  what the checkpointed runs' summaries account for (checkpoints' CPU + copies "
+              f"into the push logs) against the job's CPU: median {100 * median:.2f}% "
               f"({100 * min(shares):.2f}-{100 * max(shares):.2f}%)", flush=True)
         for victim in () if args.overhead_only else ("worker", "server"):
             hit = run(args, victim, True, f"{tmp}/{victim}.pt")

@@ -15,12 +15,12 @@
 
 namespace dtrain {
 
-// out[i] = a[i] + b[i]; `out` may alias `a` or `b`. Rounds once per element, to nearest even.
 // memcpy with stores that bypass the caches where the CPU has them (x86-64's non-temporal
 // stores), for copies that will not be read soon: the push log's, which would otherwise evict
 // the training step's working set. `out` must not overlap `in`. Ordered before later stores.
 void CopyBypassingCaches(void* out, const void* in, size_t bytes);
 
+// out[i] = a[i] + b[i]; `out` may alias `a` or `b`. Rounds once per element, to nearest even.
 void Sum(void* out, const void* a, const void* b, size_t n, DType dtype);
 
 // How two values combine into one in a reduction.

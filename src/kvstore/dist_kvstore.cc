@@ -55,8 +55,7 @@ size_t FirstFillBytes(const Config& config) {
   const size_t bound =
       config.replay_log_bytes > 0 ? config.replay_log_bytes : ps::PushLog::kAutoMinBytes;
   const size_t share = bound / (2 * static_cast<size_t>(std::max(config.num_servers, 1)));
-  return (share + SlabArena::kSlabBytes - 1) / SlabArena::kSlabBytes * SlabArena::kSlabBytes +
-         SlabArena::kSlabBytes;
+  return share + SlabArena::kSlabBytes;  // Reserve rounds up to whole slabs
 }
 
 Body WholeArray(const Array& a) {

@@ -230,21 +230,16 @@ void Server::WriteAndAnnounce(bool announce) {
   DTRAIN_LOG(kConnections) << "checkpoint of " << checkpoint.slots.size() << " slot(s), " << bytes
                            << " bytes, written in " << ms << " ms (pushes paused " << paused_ms
                            << " ms)";
-  if (!announce) {
-    report::Send({{"kind", "checkpoint"},
-                  {"bytes", bytes},
-                  {"ms", ms},
-                  {"cpu_ms", ThreadCpuMs() - cpu_begin_ms}});
-    return;
-  }
-  Message notice;
-  notice.header.command = Command::kCommand;
-  notice.meta = EncodeSlotRounds("checkpointed", rounds, number);
-  for (int w = 0; w < node_.layout().num_workers; ++w) {
-    try {
-      node_.Send(node_.layout().WorkerId(w), notice);
-    } catch (const Error&) {
-      // A lost worker: its replacement keeps what it pushes from its start anyway.
+  if (announce) {
+    Message notice;
+    notice.header.command = Command::kCommand;
+    notice.meta = EncodeSlotRounds("checkpointed", rounds, number);
+    for (int w = 0; w < node_.layout().num_workers; ++w) {
+      try {
+        node_.Send(node_.layout().WorkerId(w), notice);
+      } catch (const Error&) {
+        // A lost worker: its replacement keeps what it pushes from its start anyway.
+      }
     }
   }
   // The CPU the whole checkpoint took on this thread (capture, write, notices; not the wait for
