@@ -93,6 +93,7 @@ TEST(JobStatus, AServersCheckpointsAreCountedWithTheLastOnesSize) {
   ASSERT_NE(server, nullptr);
   EXPECT_EQ((*server)["checkpoints"], 4);
   EXPECT_EQ((*server)["checkpoint_bytes"], 3000);
+  EXPECT_DOUBLE_EQ((*server)["checkpoint_ms"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ((*server)["checkpoint_cpu_ms"].get<double>(), 3.0);
   EXPECT_THAT(status.Summary(kStart + 4 * kSecond),
               Contains(HasSubstr("4 checkpoint(s), the last 3000 bytes in 1.0 ms, 3.0 ms of CPU")));
@@ -105,6 +106,11 @@ TEST(JobStatus, AWorkersPushLogIsSummarised) {
                kStart + kSecond);
   EXPECT_THAT(status.Summary(kStart + 2 * kSecond),
               Contains(HasSubstr("push log: 123456 bytes copied into it in 7.2 ms")));
+  const nlohmann::json j = status.ToJson(kStart + 2 * kSecond);
+  const nlohmann::json* worker = NodeNamed(j, "worker 0");
+  ASSERT_NE(worker, nullptr);
+  EXPECT_EQ((*worker)["push_log_bytes"], 123456);
+  EXPECT_DOUBLE_EQ((*worker)["push_log_copy_ms"].get<double>(), 7.25);
 }
 
 TEST(JobStatus, AReplacedWorkersRestartSaysWhenItRejoinedAndWhichRoundsWereLost) {

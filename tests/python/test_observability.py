@@ -151,6 +151,30 @@ def test_status_page_lists_every_node_and_shows_a_failure(spawn, tmp_path):
     assert p.wait(90) == 137  # after the linger
 
 
+def test_status_page_shows_what_restarts_cost(spawn, tmp_path):
+    """Under --max-restarts the page lists each server's checkpoints and, once the workers have
+    left, their copies into the push log (the figures of the end-of-job summary)."""
+    p = spawn(launch_argv(2, 2, [TRAIN, *SHORT], "--max-restarts", "1", "--status-port", "0",
+                          "--status-linger-s", "45"))
+    url = status_url(p)
+    end = time.monotonic() + 90
+    while True:
+        s = fetch_json(url)
+        workers = [n for n in s["nodes"] if n["role"] == "worker"]
+        if len(workers) == 2 and all(n.get("push_log_bytes", 0) > 0 for n in workers):
+            break
+        assert time.monotonic() < end, s
+        time.sleep(0.5)
+    servers = [n for n in s["nodes"] if n["role"] == "server"]
+    assert len(servers) == 2 and all(n["checkpoints"] >= 1 for n in servers), s
+    assert all(n["checkpoint_ms"] > 0 for n in servers), s
+    dom, _ = render(url, tmp_path)
+    table = re.search(r"<tbody>(.*)</tbody>", dom, re.S)  # the rows the page's script wrote
+    assert table, dom
+    assert table.group(1).count("checkpoint(s), the last") == 2, table.group(1)
+    assert table.group(1).count("push log:") == 2, table.group(1)
+
+
 def test_dtrain_plot_draws_a_real_log(spawn, tmp_path):
     log = tmp_path / "run.log"
     trace = str(tmp_path / "job.json")

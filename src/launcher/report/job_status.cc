@@ -238,6 +238,7 @@ nlohmann::json JobStatus::ToJson(int64_t now_us) const {
         {"restarts", n.restarts},
         {"checkpoints", n.checkpoints},
         {"checkpoint_bytes", n.checkpoint_bytes},
+        {"checkpoint_ms", n.checkpoint_ms},
         {"checkpoint_cpu_ms", n.checkpoint_cpu_ms}};
     if (key.role == Role::kWorker) {
       j["steps"] = n.steps;
@@ -246,6 +247,8 @@ nlohmann::json JobStatus::ToJson(int64_t now_us) const {
       j["steps_per_s"] = n.steps_per_s;
       j["wait_s"] = n.wait_s;
       j["straggler"] = straggler && *straggler == key;
+      j["push_log_bytes"] = n.push_log_bytes;  // reported as the worker leaves
+      j["push_log_copy_ms"] = n.push_log_copy_ms;
       if (n.state == "running") total += n.samples_per_s;
     }
     if (key.role == Role::kServer) {

@@ -46,6 +46,20 @@ th { background: #eee; }
 <script>
 function cell(row, text) { const td = document.createElement('td'); td.textContent = text; row.appendChild(td); }
 function mb(b) { return (b / 1048576).toFixed(1) + ' MB'; }
+// What restarts cost a node: its checkpoints (servers) or its copies into the push log (workers,
+// once they leave), next to the restarts themselves.
+function restartsAndCheckpoints(n) {
+  const parts = (n.restarts || []).map(r => 'restarted ' + r);
+  if (n.checkpoints) {
+    parts.push(n.checkpoints + ' checkpoint(s), the last ' + mb(n.checkpoint_bytes) + ' in ' +
+               n.checkpoint_ms.toFixed(1) + ' ms, ' + n.checkpoint_cpu_ms.toFixed(1) + ' ms of CPU in all');
+  }
+  if (n.push_log_bytes) {
+    parts.push('push log: ' + mb(n.push_log_bytes) + ' copied into it in ' +
+               n.push_log_copy_ms.toFixed(1) + ' ms');
+  }
+  return parts.join('; ');
+}
 async function refresh() {
   try {
     const s = await (await fetch('/api/status', {cache: 'no-store'})).json();
@@ -67,9 +81,7 @@ async function refresh() {
       cell(row, n.samples_per_s !== undefined ? n.samples_per_s.toFixed(1) : '');
       cell(row, n.wait_s !== undefined ? n.wait_s.toFixed(1) + ' s' : '');
       cell(row, n.bytes_in !== undefined ? mb(n.bytes_in) + ' / ' + mb(n.bytes_out) : '');
-      cell(row, (n.restarts || []).map(r => 'restarted ' + r).join('; ') +
-                (n.checkpoints ? (n.restarts && n.restarts.length ? '; ' : '') + n.checkpoints +
-                 ' checkpoint(s), the last ' + mb(n.checkpoint_bytes) : ''));
+      cell(row, restartsAndCheckpoints(n));
       cell(row, n.exit);
       body.appendChild(row);
     }
