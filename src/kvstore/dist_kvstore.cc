@@ -6,6 +6,8 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "common/buffer_pool.h"
 #include "common/elementwise.h"
@@ -86,22 +88,24 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
   }
   // The push log's first fill is faulted in while this worker waits for the job to form, not in
   // its first training steps (the future waits for it when the constructor ends or throws).
-  std::future<void> reserving;
+  std::future<std::pair<size_t, double>> reserving;
   if (log_pushes_) {
     reserving =
         std::async(std::launch::async, [arenas = log_buffers_, bytes = FirstFillBytes(config)] {
           const auto begin = std::chrono::steady_clock::now();
           size_t reserved = 0;
           for (const auto& arena : arenas) reserved += arena->Reserve(bytes);
-          DTRAIN_LOG(kConnections)
-              << "push log: " << (reserved >> 20) << " MB faulted in while joining, in "
-              << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
-                     .count()
-              << " ms";
+          const double ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+                  .count();
+          DTRAIN_LOG(kConnections) << "push log: " << (reserved >> 20)
+                                   << " MB faulted in while joining, in " << ms << " ms";
+          return std::make_pair(reserved, ms);
         });
   }
   try {
     node_.Start();
+    if (reserving.valid()) std::tie(log_reserved_bytes_, log_reserve_ms_) = reserving.get();
     if (node_.rejoined()) Rejoin();
   } catch (...) {
     // The transport's thread may be inside client_ (a failure listener): stop it before the
@@ -116,7 +120,11 @@ DistKVStore::~DistKVStore() {
     const double copy_ms = static_cast<double>(log_copy_ns_.load()) / 1e6;
     DTRAIN_LOG(kConnections) << "push log: " << log_copied_bytes_.load() << " bytes copied in "
                              << copy_ms << " ms";
-    report::Send({{"kind", "push_log"}, {"bytes", log_copied_bytes_.load()}, {"copy_ms", copy_ms}});
+    report::Send({{"kind", "push_log"},
+                  {"bytes", log_copied_bytes_.load()},
+                  {"copy_ms", copy_ms},
+                  {"reserved_bytes", log_reserved_bytes_},
+                  {"reserve_ms", log_reserve_ms_}});
   }
   try {
     if (!node_.failure()) {  // after a failure there is nothing to wait for; it was logged

@@ -128,6 +128,9 @@ class DistKVStore : public KVStore {
   // copies took (reported to the launcher when the store closes: the job's summary shows them).
   std::atomic<uint64_t> log_copied_bytes_{0};
   std::atomic<uint64_t> log_copy_ns_{0};
+  // The log's first fill, faulted in while this worker joined (a start-up cost, off its steps).
+  size_t log_reserved_bytes_ = 0;
+  double log_reserve_ms_ = 0;
   const Config config_;
   ps::Node node_;
   ps::WorkerClient client_;

@@ -102,15 +102,22 @@ TEST(JobStatus, AServersCheckpointsAreCountedWithTheLastOnesSize) {
 TEST(JobStatus, AWorkersPushLogIsSummarised) {
   JobStatus status(kStart);
   status.ProcessStarted(kWorker0, "127.0.0.1", 41, kStart);
-  status.Apply(kWorker0, {{"kind", "push_log"}, {"bytes", 123456}, {"copy_ms", 7.25}},
+  status.Apply(kWorker0,
+               {{"kind", "push_log"},
+                {"bytes", 123456},
+                {"copy_ms", 7.25},
+                {"reserved_bytes", 4096},
+                {"reserve_ms", 1.5}},
                kStart + kSecond);
   EXPECT_THAT(status.Summary(kStart + 2 * kSecond),
-              Contains(HasSubstr("push log: 123456 bytes copied into it in 7.2 ms")));
+              Contains(HasSubstr("push log: 123456 bytes copied into it in 7.2 ms; 4096 bytes "
+                                 "faulted in at the start in 1.5 ms")));
   const nlohmann::json j = status.ToJson(kStart + 2 * kSecond);
   const nlohmann::json* worker = NodeNamed(j, "worker 0");
   ASSERT_NE(worker, nullptr);
   EXPECT_EQ((*worker)["push_log_bytes"], 123456);
   EXPECT_DOUBLE_EQ((*worker)["push_log_copy_ms"].get<double>(), 7.25);
+  EXPECT_EQ((*worker)["push_log_reserved_bytes"], 4096);
 }
 
 TEST(JobStatus, AReplacedWorkersRestartSaysWhenItRejoinedAndWhichRoundsWereLost) {

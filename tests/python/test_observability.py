@@ -173,6 +173,7 @@ def test_status_page_shows_what_restarts_cost(spawn, tmp_path):
     assert table, dom
     assert table.group(1).count("checkpoint(s), the last") == 2, table.group(1)
     assert table.group(1).count("push log:") == 2, table.group(1)
+    assert table.group(1).count("faulted in at the start") == 2, table.group(1)
 
 
 def test_dtrain_plot_draws_a_real_log(spawn, tmp_path):

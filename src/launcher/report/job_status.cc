@@ -194,6 +194,8 @@ std::optional<FailureRecord> JobStatus::Apply(const NodeKey& from, const nlohman
   } else if (kind == "push_log") {
     Read(record, "bytes", &n.push_log_bytes);
     Read(record, "copy_ms", &n.push_log_copy_ms);
+    Read(record, "reserved_bytes", &n.push_log_reserved_bytes);
+    Read(record, "reserve_ms", &n.push_log_reserve_ms);
   } else if (kind == "summary") {
     Read(record, "steps", &n.steps);
     Read(record, "samples", &n.samples);
@@ -249,6 +251,8 @@ nlohmann::json JobStatus::ToJson(int64_t now_us) const {
       j["straggler"] = straggler && *straggler == key;
       j["push_log_bytes"] = n.push_log_bytes;  // reported as the worker leaves
       j["push_log_copy_ms"] = n.push_log_copy_ms;
+      j["push_log_reserved_bytes"] = n.push_log_reserved_bytes;
+      j["push_log_reserve_ms"] = n.push_log_reserve_ms;
       if (n.state == "running") total += n.samples_per_s;
     }
     if (key.role == Role::kServer) {
@@ -315,10 +319,16 @@ std::vector<std::string> JobStatus::Summary(int64_t now_us) const {
       lines.push_back(text);
     }
     if (n.push_log_bytes > 0) {
-      char text[160];
+      char text[200];
       std::snprintf(text, sizeof(text), "    push log: %lld bytes copied into it in %.1f ms",
                     static_cast<long long>(n.push_log_bytes), n.push_log_copy_ms);
-      lines.push_back(text);
+      std::string line = text;
+      if (n.push_log_reserved_bytes > 0) {
+        std::snprintf(text, sizeof(text), "; %lld bytes faulted in at the start in %.1f ms",
+                      static_cast<long long>(n.push_log_reserved_bytes), n.push_log_reserve_ms);
+        line += text;
+      }
+      lines.push_back(line);
     }
   }
   for (const auto& r : resets_) lines.push_back("  elastic " + r);

@@ -74,6 +74,8 @@ struct NodeStatus {
   // Workers keeping their pushes for restored servers: bytes copied into the log, and the time.
   int64_t push_log_bytes = 0;
   double push_log_copy_ms = 0;
+  int64_t push_log_reserved_bytes = 0;  // faulted in at the start, and how long that took
+  double push_log_reserve_ms = 0;
 };
 
 class JobStatus {

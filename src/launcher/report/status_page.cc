@@ -56,7 +56,9 @@ function restartsAndCheckpoints(n) {
   }
   if (n.push_log_bytes) {
     parts.push('push log: ' + mb(n.push_log_bytes) + ' copied into it in ' +
-               n.push_log_copy_ms.toFixed(1) + ' ms');
+               n.push_log_copy_ms.toFixed(1) + ' ms' + (n.push_log_reserved_bytes ?
+               ', ' + mb(n.push_log_reserved_bytes) + ' faulted in at the start in ' +
+               n.push_log_reserve_ms.toFixed(1) + ' ms' : ''));
   }
   return parts.join('; ');
 }
