@@ -87,7 +87,8 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
                                     [this](int server) { OnServerRestarted(server); });
   }
   // The push log's first fill is faulted in while this worker waits for the job to form, not in
-  // its first training steps (the future waits for it when the constructor ends or throws).
+  // its first training steps. Its figures are taken once this worker has joined; if joining
+  // throws, the future's destructor waits for it.
   std::future<std::pair<size_t, double>> reserving;
   if (log_pushes_) {
     reserving =
@@ -447,9 +448,14 @@ Body DistKVStore::OwnCopy(const KeyInfo& info, const Body& b) const {
   return out;
 }
 
-Body DistKVStore::LogCopy(const KeyInfo& info, const Body& b) const {
+Body DistKVStore::LogCopy(const KeyInfo& info, const Body& b) {
   Body out = NewPushBody(info, b.size);
+  const auto begin = std::chrono::steady_clock::now();
   CopyBypassingCaches(out.data, b.data, b.size);
+  log_copy_ns_ += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin)
+          .count());
+  log_copied_bytes_ += b.size;
   return out;
 }
 
@@ -521,12 +527,7 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   if (compression.enabled()) {
     source = Compressed(info, source, compression);
   } else if (log_pushes_ && command != Command::kPull && values.size() == 1) {
-    const auto begin = std::chrono::steady_clock::now();
     source = LogCopy(info, source);  // kept in the push log after the caller's array changes
-    log_copy_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                              std::chrono::steady_clock::now() - begin)
-                                              .count());
-    log_copied_bytes_ += source.size;
   }
   const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
   auto state = Track(std::string(op) + " of key " + KeyLabel(key) + info.servers,

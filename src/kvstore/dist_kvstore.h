@@ -88,8 +88,9 @@ class DistKVStore : public KVStore {
   transport::Body OwnCopy(const KeyInfo& info, const transport::Body& b) const;
   // The same for the push log, with stores that bypass the caches: the copy is read again only by
   // the send (and by a replay, if a server is restored), and 64 rounds of it would otherwise
-  // sweep the training step's working set out of the caches.
-  transport::Body LogCopy(const KeyInfo& info, const transport::Body& b) const;
+  // sweep the training step's working set out of the caches. Adds to log_copied_bytes_ and
+  // log_copy_ns_.
+  transport::Body LogCopy(const KeyInfo& info, const transport::Body& b);
   // The sum of the device values, as a message body source (no copy for a single value).
   transport::Body Summed(const KeyInfo& info, const std::vector<Array>& values) const;
   // `source` (the key's float32 values) compressed as a whole, residual updated.

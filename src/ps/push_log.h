@@ -12,9 +12,9 @@
 // floor is for small, fast models: each checkpoint costs the servers a pause, a capture of the
 // optimizer's state and a notice to every worker, and a LeNet with a 64 MB floor checkpointed
 // every 80 rounds (46 times in a 10 s run on one server; 15 with 256 MB, docs/performance.md).
-// The memory is faulted in when the worker starts (DistKVStore reserves
-// the first fill), so its steps do not pay for fresh pages. A fixed bound either makes big models
-// checkpoint every round or small ones hold more than they need.
+// The memory is faulted in when the worker starts (DistKVStore reserves the first fill), so its
+// steps do not pay for fresh pages. A fixed bound either makes big models checkpoint every round
+// or small ones hold more than they need.
 //
 // Threads: none of its own; the caller serialises every call (WorkerClient's mutex).
 #pragma once
