@@ -12,9 +12,12 @@ network in PyTorch) on CIFAR-shaped synthetic images, batch 128 per worker, SGD 
   ddp 2       2 PyTorch processes, DistributedDataParallel over gloo with CUDA tensors
   dtrain 2x2  dtrain-train --gpus 0, 2 workers and 2 servers
 --jobs picks some of them, or adds ones that split dtrain's cost: dtrain_local (one process,
---kvstore local: the staging and the host's optimizer, no network or server) and
-dtrain_1x1_no_overlap (gradients leave at step(), not during backward), dtrain_1x2 (1 worker, 2
-servers), dtrain_1x1_traced (dtrain_1x1 writing a timeline, DTRAIN_TIMELINE, into --timeline-dir).
+--kvstore local: the staging and the optimizer on the GPU, no network or server),
+dtrain_local_host_update (the same with the optimizer in the store, on the host),
+dtrain_1x1_worker_update (dtrain 1x1 with --update-on-kvstore 0: the server only sums, the worker
+updates on its GPU), dtrain_1x1_no_overlap (gradients leave at step(), not during backward),
+dtrain_1x2 (1 worker, 2 servers), dtrain_1x1_traced (dtrain_1x1 writing a timeline,
+DTRAIN_TIMELINE, into --timeline-dir).
 samples/s: per process the median of its timing windows after the first, summed over processes.
 Prints one JSON line per job and one with the ratios (dtrain 1x1 / plain, dtrain 2x2 / ddp 2).
 """
@@ -112,6 +115,10 @@ def main():
         "ddp_2": lambda: reference("ddp_2", "ddp", "--workers", "2"),
         "dtrain_2x2": lambda: dtrain("dtrain_2x2", 2),
         "dtrain_local": lambda: dtrain("dtrain_local", 0),
+        "dtrain_local_host_update": lambda: dtrain("dtrain_local_host_update", 0,
+                                                   "--update-on-kvstore", "1"),
+        "dtrain_1x1_worker_update": lambda: dtrain("dtrain_1x1_worker_update", 1,
+                                                   "--update-on-kvstore", "0"),
         "dtrain_1x1_no_overlap": lambda: dtrain("dtrain_1x1_no_overlap", 1, "--no-overlap"),
         "dtrain_1x2": lambda: dtrain("dtrain_1x2", 1, servers=2),
         "dtrain_1x1_traced": lambda: dtrain("dtrain_1x1_traced", 1, env={
@@ -124,7 +131,9 @@ def main():
         jobs[name]()
     ratios = {}
     for ours, theirs, target in (("dtrain_1x1", "plain", 0.9), ("dtrain_2x2", "ddp_2", 1.2),
-                                 ("dtrain_local", "plain", None)):
+                                 ("dtrain_1x1_worker_update", "plain", 0.9),
+                                 ("dtrain_local", "plain", None),
+                                 ("dtrain_local_host_update", "plain", None)):
         if ours in results and theirs in results:
             ratios[f"{ours}_vs_{theirs}"] = {"ratio": round(results[ours] / results[theirs], 3),
                                              "target": target}

@@ -121,6 +121,8 @@ void RegisterTraining(py::module_& m) {
       },
       py::arg("length"), py::arg("num_parts"), py::arg("part_index"), py::arg("seed"),
       py::arg("shuffle"), py::arg("epoch"));
+  m.def("default_update_on_kvstore", &train::DefaultUpdateOnKVStore, py::arg("store_type"),
+        py::arg("cuda_parameters"));
   m.def("split_batch", &train::SplitBatch, py::arg("batch_size"), py::arg("num_devices"),
         py::arg("work_load") = std::vector<double>{});
 }

@@ -73,6 +73,15 @@ std::vector<Array> ToHost(const std::vector<Array>& arrays);
 Array ToHost(const Array& array);
 void CopyFromHost(const Array& host, const std::vector<Array>& devices);
 
+// A new array of `shape` and `dtype` in the memory of `device`, holding a copy of the host bytes
+// `values` (zeros where null), ready when this returns. Its memory is its own (not from a stream's
+// pool), for values that live long, as an optimizer's state does; the returned Array names the
+// default stream as its producer.
+Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* values);
+// Makes the work queued later on `consumer`'s stream wait for the work queued so far on
+// `producer`'s (an event; no host wait). Nothing to do when they share a stream.
+void OrderAfter(const Array& producer, const Array& consumer);
+
 // A new array in device memory of `like`'s device, holding a copy of `like`.
 Array CloneOnDevice(const Array& like);
 // dst += src elementwise on dst's device; src may be on another device (copied there first).

@@ -294,6 +294,36 @@ void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
   StartCopyFromHost(host, devices).Wait("copy to the device");
 }
 
+Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* values) {
+  const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  DeviceGuard guard(device);
+  void* p = nullptr;
+  Check(cudaMalloc(&p, bytes > 0 ? bytes : 1), "cudaMalloc");
+  // cudaFree waits for the work on the device first, so no queued update still uses the memory.
+  std::shared_ptr<void> memory(p, [device](void* q) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device);
+    cudaFree(q);
+    cudaSetDevice(previous);
+  });
+  cudaStream_t stream = CopyStream(device);
+  if (values == nullptr) {
+    Check(cudaMemsetAsync(p, 0, bytes, stream), "zeroing device memory");
+  } else {
+    Check(cudaMemcpyAsync(p, values, bytes, cudaMemcpyHostToDevice, stream), "copy to the device");
+  }
+  WaitFor(stream, "filling new device memory");
+  return Array::WrapDevice(p, shape, dtype, device, nullptr, std::move(memory));
+}
+
+void OrderAfter(const Array& producer, const Array& consumer) {
+  RequireDevice(producer, "OrderAfter");
+  RequireDevice(consumer, "OrderAfter");
+  if (producer.device() == consumer.device() && producer.stream() == consumer.stream()) return;
+  OrderAfterProducer(producer, static_cast<cudaStream_t>(consumer.stream()));
+}
+
 Array CloneOnDevice(const Array& like) {
   RequireDevice(like, "CloneOnDevice");
   cudaStream_t stream = CopyStream(like.device());

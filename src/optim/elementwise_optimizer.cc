@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain {
@@ -41,7 +42,7 @@ class StateWriter {
     for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
   }
   void F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
-  void Floats(const std::vector<float>& v) {
+  void Floats(std::span<const float> v) {
     if (v.empty()) return;
     if constexpr (std::endian::native == std::endian::little) {
       Bytes(v.data(), v.size() * sizeof(float));
@@ -148,7 +149,7 @@ ElementwiseOptimizer::IndexState& ElementwiseOptimizer::StateOf(uint64_t index, 
   }
   // Zero-fill a big state outside the lock so that updates of other indexes need not wait. No
   // other thread adds this index meanwhile: Update never runs twice at once for one index.
-  IndexState fresh{0, n, std::vector<float>(state_buffers_ * n, 0.f)};
+  IndexState fresh{0, n, std::vector<float>(state_buffers_ * n, 0.f), Array()};
   std::lock_guard<std::mutex> lock(state_mutex_);
   return state_.try_emplace(index, std::move(fresh)).first->second;
 }
@@ -165,7 +166,7 @@ void ElementwiseOptimizer::Update(uint64_t index, std::span<float> weight,
   const uint64_t t = state.update_count + 1;
   const Step step{t, LearningRateAt(t)};
   const size_t n = weight.size();
-  float* const buffers = state.buffers.data();
+  float* const buffers = HostBuffers(state);
   if (!parallel_for_) {
     Apply(step, weight, grad, {buffers, n});
   } else {
@@ -179,6 +180,68 @@ void ElementwiseOptimizer::Update(uint64_t index, std::span<float> weight,
   state.update_count = t;
 }
 
+void ElementwiseOptimizer::UpdateOnDevice(uint64_t index, const Array& weight, const Array& grad) {
+  const std::string what = "optimizer '" + spec_.name + "': index " + std::to_string(index);
+  if (!weight.on_device() || !grad.on_device()) {
+    throw InvalidArgument(what + ": UpdateOnDevice takes values on a device (the " +
+                          (weight.on_device() ? "gradient" : "weight") +
+                          " is on the host); Update takes host values");
+  }
+  if (weight.device() != grad.device()) {
+    throw InvalidArgument(what + ": the weight is on device " + std::to_string(weight.device()) +
+                          " and the gradient on device " + std::to_string(grad.device()));
+  }
+  if (weight.dtype() != DType::kFloat32 || grad.dtype() != DType::kFloat32) {
+    throw InvalidArgument(what + ": the optimizer updates float32 values only");
+  }
+  if (weight.size() != grad.size()) {
+    throw InvalidArgument(what + " has " + std::to_string(weight.size()) + " weights but " +
+                          std::to_string(grad.size()) + " gradients");
+  }
+  const auto n = static_cast<size_t>(weight.size());
+  IndexState& state = StateOf(index, n);
+  const uint64_t t = state.update_count + 1;
+  const Step step{t, LearningRateAt(t)};
+  cuda::OrderAfter(grad, weight);  // the gradient may come from another stream (a pull's copy)
+  kernels::DeviceTarget target;
+  target.device = weight.device();
+  target.stream = weight.stream();
+  target.weight = static_cast<float*>(weight.data());
+  target.grad = static_cast<const float*>(grad.data());
+  target.n = n;
+  float* const buffers = DeviceBuffers(state, weight.device(), weight.stream());
+  static_assert(std::size(kernels::DeviceTarget{}.state) == 3, "the rules keep at most 3 buffers");
+  for (size_t k = 0; k < state_buffers_; ++k) target.state[k] = buffers + k * n;
+  ApplyOnDevice(step, target);
+  state.update_count = t;
+}
+
+float* ElementwiseOptimizer::HostBuffers(IndexState& state) {
+  if (state.on_device.defined()) {
+    const Array host = cuda::ToHost(state.on_device);  // waits for the updates queued there
+    state.buffers.assign(static_cast<const float*>(host.data()),
+                         static_cast<const float*>(host.data()) + host.size());
+    state.on_device = Array();
+  }
+  return state.buffers.data();
+}
+
+float* ElementwiseOptimizer::DeviceBuffers(IndexState& state, int device, void* stream) {
+  if (state_buffers_ == 0) return nullptr;
+  if (state.on_device.defined() && state.on_device.device() != device) HostBuffers(state);
+  if (!state.on_device.defined()) {
+    const auto count = static_cast<int64_t>(state_buffers_ * state.length);
+    // A first update's state is zeros: nothing to copy.
+    const bool zeros = state.update_count == 0 || state.buffers.empty();
+    state.on_device = cuda::NewOnDevice(device, Shape{count}, DType::kFloat32,
+                                        zeros ? nullptr : state.buffers.data());
+    std::vector<float>().swap(state.buffers);
+  }
+  const Array& a = state.on_device;
+  state.on_device = Array::WrapDevice(a.data(), a.shape(), a.dtype(), device, stream, a.owner());
+  return static_cast<float*>(state.on_device.data());
+}
+
 // ---- Saved state ----
 
 std::string ElementwiseOptimizer::SaveState() const {
@@ -188,7 +251,7 @@ std::string ElementwiseOptimizer::SaveState() const {
   size_t size = sizeof(kMagic) + 4 + 4 + state_name_.size() + 4 + 8 + 8;
   for (const auto& entry : state_) {
     entries.push_back(&entry);
-    size += kIndexHeaderBytes + entry.second.buffers.size() * sizeof(float);
+    size += kIndexHeaderBytes + state_buffers_ * entry.second.length * sizeof(float);
   }
   std::sort(entries.begin(), entries.end(),
             [](const auto* a, const auto* b) { return a->first < b->first; });
@@ -205,7 +268,12 @@ std::string ElementwiseOptimizer::SaveState() const {
     out.U64(entry->first);
     out.U64(entry->second.update_count);
     out.U64(entry->second.length);
-    out.Floats(entry->second.buffers);
+    if (entry->second.on_device.defined()) {
+      const Array host = cuda::ToHost(entry->second.on_device);
+      out.Floats({static_cast<const float*>(host.data()), static_cast<size_t>(host.size())});
+    } else {
+      out.Floats(entry->second.buffers);
+    }
   }
   return out.Take();
 }

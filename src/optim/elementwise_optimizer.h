@@ -28,15 +28,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dtrain/common/array.h"
 #include "dtrain/optim/optimizer.h"
+#include "optim/kernels/device_launch.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer_params.h"
 
 namespace dtrain {
-
-// mshadow's clip to [-bound, bound]: NaN stays NaN. Branch-free once compiled (two selects), so
-// the loops that use it vectorise.
-inline float ClipTo(float x, float bound) { return x > bound ? bound : (x < -bound ? -bound : x); }
 
 class ElementwiseOptimizer : public Optimizer {
  public:
@@ -49,6 +47,7 @@ class ElementwiseOptimizer : public Optimizer {
   };
 
   void Update(uint64_t index, std::span<float> weight, std::span<const float> grad) final;
+  void UpdateOnDevice(uint64_t index, const Array& weight, const Array& grad) final;
   void SetParallelFor(ParallelFor parallel_for) final { parallel_for_ = std::move(parallel_for); }
 
   const OptimizerSpec& spec() const final { return spec_; }
@@ -84,18 +83,30 @@ class ElementwiseOptimizer : public Optimizer {
   // index over threads). Must not throw.
   virtual void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
                      StateBuffers state) = 0;
+  // The same update of a whole index on a device (kernels/device_launch.h): queues it on
+  // `target.stream` and returns; `target.state` holds the index's buffers there.
+  virtual void ApplyOnDevice(const Step& step, const kernels::DeviceTarget& target) = 0;
 
  private:
+  // An index's buffers live where its last update ran: on the host (`buffers`), or on a device
+  // (`on_device`, defined only then, wrapped with the stream of that update, so that copies of it
+  // wait for that update). They move only inside an update of that index.
   struct IndexState {
     uint64_t update_count = 0;
     size_t length = 0;
-    std::vector<float> buffers;  // state_buffers_ * length
+    std::vector<float> buffers;  // state_buffers_ * length, while on the host
+    Array on_device;             // state_buffers_ * length float32, while on a device
   };
   using StateTable = std::unordered_map<uint64_t, IndexState>;
 
   // The state of `index`, created for `n` elements by the first call; throws for another length.
   IndexState& StateOf(uint64_t index, size_t n);
   [[noreturn]] void BadState(const std::string& why) const;
+  // `state`'s buffers on the host, copied back from a device if they were there.
+  float* HostBuffers(IndexState& state);
+  // `state`'s buffers on `device` (copied there if they were elsewhere), for an update queued on
+  // `stream`; null when the rule keeps none.
+  float* DeviceBuffers(IndexState& state, int device, void* stream);
 
   const OptimizerSpec spec_;
   const std::string state_name_;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -56,7 +57,7 @@ struct Flags {
   std::string save;
   std::string resume;
   int threads = 0;
-  bool update_on_kvstore = true;
+  std::optional<bool> update_on_kvstore;  // unset: DefaultUpdateOnKVStore
   bool no_overlap = false;
   int64_t limit_train = 0;
   std::string lr_scheduler = "none";
@@ -344,7 +345,7 @@ struct Setup {
   TrainerOptions options;
 };
 
-Setup Prepare(const Flags& f, int workers) {
+Setup Prepare(const Flags& f, const std::string& store_type, int workers) {
   Setup s;
   if (!f.gpus.empty() && f.devices != "1") {
     throw InvalidArgument("--gpus " + f.gpus + " and --devices " + f.devices +
@@ -394,7 +395,8 @@ Setup Prepare(const Flags& f, int workers) {
   if (f.lr_warmup_steps > 0 && f.lr_scheduler != "none") {
     options.optimizer.params["lr_warmup_steps"] = static_cast<double>(f.lr_warmup_steps);
   }
-  options.update_on_kvstore = f.update_on_kvstore;
+  options.update_on_kvstore =
+      f.update_on_kvstore.value_or(DefaultUpdateOnKVStore(store_type, !f.gpus.empty()));
   options.fuse_below_bytes = f.fuse_below_kb * 1024;
   options.overlap = !f.no_overlap;
   if (!f.resume.empty()) {
@@ -412,7 +414,7 @@ int Train(const Flags& f, KVStore* kv_ptr) {
   const int workers = kv->num_workers();
   std::string blas;
   const int threads = ConfigureThreads(f.threads, WorkersOnThisHost(*kv), &blas);
-  Setup setup = Prepare(f, workers);
+  Setup setup = Prepare(f, kv->type(), workers);
   const auto& [train, test, on, replicas, parts, options] = setup;
   const int devices = static_cast<int>(on.size());
   Trainer trainer(replicas, *kv, options);
@@ -476,7 +478,7 @@ int Train(const Flags& f, KVStore* kv_ptr) {
 // samples_done) is the job's and carries over to a membership of another size.
 int TrainElastic(const Flags& f) {
   try {
-    Setup setup = Prepare(f, std::max(1, Config::FromEnvironment().num_workers));
+    Setup setup = Prepare(f, "horovod", std::max(1, Config::FromEnvironment().num_workers));
     const auto& [train, test, on, replicas, parts, options] = setup;
     const SplitSampler whole(train.size(), 1, 0, f.seed);  // the epoch's order, the same everywhere
     StepRunner runner(f, replicas, on, parts, train);
@@ -579,7 +581,9 @@ int main(int argc, char** argv) {
   app.add_option("--resume", f.resume, "start from a model saved with --save");
   app.add_option("--threads", f.threads,
                  "LibTorch threads (default: cores / workers on this host)");
-  app.add_option("--update-on-kvstore", f.update_on_kvstore, "run the optimizer in the kvstore");
+  app.add_option("--update-on-kvstore", f.update_on_kvstore,
+                 "run the optimizer in the kvstore (default: yes, but on the GPU in this process "
+                 "for a local store with --gpus)");
   app.add_flag("--no-overlap", f.no_overlap, "push gradients at step() instead of during backward");
   app.add_option("--limit-train", f.limit_train, "use only the first N training samples");
   app.add_option("--lr-scheduler", f.lr_scheduler,

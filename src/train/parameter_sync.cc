@@ -45,11 +45,6 @@ torch::Tensor Flat(int64_t numel, const torch::Device& device) {
   return torch::empty({numel}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
 }
 
-// `t` itself on the host, else a host copy of it.
-torch::Tensor OnHost(const torch::Tensor& t) {
-  return t.device().is_cpu() ? t : t.detach().to(torch::kCPU).contiguous();
-}
-
 bool IsSync(const std::string& type) { return type.find("async") == std::string::npos; }
 
 // The first byte of a saved optimizer state: whose state follows.
@@ -57,6 +52,11 @@ constexpr char kLocalState = 'L';
 constexpr char kStoreState = 'S';
 
 }  // namespace
+
+bool DefaultUpdateOnKVStore(const std::string& store_type, bool cuda_parameters) {
+  const bool local = store_type == "local" || store_type == "device";
+  return !(local && cuda_parameters);
+}
 
 struct ParameterSync::Param {
   size_t index = 0;
@@ -78,10 +78,11 @@ struct ParameterSync::Bucket {
   bool fused = false;
   std::vector<torch::Tensor> grads;  // fused: per replica, flat, on that replica's device
   torch::Tensor weights;             // fused: flat weights on replica 0's device (pull target)
-  Array summed;                      // optimizer here: the summed gradient, on the host
-  // Optimizer here: the host weights it updates. On the host they are the parameter itself (or the
-  // fused flat weights); for CUDA parameters a host copy, kept equal to them, whose update is then
-  // copied to every replica.
+  // Optimizer here: the summed gradient, pulled to replica 0's device (the host or a GPU).
+  Array summed;
+  // Optimizer here: the weights it updates, where replica 0's are: the parameter itself (or the
+  // fused flat weights), updated on the host or on the GPU (as MXNet's updater runs where the
+  // weights are), then copied to every other replica.
   torch::Tensor master;
   int pending = 0;       // gradients still to arrive this step
   bool issued = false;   // this step's exchange has started
@@ -166,7 +167,7 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
   for (auto& b : buckets_) {
     if (b->fused) Scatter(*b);
     if (!options_.update_on_kvstore) {
-      b->master = OnHost(b->fused ? b->weights : params_[b->params[0]]->weights[0]);
+      b->master = b->fused ? b->weights : params_[b->params[0]]->weights[0];
     }
   }
   if (options_.batch_size > 0) SetUpOptimizer(options_.batch_size);
@@ -237,8 +238,13 @@ void ParameterSync::PlanBuckets() {
       Gather(*b);
     }
     if (!options_.update_on_kvstore) {
-      b->summed = b->fused ? Array(Shape{b->numel})
-                           : Array(Shape(first.sizes().begin(), first.sizes().end()));
+      const Shape shape =
+          b->fused ? Shape{b->numel} : Shape(first.sizes().begin(), first.sizes().end());
+      b->summed =
+          first.device().is_cuda()
+              ? ArrayOf(torch::empty(
+                    shape, torch::TensorOptions().dtype(torch::kFloat32).device(first.device())))
+              : Array(shape);
     }
   }
 }
@@ -283,13 +289,9 @@ void ParameterSync::ReplicateFromFirst() {
   for (auto& p : params_) {
     for (size_t r = 1; r < p->weights.size(); ++r) p->weights[r].copy_(p->weights[0]);
   }
-  // A fused bucket's flat weights and the optimizer's host copies follow replica 0 too.
+  // A fused bucket's flat weights follow replica 0 too (the optimizer's master is one of them).
   for (auto& b : buckets_) {
     if (b->fused) Gather(*b);
-    if (b->master.defined()) {
-      const torch::Tensor& source = b->fused ? b->weights : params_[b->params[0]]->weights[0];
-      if (!b->master.is_same(source)) b->master.copy_(source.detach());
-    }
   }
 }
 
@@ -378,9 +380,16 @@ void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool t
   }
   if (b.finished) return;
   torch::NoGradGuard no_grad;
-  if (local_optimizer_) local_optimizer_->Update(b.key, Floats(b.master), b.summed.floats());
+  if (local_optimizer_) {
+    if (b.master.is_cuda()) {
+      // Queued on torch's current stream, before the copies to other replicas and the next
+      // forward: nothing here waits for the GPU.
+      local_optimizer_->UpdateOnDevice(b.key, ArrayOf(b.master), b.summed);
+    } else {
+      local_optimizer_->Update(b.key, Floats(b.master), b.summed.floats());
+    }
+  }
   if (b.fused) {
-    if (local_optimizer_ && !b.master.is_same(b.weights)) b.weights.copy_(b.master);
     Scatter(b);
   } else if (local_optimizer_) {
     Param& p = *params_[b.params[0]];

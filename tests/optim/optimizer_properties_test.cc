@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -146,6 +147,18 @@ TEST_P(EveryOptimizerTest, RefusedUpdatesChangeNothing) {
   opt->Update(0, w, g4);
   reference->Update(0, w_ref, g4);
   EXPECT_TRUE(SameBits(w, w_ref));
+}
+
+TEST_P(EveryOptimizerTest, UpdateOnDeviceRefusesHostValuesAndChangesNothing) {
+  auto opt = CreateOptimizer(GetParam().spec);
+  const Array w = Array::FromFloats(std::vector<float>{1.f, 2.f});
+  const Array g = Array::FromFloats(std::vector<float>{0.5f, 0.5f});
+  const std::string message =
+      optim_test::InvalidArgumentFrom([&] { opt->UpdateOnDevice(4, w, g); });
+  EXPECT_NE(message.find("index 4: UpdateOnDevice takes values on a device"), std::string::npos)
+      << message;
+  EXPECT_EQ(w.ToVector(), (std::vector<float>{1.f, 2.f}));
+  EXPECT_EQ(opt->UpdateCount(4), 0u);
 }
 
 TEST_P(EveryOptimizerTest, EmptyArraysAreUpdated) {

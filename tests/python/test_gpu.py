@@ -148,13 +148,23 @@ def test_pull_waits_for_the_users_stream():
 
 @pytest.mark.parametrize("workers,servers,flags", [
     (2, 2, []),  # optimizer on the servers; the small parameters fused into a bucket on the GPU
-    (2, 1, ["--update-on-worker", "--devices", "2"]),  # optimizer here, on a host copy
+    (2, 1, ["--update-on-worker", "--devices", "2"]),  # optimizer here, on the GPU
     (1, 1, ["--no-fuse", "--devices", "2"]),
     (2, 1, ["--kvstore", "dist_sync_device", "--devices", "2"]),  # replicas summed on the GPU
 ])
 def test_trainer_on_cuda_matches_one_process(spawn, workers, servers, flags):
     out = run_ok(spawn, launch_argv(workers, servers, program(
         "train_check.py", "trainer", "--cuda", *flags)))
+    assert relative_difference(out) < 1e-4
+
+
+@pytest.mark.parametrize("kind,devices", [("local", 1), ("device", 2)])
+def test_trainer_on_cuda_updates_on_the_gpu_for_local_stores(spawn, kind, devices):
+    """A local store with CUDA parameters runs the optimizer on the GPU by default (as Gluon's
+    Trainer updates on the device), and reaches what one process reaches on the whole batch."""
+    out = run_ok(spawn, program("train_check.py", "trainer", "--cuda", "--kvstore", kind,
+                                "--default-update", "--devices", str(devices)))
+    assert "train_check update_on_kvstore False" in out, out
     assert relative_difference(out) < 1e-4
 
 

@@ -30,5 +30,9 @@ def test_trainer_over_the_horovod_store(spawn, flags):
 
 
 def test_trainer_over_a_local_store(spawn):
-    out = run_ok(spawn, program("train_check.py", "trainer", "--kvstore", "local", "--devices", "2"))
+    """CPU parameters: the local store runs the optimizer by default (CUDA ones update on their
+    GPU instead: test_gpu.py)."""
+    out = run_ok(spawn, program("train_check.py", "trainer", "--kvstore", "local", "--devices", "2",
+                                "--default-update"))
+    assert "train_check update_on_kvstore True" in out, out
     assert relative_difference(out) < 1e-5

@@ -46,5 +46,20 @@ TEST(ParameterSyncPlan, CompressedParametersTravelAloneAndBucketsStaySpared) {
   EXPECT_EQ(KeysFor({{"type", "1bit"}, {"min_elements", "900"}}), 8);
 }
 
+// Where the optimizer runs when the user does not say: on the store's side (the servers, the
+// collectives' store, the local store), except for a local store with CUDA parameters, where it
+// runs on their GPU in the worker.
+TEST(ParameterSyncPlan, TheOptimizerRunsOnTheGpuForLocalStoresByDefault) {
+  EXPECT_FALSE(DefaultUpdateOnKVStore("local", true));
+  EXPECT_FALSE(DefaultUpdateOnKVStore("device", true));
+  for (const char* type : {"local", "device", "dist_sync", "dist_sync_device", "dist_async",
+                           "dist_async_device", "horovod"}) {
+    EXPECT_TRUE(DefaultUpdateOnKVStore(type, false)) << type;
+  }
+  for (const char* type : {"dist_sync", "dist_sync_device", "dist_async", "horovod"}) {
+    EXPECT_TRUE(DefaultUpdateOnKVStore(type, true)) << type;
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::train

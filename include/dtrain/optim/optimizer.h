@@ -30,6 +30,8 @@
 #include <span>
 #include <string>
 
+#include "dtrain/common/array.h"
+
 namespace dtrain {
 
 // What is sent to servers to build the same optimizer there: a name, numeric parameters with
@@ -62,6 +64,16 @@ class Optimizer {
   // InvalidArgument for lengths that differ, from each other or from the index's earlier updates;
   // a refused Update changes nothing.
   virtual void Update(uint64_t index, std::span<float> weight, std::span<const float> grad) = 0;
+
+  // The same update on float32 values in one CUDA device's memory (device Arrays, as the front
+  // ends wrap CUDA tensors), computed there bit for bit as Update computes it. The kernel is queued
+  // on `weight`'s stream, after the work queued so far on `grad`'s, and the call returns without
+  // waiting for it: work queued later on that stream sees the new weights. The index's state
+  // moves to that device with its first such update (and back to the host with a later Update),
+  // so an index may switch between the two; SaveState copies it from wherever it is. Throws
+  // InvalidArgument for host arrays, arrays on different devices, another dtype, or lengths as
+  // Update does, and in a build without CUDA.
+  virtual void UpdateOnDevice(uint64_t index, const Array& weight, const Array& grad) = 0;
 
   // The spec this optimizer was built from (a later set_learning_rate does not change it).
   virtual const OptimizerSpec& spec() const = 0;

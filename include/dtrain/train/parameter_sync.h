@@ -28,7 +28,9 @@
 //
 // CUDA parameters: gradients and weights travel as device Arrays ordered after torch's current
 // stream (src/cuda), fused buckets live on the parameters' GPU, and an optimizer run here
-// (update_on_kvstore false) updates a host copy of the weights and copies the result back.
+// (update_on_kvstore false) updates replica 0's weights on their GPU, queued on torch's current
+// stream (Optimizer::UpdateOnDevice, the host's results bit for bit), then copies them to the
+// other replicas.
 //
 // Errors: Step, WaitFor and WaitAll throw what an exchange failed with (PeerError naming the node,
 // TimeoutError); a failure met inside an autograd hook is kept and thrown by the next of them,
@@ -67,6 +69,12 @@ struct TrainerOptions {
   int64_t fuse_below_bytes = 64 * 1024;
   int64_t bucket_bytes = 4 << 20;
 };
+
+// The front ends' update_on_kvstore when the user leaves it unset: true (the servers update for
+// dist stores, the collectives' store for horovod), except for a local store ("local", "device")
+// with CUDA parameters, where the optimizer runs here, on the GPU, as Gluon's Trainer updates on
+// the device for a single-machine store.
+bool DefaultUpdateOnKVStore(const std::string& store_type, bool cuda_parameters);
 
 class ParameterSync {
  public:

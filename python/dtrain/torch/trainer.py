@@ -80,8 +80,9 @@ class Trainer:
     kvstore: a store type (default 'dist_sync') or a dtrain.kv.KVStore.
     compression_params: gradient compression of the pushes, e.g. {'type': '2bit',
         'threshold': 0.5} (see dtrain.kv.KVStore.set_gradient_compression).
-    update_on_kvstore: run the optimizer on the store's side (default for every store type;
-        required by dist_async) or here (False).
+    update_on_kvstore: run the optimizer on the store's side (the servers' for dist stores;
+        required by dist_async) or here (False). Default: on the store's side, except for a local
+        store ('local', 'device') with CUDA parameters: there the optimizer runs here, on the GPU.
     fuse_below_kb: parameters smaller than this travel together as one key (0: never).
     """
 
@@ -105,7 +106,8 @@ class Trainer:
         if compression_params:
             self._kv.set_gradient_compression(compression_params)
         if update_on_kvstore is None:
-            update_on_kvstore = True
+            update_on_kvstore = _dtrain.default_update_on_kvstore(
+                self._kv.type, any(p.is_cuda for r in replicas for _, p in r))
         if len({len(r) for r in replicas}) != 1:
             raise InvalidArgument("the replicas have different numbers of parameters")
         self._params = [p for _, p in replicas[0]]
@@ -115,6 +117,7 @@ class Trainer:
         self._steps = 0
         self._gates: list[torch.utils.hooks.RemovableHandle] = []
         self._warned_batch = False
+        self._update_on_kvstore = bool(update_on_kvstore)
         name, spec_params, schedule = self._optimizer._spec()
         self._sync = _dtrain.ParameterSync(
             [[p for _, p in r] for r in replicas], self._kv._h, name, spec_params, schedule,
@@ -174,6 +177,12 @@ class Trainer:
     @property
     def kvstore(self) -> _kv.KVStore:
         return self._kv
+
+    @property
+    def update_on_kvstore(self) -> bool:
+        """Whether the store's side runs the optimizer (False: this process, on the parameters'
+        device)."""
+        return self._update_on_kvstore
 
     def save_states(self, fname: _Path) -> None:
         """Saves the optimizer's state (the servers' with update_on_kvstore; call on rank 0)."""

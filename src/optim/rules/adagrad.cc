@@ -3,26 +3,17 @@
 #include <cmath>
 #include <utility>
 
+#include "optim/kernels/device_launch.h"
+
 namespace dtrain {
 namespace {
 
-struct AdaGradRates {
-  float lr, eps, wd, rescale, clip;
-};
+using kernels::AdaGradRates;
 
-// MXNet's AdaGrad.update for dense arrays: grad * rescale_grad; clip; history += square(grad);
-// div = grad / sqrt(history + eps); weight += (div + weight * wd) * -lr. Here the last step is
-// weight - (...) * lr, the same float32 result.
 template <bool kClip>
 void AdaGradUpdate(const AdaGradRates& r, float* __restrict w, float* __restrict history,
                    const float* __restrict g, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    float gr = g[i] * r.rescale;
-    if constexpr (kClip) gr = ClipTo(gr, r.clip);
-    history[i] = history[i] + gr * gr;
-    const float div = gr / std::sqrt(history[i] + r.eps);
-    w[i] = w[i] - (div + w[i] * r.wd) * r.lr;
-  }
+  for (size_t i = 0; i < n; ++i) kernels::AdaGradElement<kClip>(r, w[i], history[i], g[i]);
 }
 
 }  // namespace
@@ -37,12 +28,19 @@ AdaGrad::AdaGrad(OptimizerSpec spec)
   set_state_buffers(1);
 }
 
+kernels::AdaGradRates AdaGrad::RatesFor(const Step& step) const {
+  return {static_cast<float>(step.learning_rate), eps_, wd_, rescale_grad_, clip_gradient_};
+}
+
 void AdaGrad::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
                     StateBuffers state) {
-  const AdaGradRates r{static_cast<float>(step.learning_rate), eps_, wd_, rescale_grad_,
-                       clip_gradient_};
+  const AdaGradRates r = RatesFor(step);
   clip_gradient_ > 0 ? AdaGradUpdate<true>(r, weight.data(), state[0], grad.data(), weight.size())
                      : AdaGradUpdate<false>(r, weight.data(), state[0], grad.data(), weight.size());
+}
+
+void AdaGrad::ApplyOnDevice(const Step& step, const kernels::DeviceTarget& target) {
+  kernels::LaunchAdaGrad(RatesFor(step), clip_gradient_ > 0, target);
 }
 
 }  // namespace dtrain

@@ -34,6 +34,8 @@ class AdaGrad final : public ElementwiseOptimizer {
  private:
   void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
              StateBuffers state) override;
+  void ApplyOnDevice(const Step& step, const kernels::DeviceTarget& target) override;
+  kernels::AdaGradRates RatesFor(const Step& step) const;
 
   float eps_ = 1e-7f;
   float wd_ = 0;

@@ -3,26 +3,17 @@
 #include <cmath>
 #include <utility>
 
+#include "optim/kernels/device_launch.h"
+
 namespace dtrain {
 namespace {
 
-struct AdamRates {
-  float lr;  // with the bias correction
-  float beta1, beta2, one_minus_beta1, one_minus_beta2;
-  float epsilon, wd, rescale, clip;
-};
+using kernels::AdamRates;
 
-// MXNet's AdamUpdateKernel; the operations and their order are its own.
 template <bool kClip>
 void AdamUpdate(const AdamRates& r, float* __restrict w, float* __restrict m, float* __restrict v,
                 const float* __restrict g, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    float gr = g[i] * r.rescale + w[i] * r.wd;
-    if constexpr (kClip) gr = ClipTo(gr, r.clip);
-    m[i] = r.beta1 * m[i] + r.one_minus_beta1 * gr;
-    v[i] = r.beta2 * v[i] + r.one_minus_beta2 * gr * gr;
-    w[i] = w[i] - r.lr * m[i] / (std::sqrt(v[i]) + r.epsilon);
-  }
+  for (size_t i = 0; i < n; ++i) kernels::AdamElement<kClip>(r, w[i], m[i], v[i], g[i]);
 }
 
 }  // namespace
@@ -42,21 +33,28 @@ Adam::Adam(OptimizerSpec spec)
   set_state_buffers(2);
 }
 
-void Adam::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
-                 StateBuffers state) {
+kernels::AdamRates Adam::RatesFor(const Step& step) const {
   // MXNet's Adam.update, in Python floats (double).
   const double t = static_cast<double>(step.t);
   const double coef1 = 1. - std::pow(beta1_exact_, t);
   const double coef2 = 1. - std::pow(beta2_exact_, t);
   const double lr = step.learning_rate * (std::sqrt(coef2) / coef1);
-  const AdamRates r{static_cast<float>(lr), beta1_,   beta2_, 1.f - beta1_,
-                    1.f - beta2_,           epsilon_, wd_,    rescale_grad_,
-                    clip_gradient_};
+  return {static_cast<float>(lr), beta1_,        beta2_, 1.f - beta1_, 1.f - beta2_, epsilon_, wd_,
+          rescale_grad_,          clip_gradient_};
+}
+
+void Adam::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
+                 StateBuffers state) {
+  const AdamRates r = RatesFor(step);
   const size_t n = weight.size();
   float* m = state[0];
   float* v = state[1];
   clip_gradient_ > 0 ? AdamUpdate<true>(r, weight.data(), m, v, grad.data(), n)
                      : AdamUpdate<false>(r, weight.data(), m, v, grad.data(), n);
+}
+
+void Adam::ApplyOnDevice(const Step& step, const kernels::DeviceTarget& target) {
+  kernels::LaunchAdam(RatesFor(step), clip_gradient_ > 0, target);
 }
 
 }  // namespace dtrain

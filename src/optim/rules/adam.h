@@ -36,6 +36,8 @@ class Adam final : public ElementwiseOptimizer {
  private:
   void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
              StateBuffers state) override;
+  void ApplyOnDevice(const Step& step, const kernels::DeviceTarget& target) override;
+  kernels::AdamRates RatesFor(const Step& step) const;
 
   // In float32 for the kernel, and as given (double) for the bias correction, as MXNet's Python
   // computes it from its own float.

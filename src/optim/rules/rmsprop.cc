@@ -3,48 +3,26 @@
 #include <cmath>
 #include <utility>
 
+#include "optim/kernels/device_launch.h"
+
 namespace dtrain {
 namespace {
 
-struct RMSPropRates {
-  float lr, gamma1, gamma2, one_minus_gamma1, epsilon, wd, rescale, clip, clip_weights;
-};
+using kernels::RMSPropRates;
 
-// The gradient both kernels start from: rescaled, weight decay added, then clipped.
-template <bool kClip>
-inline float RescaledGradient(float g, float w, const RMSPropRates& r) {
-  const float gr = r.rescale * g + r.wd * w;
-  if constexpr (kClip) return ClipTo(gr, r.clip);
-  return gr;
-}
-
-// MXNet's RMSPropUpdateKernel; the operations and their order are its own.
 template <bool kClip, bool kClipWeights>
 void PlainUpdate(const RMSPropRates& r, float* __restrict w, float* __restrict n_avg,
                  const float* __restrict g, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const float gr = RescaledGradient<kClip>(g[i], w[i], r);
-    n_avg[i] = r.one_minus_gamma1 * (gr * gr) + r.gamma1 * n_avg[i];
-    float weight = w[i] - r.lr * (gr / std::sqrt(n_avg[i] + r.epsilon));
-    if constexpr (kClipWeights) weight = ClipTo(weight, r.clip_weights);
-    w[i] = weight;
-  }
+  for (size_t i = 0; i < n; ++i)
+    kernels::RMSPropPlain<kClip, kClipWeights>(r, w[i], n_avg[i], g[i]);
 }
 
-// MXNet's RMSPropAlexUpdateKernel; the operations and their order are its own.
 template <bool kClip, bool kClipWeights>
 void CenteredUpdate(const RMSPropRates& r, float* __restrict w, float* __restrict n_avg,
                     float* __restrict g_avg, float* __restrict delta, const float* __restrict g,
                     size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    const float gr = RescaledGradient<kClip>(g[i], w[i], r);
-    n_avg[i] = r.one_minus_gamma1 * gr * gr + r.gamma1 * n_avg[i];
-    g_avg[i] = r.one_minus_gamma1 * gr + r.gamma1 * g_avg[i];
-    delta[i] =
-        r.gamma2 * delta[i] - (r.lr * gr / std::sqrt(n_avg[i] - g_avg[i] * g_avg[i] + r.epsilon));
-    float weight = w[i] + delta[i];
-    if constexpr (kClipWeights) weight = ClipTo(weight, r.clip_weights);
-    w[i] = weight;
+    kernels::RMSPropCentered<kClip, kClipWeights>(r, w[i], n_avg[i], g_avg[i], delta[i], g[i]);
   }
 }
 
@@ -78,17 +56,21 @@ RMSProp::RMSProp(OptimizerSpec spec)
   set_state_buffers(centered_ ? 3 : 1);
 }
 
+kernels::RMSPropRates RMSProp::RatesFor(const Step& step) const {
+  return {static_cast<float>(step.learning_rate),
+          gamma1_,
+          gamma2_,
+          1.f - gamma1_,
+          epsilon_,
+          wd_,
+          rescale_grad_,
+          clip_gradient_,
+          clip_weights_};
+}
+
 void RMSProp::Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
                     StateBuffers state) {
-  const RMSPropRates r{static_cast<float>(step.learning_rate),
-                       gamma1_,
-                       gamma2_,
-                       1.f - gamma1_,
-                       epsilon_,
-                       wd_,
-                       rescale_grad_,
-                       clip_gradient_,
-                       clip_weights_};
+  const RMSPropRates r = RatesFor(step);
   const bool clip = clip_gradient_ > 0;
   const bool clip_weights = clip_weights_ > 0;
   if (clip) {
@@ -98,6 +80,10 @@ void RMSProp::Apply(const Step& step, std::span<float> weight, std::span<const f
     clip_weights ? Run<false, true>(centered_, r, weight, grad, state)
                  : Run<false, false>(centered_, r, weight, grad, state);
   }
+}
+
+void RMSProp::ApplyOnDevice(const Step& step, const kernels::DeviceTarget& target) {
+  kernels::LaunchRMSProp(RatesFor(step), centered_, clip_gradient_ > 0, clip_weights_ > 0, target);
 }
 
 }  // namespace dtrain

@@ -39,6 +39,8 @@ class RMSProp final : public ElementwiseOptimizer {
  private:
   void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
              StateBuffers state) override;
+  void ApplyOnDevice(const Step& step, const kernels::DeviceTarget& target) override;
+  kernels::RMSPropRates RatesFor(const Step& step) const;
 
   float gamma1_ = 0.9f;
   float gamma2_ = 0.9f;

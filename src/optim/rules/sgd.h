@@ -43,6 +43,8 @@ class SGD final : public ElementwiseOptimizer {
  private:
   void Apply(const Step& step, std::span<float> weight, std::span<const float> grad,
              StateBuffers state) override;
+  void ApplyOnDevice(const Step& step, const kernels::DeviceTarget& target) override;
+  kernels::SgdRates RatesFor(const Step& step) const;
 
   float momentum_ = 0;
   float wd_ = 0;

@@ -2,7 +2,8 @@
 batch, must end with the parameters one process reaches on the whole batch (plain PyTorch SGD
 with the same momentum and weight decay), to a relative difference of 1e-5.
 
-    train_check.py trainer --kvstore dist_sync [--update-on-worker] [--no-fuse] [--devices 2]
+    train_check.py trainer --kvstore dist_sync [--update-on-worker | --default-update] [--no-fuse]
+                           [--devices 2]
                            [--params] [--cuda]        # under dtrain launch -n N -s S
     train_check.py hvd [--backward-passes 2] [--fp16]  # under dtrain launch -s 0 or mpirun
 
@@ -71,7 +72,9 @@ def run_trainer(args):
     params = model.parameters() if args.params else replicas
     trainer = dtrain.torch.Trainer(
         params, "sgd", {"learning_rate": LR, "momentum": MOMENTUM, "wd": WD}, kvstore=kv,
-        update_on_kvstore=not args.update_on_worker, fuse_below_kb=0 if args.no_fuse else 64)
+        update_on_kvstore=None if args.default_update else not args.update_on_worker,
+        fuse_below_kb=0 if args.no_fuse else 64)
+    print("train_check update_on_kvstore %s" % trainer.update_on_kvstore, flush=True)
     local = GLOBAL_BATCH // n
     for x, y in batches():
         xs, ys = x[r * local:(r + 1) * local], y[r * local:(r + 1) * local]
@@ -119,6 +122,8 @@ def main():
     ap.add_argument("--kvstore", default="dist_sync")
     ap.add_argument("--update-on-worker", action="store_true")
     ap.add_argument("--no-fuse", action="store_true")
+    ap.add_argument("--default-update", action="store_true",
+                    help="leave update_on_kvstore to the Trainer's default")
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--params", action="store_true", help="give the Trainer parameters, not modules")
     ap.add_argument("--backward-passes", type=int, default=1)
