@@ -3,19 +3,20 @@
 
     python3 bench/gpu_train_bench.py --build build-gpu
 
-Four jobs, each ResNet-18 (dtrain's, src/train/models/resnet.cc; bench/gpu_train.py has the same
+Five jobs, each ResNet-18 (dtrain's, src/train/models/resnet.cc; bench/gpu_train.py has the same
 network in PyTorch) on CIFAR-shaped synthetic images, batch 128 per worker, SGD (lr 0.05, momentum
 0.9), every process on GPU 0:
   plain       one PyTorch process, no communication (bench/gpu_train.py plain)
   dtrain 1x1  dtrain-train --gpus 0, 1 worker and 1 server (dist_sync: gradients to the server,
               weights back, every step)
+  dtrain 1x1 worker update
+              the same with --update-on-kvstore 0: the server sums, the worker's GPU updates
   ddp 2       2 PyTorch processes, DistributedDataParallel over gloo with CUDA tensors
   dtrain 2x2  dtrain-train --gpus 0, 2 workers and 2 servers
 --jobs picks some of them, or adds ones that split dtrain's cost: dtrain_local (one process,
 --kvstore local: the staging and the optimizer on the GPU, no network or server),
 dtrain_local_host_update (the same with the optimizer in the store, on the host),
-dtrain_1x1_worker_update (dtrain 1x1 with --update-on-kvstore 0: the server only sums, the worker
-updates on its GPU), dtrain_1x1_no_overlap (gradients leave at step(), not during backward),
+dtrain_1x1_no_overlap (gradients leave at step(), not during backward),
 dtrain_1x2 (1 worker, 2 servers), dtrain_1x1_traced (dtrain_1x1 writing a timeline,
 DTRAIN_TIMELINE, into --timeline-dir).
 samples/s: per process the median of its timing windows after the first, summed over processes.
@@ -74,7 +75,7 @@ def main():
     p.add_argument("--log-interval", type=int, default=20)
     p.add_argument("--timeout", type=float, default=120, help="seconds per job")
     p.add_argument("--timeline-dir", default=".", help="where dtrain_1x1_traced writes its trace")
-    p.add_argument("--jobs", default="plain,dtrain_1x1,ddp_2,dtrain_2x2",
+    p.add_argument("--jobs", default="plain,dtrain_1x1,dtrain_1x1_worker_update,ddp_2,dtrain_2x2",
                    help="comma-separated, run in this order")
     args = p.parse_args()
     launcher = os.path.join(args.build, "src/tools/dtrain")

@@ -231,10 +231,8 @@ float* ElementwiseOptimizer::DeviceBuffers(IndexState& state, int device, void* 
   if (state.on_device.defined() && state.on_device.device() != device) HostBuffers(state);
   if (!state.on_device.defined()) {
     const auto count = static_cast<int64_t>(state_buffers_ * state.length);
-    // A first update's state is zeros: nothing to copy.
-    const bool zeros = state.update_count == 0 || state.buffers.empty();
     state.on_device = cuda::NewOnDevice(device, Shape{count}, DType::kFloat32,
-                                        zeros ? nullptr : state.buffers.data());
+                                        state.buffers.empty() ? nullptr : state.buffers.data());
     std::vector<float>().swap(state.buffers);
   }
   const Array& a = state.on_device;
