@@ -235,8 +235,12 @@ float* ElementwiseOptimizer::DeviceBuffers(IndexState& state, int device, void* 
                                         state.buffers.empty() ? nullptr : state.buffers.data());
     std::vector<float>().swap(state.buffers);
   }
-  const Array& a = state.on_device;
-  state.on_device = Array::WrapDevice(a.data(), a.shape(), a.dtype(), device, stream, a.owner());
+  const Array last = state.on_device;
+  state.on_device =
+      Array::WrapDevice(last.data(), last.shape(), last.dtype(), device, stream, last.owner());
+  // An update on another stream than the last one (a user's torch.cuda.stream, another thread's
+  // current stream) must not start before the last one has finished with these buffers.
+  if (last.stream() != stream) cuda::OrderAfter(last, state.on_device);
   return static_cast<float*>(state.on_device.data());
 }
 

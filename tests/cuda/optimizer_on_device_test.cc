@@ -54,6 +54,9 @@ class DeviceFloats {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(memory_.get(), values.data(), n_ * sizeof(float), cudaMemcpyHostToDevice),
               cudaSuccess);
+    // From pageable memory the copy may return before it has landed, and the updates run on a
+    // non-blocking stream that does not wait for it.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   std::vector<float> Get() const {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -143,6 +146,34 @@ TEST_F(OptimizerOnDeviceTest, EveryRuleMatchesTheHostBitForBit) {
     // The state is saved from the device as the host's is saved from its buffers.
     EXPECT_EQ(on_device->SaveState(), on_host->SaveState());
   }
+}
+
+TEST_F(OptimizerOnDeviceTest, BigIndexesTakeSeveralRoundsOfTheGridAndAnotherStream) {
+  // More elements than the kernel's 4096 blocks of 256 threads cover at once; every other update
+  // on a second stream, so that the state's buffers change streams (ordered by an event).
+  constexpr size_t kBig = (size_t{1} << 20) * 2 + 4099;
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  const OptimizerSpec spec{"adam", {{"learning_rate", 0.01}, {"wd", 1e-3}}};
+  std::mt19937 rng(5);
+  std::vector<float> host_weight = Random(rng, kBig, 1.f);
+  DeviceFloats weight(host_weight, stream_);
+  DeviceFloats grad(std::vector<float>(kBig), stream_);
+  DeviceFloats weight_other(host_weight, other);
+  auto on_host = CreateOptimizer(spec);
+  auto on_device = CreateOptimizer(spec);
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<float> g = Random(rng, kBig, 2.f);
+    grad.Set(g);
+    on_host->Update(0, host_weight, g);
+    const bool on_other = step % 2 == 1;
+    if (on_other) weight_other.Set(weight.Get());
+    on_device->UpdateOnDevice(0, on_other ? weight_other.array() : weight.array(), grad.array());
+    if (on_other) weight.Set(weight_other.Get());
+    ASSERT_TRUE(SameBits(weight.Get(), host_weight)) << "after update " << step + 1;
+  }
+  EXPECT_EQ(on_device->SaveState(), on_host->SaveState());
+  cudaStreamDestroy(other);
 }
 
 TEST_F(OptimizerOnDeviceTest, StateMovesBetweenHostAndDeviceUnchanged) {

@@ -83,6 +83,8 @@ class Trainer:
     update_on_kvstore: run the optimizer on the store's side (the servers' for dist stores;
         required by dist_async) or here (False). Default: on the store's side, except for a local
         store ('local', 'device') with CUDA parameters: there the optimizer runs here, on the GPU.
+        A saved optimizer state loads only under the same choice (pass it explicitly to load
+        one saved under the other).
     fuse_below_kb: parameters smaller than this travel together as one key (0: never).
     """
 
