@@ -46,6 +46,14 @@ def rolled_back_steps(all_events, pid, killed_at):
                and (e["epoch"], e["batch"]) >= (resumed["epoch"], resumed["batch"]))
 
 
+def offer(hosts, lines):
+    """Changes what the host discovery script (`cat hosts`) prints, atomically: a file rewritten
+    in place can be read empty in between, which drops every host."""
+    staged = hosts.with_name(hosts.name + ".new")
+    staged.write_text(lines)
+    os.replace(staged, hosts)
+
+
 def elastic_argv(script, *flags):
     return [DTRAIN, "launch", "-s", "0", "--host-discovery-script", script, *flags, "--",
             *program("elastic_worker.py", 0.03)]
@@ -83,7 +91,7 @@ def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spaw
     # They went back to their last commit (every 4 batches, and at each epoch's end): the first
     # step of 2 ranks follows a committed batch count.
     assert (after_kill[0]["batch"] - 1) % 4 == 0, after_kill[0]
-    hosts.write_text("localhost:4\n")  # one more slot: a new worker
+    offer(hosts, "localhost:4\n")  # one more slot: a new worker
     added_at = time.time()
     again = wait_for("3 ranks training again",
                      lambda: at_least(120, 3, added_at), launcher)
@@ -163,7 +171,7 @@ def test_a_host_the_script_drops_has_its_worker_leave_with_exit_code_0(spawn, tm
         return found if len(found) >= 20 else None
 
     wait_for("2 ranks training", lambda: steps(2), launcher)
-    hosts.write_text("localhost:1\n")
+    offer(hosts, "localhost:1\n")
     wait_for("1 rank training after the drop", lambda: steps(1), launcher)
     (tmp_path / "stop").write_text("")
     code = launcher.wait(120)
@@ -212,7 +220,7 @@ def test_the_cpp_trainer_survives_a_killed_worker_and_takes_in_a_new_one(spawn, 
         r"worker 0 of 2 \(elastic, pid \d+\).*from epoch (\d+), sample (\d+) of 24000, "
         r"step (\d+)", mark)[0])
     assert int(step) % 40 == 0 or sample == 0, (epoch, sample, step)
-    hosts.write_text("localhost:4\n")
+    offer(hosts, "localhost:4\n")
     wait_for("3 ranks again", lambda: said(r"membership 3: 3 rank\(s\)", mark), launcher)
     code = launcher.wait(180)
     out = launcher.output()
