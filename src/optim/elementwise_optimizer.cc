@@ -140,9 +140,9 @@ ElementwiseOptimizer::IndexState& ElementwiseOptimizer::StateOf(uint64_t index, 
     auto it = state_.find(index);
     if (it != state_.end()) {
       if (it->second.length != n) {
-        throw InvalidArgument("optimizer '" + spec_.name + "': index " + std::to_string(index) +
-                              " has state for " + std::to_string(it->second.length) +
-                              " elements but was given " + std::to_string(n));
+        throw InvalidArgument(IndexName(index) + " has state for " +
+                              std::to_string(it->second.length) + " elements but was given " +
+                              std::to_string(n));
       }
       return it->second;
     }
@@ -154,13 +154,20 @@ ElementwiseOptimizer::IndexState& ElementwiseOptimizer::StateOf(uint64_t index, 
   return state_.try_emplace(index, std::move(fresh)).first->second;
 }
 
+std::string ElementwiseOptimizer::IndexName(uint64_t index) const {
+  return "optimizer '" + spec_.name + "': index " + std::to_string(index);
+}
+
+void ElementwiseOptimizer::CheckLengths(uint64_t index, size_t weights, size_t grads) const {
+  if (weights != grads) {
+    throw InvalidArgument(IndexName(index) + " has " + std::to_string(weights) + " weights but " +
+                          std::to_string(grads) + " gradients");
+  }
+}
+
 void ElementwiseOptimizer::Update(uint64_t index, std::span<float> weight,
                                   std::span<const float> grad) {
-  if (weight.size() != grad.size()) {
-    throw InvalidArgument("optimizer '" + spec_.name + "': index " + std::to_string(index) +
-                          " has " + std::to_string(weight.size()) + " weights but " +
-                          std::to_string(grad.size()) + " gradients");
-  }
+  CheckLengths(index, weight.size(), grad.size());
   IndexState& state = StateOf(index, weight.size());
   // As MXNet's _update_count: the count goes up before the schedule (and Adam) read it.
   const uint64_t t = state.update_count + 1;
@@ -181,24 +188,21 @@ void ElementwiseOptimizer::Update(uint64_t index, std::span<float> weight,
 }
 
 void ElementwiseOptimizer::UpdateOnDevice(uint64_t index, const Array& weight, const Array& grad) {
-  const std::string what = "optimizer '" + spec_.name + "': index " + std::to_string(index);
   if (!weight.on_device() || !grad.on_device()) {
-    throw InvalidArgument(what + ": UpdateOnDevice takes values on a device (the " +
+    throw InvalidArgument(IndexName(index) + ": UpdateOnDevice takes values on a device (the " +
                           (weight.on_device() ? "gradient" : "weight") +
                           " is on the host); Update takes host values");
   }
   if (weight.device() != grad.device()) {
-    throw InvalidArgument(what + ": the weight is on device " + std::to_string(weight.device()) +
-                          " and the gradient on device " + std::to_string(grad.device()));
+    throw InvalidArgument(IndexName(index) + ": the weight is on device " +
+                          std::to_string(weight.device()) + " and the gradient on device " +
+                          std::to_string(grad.device()));
   }
   if (weight.dtype() != DType::kFloat32 || grad.dtype() != DType::kFloat32) {
-    throw InvalidArgument(what + ": the optimizer updates float32 values only");
-  }
-  if (weight.size() != grad.size()) {
-    throw InvalidArgument(what + " has " + std::to_string(weight.size()) + " weights but " +
-                          std::to_string(grad.size()) + " gradients");
+    throw InvalidArgument(IndexName(index) + ": the optimizer updates float32 values only");
   }
   const auto n = static_cast<size_t>(weight.size());
+  CheckLengths(index, n, static_cast<size_t>(grad.size()));
   IndexState& state = StateOf(index, n);
   const uint64_t t = state.update_count + 1;
   const Step step{t, LearningRateAt(t)};

@@ -102,6 +102,10 @@ class ElementwiseOptimizer : public Optimizer {
   // The state of `index`, created for `n` elements by the first call; throws for another length.
   IndexState& StateOf(uint64_t index, size_t n);
   [[noreturn]] void BadState(const std::string& why) const;
+  // "optimizer 'sgd': index 3", for errors about one index.
+  std::string IndexName(uint64_t index) const;
+  // Throws InvalidArgument, naming the index, for weights and gradients of different lengths.
+  void CheckLengths(uint64_t index, size_t weights, size_t grads) const;
   // `state`'s buffers on the host, copied back from a device if they were there.
   float* HostBuffers(IndexState& state);
   // `state`'s buffers on `device` (copied there if they were elsewhere), for an update queued on

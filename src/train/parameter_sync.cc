@@ -80,10 +80,6 @@ struct ParameterSync::Bucket {
   torch::Tensor weights;             // fused: flat weights on replica 0's device (pull target)
   // Optimizer here: the summed gradient, pulled to replica 0's device (the host or a GPU).
   Array summed;
-  // Optimizer here: the weights it updates, where replica 0's are: the parameter itself (or the
-  // fused flat weights), updated on the host or on the GPU (as MXNet's updater runs where the
-  // weights are), then copied to every other replica.
-  torch::Tensor master;
   int pending = 0;       // gradients still to arrive this step
   bool issued = false;   // this step's exchange has started
   bool finished = true;  // every replica holds the latest weights
@@ -166,9 +162,6 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
   Operation::Combine(pulls).Wait();
   for (auto& b : buckets_) {
     if (b->fused) Scatter(*b);
-    if (!options_.update_on_kvstore) {
-      b->master = b->fused ? b->weights : params_[b->params[0]]->weights[0];
-    }
   }
   if (options_.batch_size > 0) SetUpOptimizer(options_.batch_size);
 
@@ -238,13 +231,12 @@ void ParameterSync::PlanBuckets() {
       Gather(*b);
     }
     if (!options_.update_on_kvstore) {
-      const Shape shape =
-          b->fused ? Shape{b->numel} : Shape(first.sizes().begin(), first.sizes().end());
-      b->summed =
-          first.device().is_cuda()
-              ? ArrayOf(torch::empty(
-                    shape, torch::TensorOptions().dtype(torch::kFloat32).device(first.device())))
-              : Array(shape);
+      if (first.device().is_cuda()) {
+        b->summed = ArrayOf(b->fused ? Flat(b->numel, first.device()) : torch::empty_like(first));
+      } else {
+        b->summed = b->fused ? Array(Shape{b->numel})
+                             : Array(Shape(first.sizes().begin(), first.sizes().end()));
+      }
     }
   }
 }
@@ -289,7 +281,7 @@ void ParameterSync::ReplicateFromFirst() {
   for (auto& p : params_) {
     for (size_t r = 1; r < p->weights.size(); ++r) p->weights[r].copy_(p->weights[0]);
   }
-  // A fused bucket's flat weights follow replica 0 too (the optimizer's master is one of them).
+  // A fused bucket's flat weights follow replica 0 too.
   for (auto& b : buckets_) {
     if (b->fused) Gather(*b);
   }
@@ -380,22 +372,23 @@ void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool t
   }
   if (b.finished) return;
   torch::NoGradGuard no_grad;
+  Param& first = *params_[b.params[0]];
   if (local_optimizer_) {
-    if (b.master.is_cuda()) {
-      // Queued on torch's current stream, before the copies to other replicas and the next
-      // forward: nothing here waits for the GPU.
-      local_optimizer_->UpdateOnDevice(b.key, ArrayOf(b.master), b.summed);
+    // Replica 0's weights (a fused bucket's flat ones) are updated where they are, as MXNet's
+    // updater runs where the weights are, then copied to the other replicas below.
+    const torch::Tensor& weights = b.fused ? b.weights : first.weights[0];
+    if (weights.is_cuda()) {
+      // Queued on torch's current stream, before those copies and the next forward: nothing here
+      // waits for the GPU.
+      local_optimizer_->UpdateOnDevice(b.key, ArrayOf(weights), b.summed);
     } else {
-      local_optimizer_->Update(b.key, Floats(b.master), b.summed.floats());
+      local_optimizer_->Update(b.key, Floats(weights), b.summed.floats());
     }
   }
   if (b.fused) {
     Scatter(b);
   } else if (local_optimizer_) {
-    Param& p = *params_[b.params[0]];
-    for (auto& w : p.weights) {
-      if (!w.is_same(b.master)) w.copy_(b.master);
-    }
+    for (size_t r = 1; r < first.weights.size(); ++r) first.weights[r].copy_(first.weights[0]);
   }
   b.finished = true;
 }
