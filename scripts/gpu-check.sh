@@ -96,6 +96,10 @@ bench_out=$out/gpu_pushpull.jsonl
 [ "$bench" = 0 ] || step gpu_pushpull_bench timeout 60 bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
   '$python' bench/gpu_pushpull.py | grep -o '{.*' >'$bench_out'"
 cat "$bench_out" >>"$results" 2>/dev/null
+# The same key with 2-bit compression: the CUDA tensor's compressed on the GPU.
+[ "$bench" = 0 ] || step gpu_pushpull_2bit_bench timeout 60 bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
+  '$python' bench/gpu_pushpull.py --compression 2bit | grep -o '{.*' >'$bench_out.2bit'"
+cat "$bench_out.2bit" >>"$results" 2>/dev/null
 train_out=$out/gpu_train.jsonl
 [ "$bench" = 0 ] || step gpu_train_bench timeout 180 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 \
   ${GPU_TRAIN_JOBS:+--jobs $GPU_TRAIN_JOBS} >'$train_out'"

@@ -11,17 +11,19 @@
 #endif
 
 #include "common/elementwise.h"
+#include "compression/kernels/formulas.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain {
 namespace {
 
-constexpr int64_t kTwoBitPerWord = 16;
-constexpr int64_t kOneBitPerWord = 32;
+using codec::kOneBitPerWord;
+using codec::kTwoBitPerWord;
 
 int64_t Words(int64_t n, int64_t per_word) { return (n + per_word - 1) / per_word; }
 
-// --- scalar paths: the definition of every format; the AVX2 paths below match them bit for bit.
+// --- scalar paths: every format's words built from kernels/formulas.h, which defines the codes;
+// the AVX2 paths below match them bit for bit (and the GPU's, kernels/device_codec.cu).
 
 void TwoBitCompressScalar(const float* g, float* r, int64_t begin, int64_t end, float t,
                           uint32_t* out) {
@@ -29,15 +31,7 @@ void TwoBitCompressScalar(const float* g, float* r, int64_t begin, int64_t end, 
     uint32_t word = 0;
     const int64_t first = w * kTwoBitPerWord;
     for (int64_t i = first; i < std::min(end, first + kTwoBitPerWord); ++i) {
-      float v = r[i] + g[i];
-      if (v >= t) {
-        v -= t;
-        word |= 1u << (2 * (i - first));
-      } else if (v <= -t) {
-        v += t;
-        word |= 2u << (2 * (i - first));
-      }
-      r[i] = v;
+      word |= codec::TwoBitCode(g[i], r[i], t) << (2 * (i - first));
     }
     out[w] = word;
   }
@@ -58,14 +52,7 @@ void OneBitCompressScalar(const float* g, float* r, int64_t begin, int64_t end, 
     uint32_t word = 0;
     const int64_t first = w * kOneBitPerWord;
     for (int64_t i = first; i < std::min(end, first + kOneBitPerWord); ++i) {
-      float v = r[i] + g[i];
-      if (v > t) {
-        v -= 1.0f;
-        word |= 1u << (i - first);
-      } else {
-        v += 1.0f;
-      }
-      r[i] = v;
+      word |= codec::OneBitCode(g[i], r[i], t) << (i - first);
     }
     out[w] = word;
   }

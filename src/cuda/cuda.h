@@ -16,6 +16,7 @@
 // tensors).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,20 @@ Staged StartToHost(const std::vector<Array>& arrays);
 // The same for several device values of one layout (MXNet's *_device stores): summed on the first
 // one's device (peer copies for values on other devices), and only the sum copied (one host array).
 Staged StartSumToHost(const std::vector<Array>& arrays);
+// What a device value becomes before it crosses to the host (gradient compression, say): an array
+// of `shape` and `dtype` that `encode(value, out, stream)` writes. It queues its kernels on
+// `stream` (a cudaStream_t of the value's device, current when it is called), reading `value` and
+// writing `out`, both in that device's memory, and does not wait for them.
+struct DeviceEncoder {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  std::function<void(const void* value, void* out, void* stream)> encode;
+};
+// StartSumToHost with the sum encoded on its device: only the encoded array crosses, into one
+// pinned host array. A single value is encoded as it is (a snapshot of it, as above). Work on one
+// device's values runs in the order of the calls (one stream per device), so an encoder may keep
+// state on the device from one call to the next.
+Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder);
 // Starts copying `host` into each device array of `devices`, after the work queued on its stream
 // (host ones get a plain copy at once). `host` must stay as it is until the fence has passed.
 Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices);
@@ -78,6 +93,10 @@ void CopyFromHost(const Array& host, const std::vector<Array>& devices);
 // pool), for values that live long, as an optimizer's state does; the returned Array names the
 // default stream as its producer.
 Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* values);
+// A new array of zeros in the memory of `device`, for state that a DeviceEncoder keeps from one
+// call to the next (a residual): its zeroing is queued on dtrain's stream there and not waited
+// for, so only work queued on that stream afterwards (encoders run there) may use it.
+Array ZerosForEncoders(int device, const Shape& shape, DType dtype);
 // Makes the work queued later on `consumer`'s stream wait for the work queued so far on
 // `producer`'s (an event; no host wait). Nothing to do when they share a stream.
 void OrderAfter(const Array& producer, const Array& consumer);

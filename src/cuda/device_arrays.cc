@@ -231,13 +231,15 @@ Staged StartToHost(const std::vector<Array>& arrays) {
   return staged;
 }
 
-Staged StartSumToHost(const std::vector<Array>& arrays) {
+namespace {
+
+// The sum of `arrays` (device values of one layout) in a buffer of dtrain's on the first one's
+// device, queued on `stream` (dtrain's stream there). Buffers the fence must keep go to `state`.
+std::shared_ptr<void> SumOnDevice(const std::vector<Array>& arrays, cudaStream_t stream,
+                                  Fence::State& state) {
   if (arrays.empty()) throw InvalidArgument("a sum of no values");
   const Array& first = arrays[0];
-  RequireDevice(first, "a sum on the device");
   const int device = first.device();
-  cudaStream_t stream = CopyStream(device);
-  auto state = std::make_shared<Fence::State>();
   std::shared_ptr<void> sum = Snapshot(first, stream);
   for (size_t i = 1; i < arrays.size(); ++i) {
     const Array& a = arrays[i];
@@ -248,7 +250,7 @@ Staged StartSumToHost(const std::vector<Array>& arrays) {
     std::shared_ptr<void> from = value;  // buffers on `stream`'s device are freed in its order
     if (a.device() != device) {
       // Freed on its own device's stream, which does not wait for this one: kept until the fence.
-      state->buffers.push_back(value);
+      state.buffers.push_back(value);
       from = DeviceBuffer(device, a.nbytes(), stream);
       Check(cudaMemcpyPeerAsync(from.get(), device, value.get(), a.device(), a.nbytes(), stream),
             "peer copy between devices");
@@ -256,11 +258,41 @@ Staged StartSumToHost(const std::vector<Array>& arrays) {
     Check(LaunchAddInto(sum.get(), from.get(), first.size(), first.dtype(), stream),
           "sum on the device");
   }
-  Array host = PinnedLike(first);
+  return sum;
+}
+
+// The first array's device and dtrain's stream there.
+std::pair<int, cudaStream_t> SumTarget(const std::vector<Array>& arrays) {
+  if (arrays.empty()) throw InvalidArgument("a sum of no values");
+  RequireDevice(arrays[0], "a sum on the device");
+  return {arrays[0].device(), CopyStream(arrays[0].device())};
+}
+
+}  // namespace
+
+Staged StartSumToHost(const std::vector<Array>& arrays) {
+  const auto [device, stream] = SumTarget(arrays);
+  auto state = std::make_shared<Fence::State>();
+  std::shared_ptr<void> sum = SumOnDevice(arrays, stream, *state);
+  Array host = PinnedLike(arrays[0]);
   DeviceGuard guard(device);
-  Check(cudaMemcpyAsync(host.data(), sum.get(), first.nbytes(), cudaMemcpyDeviceToHost, stream),
+  Check(cudaMemcpyAsync(host.data(), sum.get(), host.nbytes(), cudaMemcpyDeviceToHost, stream),
         "copy to the host");
   return {{host}, FenceAfter({{device, stream}}, std::move(state), "copy of a sum to the host")};
+}
+
+Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder) {
+  const auto [device, stream] = SumTarget(arrays);
+  auto state = std::make_shared<Fence::State>();
+  std::shared_ptr<void> sum = SumOnDevice(arrays, stream, *state);
+  Array host = PinnedLike(Array::Wrap(nullptr, encoder.shape, encoder.dtype, nullptr));
+  DeviceGuard guard(device);
+  std::shared_ptr<void> encoded = DeviceBuffer(device, host.nbytes(), stream);
+  encoder.encode(sum.get(), encoded.get(), stream);
+  Check(cudaMemcpyAsync(host.data(), encoded.get(), host.nbytes(), cudaMemcpyDeviceToHost, stream),
+        "copy to the host");
+  return {{host},
+          FenceAfter({{device, stream}}, std::move(state), "copy of an encoded sum to the host")};
 }
 
 std::vector<Array> ToHost(const std::vector<Array>& arrays) {
@@ -315,6 +347,15 @@ Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* value
   }
   WaitFor(stream, "filling new device memory");
   return Array::WrapDevice(p, shape, dtype, device, nullptr, std::move(memory));
+}
+
+Array ZerosForEncoders(int device, const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  cudaStream_t stream = CopyStream(device);
+  auto memory = DeviceBuffer(device, bytes, stream);
+  DeviceGuard guard(device);
+  Check(cudaMemsetAsync(memory.get(), 0, bytes, stream), "zeroing device memory");
+  return Array::WrapDevice(memory.get(), shape, dtype, device, stream, memory);
 }
 
 void OrderAfter(const Array& producer, const Array& consumer) {

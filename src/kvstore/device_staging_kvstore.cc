@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "common/config/config.h"
+#include "compression/codec.h"
+#include "compression/kernels/device_codec.h"
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
@@ -29,6 +31,7 @@ void Forward(const Operation& op, const std::shared_ptr<OperationState>& state) 
 
 DeviceStagingKVStore::DeviceStagingKVStore(std::unique_ptr<KVStore> inner)
     : inner_(std::move(inner)),
+      packed_(dynamic_cast<PackedPushes*>(inner_.get())),
       aggregate_on_device_(AggregatesOnDevice(inner_->type())),
       timeout_(Config::FromEnvironment().request_timeout) {}
 
@@ -52,7 +55,8 @@ cuda::Staged DeviceStagingKVStore::StartStaging(const std::vector<Array>& values
   const bool same_layout = std::all_of(values.begin(), values.end(), [&](const Array& a) {
     return a.size() == values[0].size() && a.dtype() == values[0].dtype();
   });
-  // With compression the store compresses each device's value before summing: keep them apart.
+  // With compression a local or device store compresses each device's value before summing: keep
+  // them apart. (A dist store's compressed pushes of device values took StartCompressing.)
   if (aggregate_on_device_ && values.size() > 1 && all_on_device && same_layout &&
       !inner_->gradient_compression().enabled()) {
     return cuda::StartSumToHost(values);
@@ -60,6 +64,55 @@ cuda::Staged DeviceStagingKVStore::StartStaging(const std::vector<Array>& values
   // Mismatched layouts of keys this store saw initialised were refused at the call (CheckLayout);
   // others reach the wrapped store as they are, which rejects them by key.
   return cuda::StartToHost(values);
+}
+
+std::optional<CompressionSpec> DeviceStagingKVStore::CompressesOnDevice(
+    const std::vector<Array>& values) const {
+  if (packed_ == nullptr || values.empty()) return std::nullopt;
+  const Array& first = values[0];
+  const bool suitable = std::all_of(values.begin(), values.end(), [&](const Array& a) {
+    return a.on_device() && a.dtype() == DType::kFloat32 && a.size() == first.size();
+  });
+  const CompressionSpec spec = inner_->gradient_compression();
+  if (!suitable || !spec.AppliesTo(first.size())) return std::nullopt;
+  return spec;
+}
+
+Array DeviceStagingKVStore::ResidualOn(Key key, const Array& like) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = residuals_.find(key);
+    if (it != residuals_.end()) {
+      if (it->second.device() != like.device()) {
+        throw InvalidArgument("push of key " + KeyLabel(key) + ": its values are on GPU " +
+                              std::to_string(like.device()) + ", its compressed pushes so far " +
+                              "were summed on GPU " + std::to_string(it->second.device()) +
+                              ", where its residual (gradient compression's error feedback) "
+                              "lives: keep a key's first value on one GPU");
+      }
+      return it->second;
+    }
+  }
+  // Zeroed on the stream the compression runs on, without waiting (this is autograd's thread).
+  Array zeros = cuda::ZerosForEncoders(like.device(), like.shape(), DType::kFloat32);
+  std::lock_guard<std::mutex> lock(mutex_);
+  return residuals_.emplace(key, std::move(zeros)).first->second;
+}
+
+cuda::Staged DeviceStagingKVStore::StartCompressing(Key key, const std::vector<Array>& values,
+                                                    const CompressionSpec& spec) {
+  const int64_t n = values[0].size();
+  const int device = values[0].device();
+  Array residual = spec.type == Compression::kFp16 ? Array() : ResidualOn(key, values[0]);
+  cuda::DeviceEncoder encoder;
+  // Carried as 16-bit units (every compressed size is even): only its bytes are read.
+  encoder.shape = {static_cast<int64_t>(CompressedBytes(spec.type, n) / 2)};
+  encoder.dtype = DType::kFloat16;
+  encoder.encode = [spec, residual, n, device](const void* sum, void* out, void* stream) {
+    auto* r = residual.defined() ? static_cast<float*>(residual.data()) : nullptr;
+    CompressOnDevice(spec, static_cast<const float*>(sum), r, n, out, device, stream);
+  };
+  return cuda::StartSumToHost(values, encoder);
 }
 
 bool DeviceStagingKVStore::MustQueue(const std::vector<Array>& values) {
@@ -203,6 +256,12 @@ Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int pri
     Flush();
     return inner_->Push(key, cuda::ToHost(values), priority);
   }
+  if (auto spec = CompressesOnDevice(values)) {
+    return Later(key, "push", StartCompressing(key, values, *spec),
+                 [this, key, spec = *spec, priority](std::vector<Array> packed) {
+                   return packed_->PushPacked(key, spec, packed[0], {}, priority);
+                 });
+  }
   return Later(key, "push", StartStaging(values), [this, key, priority](std::vector<Array> hosts) {
     return inner_->Push(key, std::move(hosts), priority);
   });
@@ -224,18 +283,26 @@ Operation DeviceStagingKVStore::Pull(Key key, std::vector<Array> outs, int prior
 
 Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
                                          std::vector<Array> outs, int priority) {
-  auto pushpull = [this, key, outs, priority](std::vector<Array> staged) {
-    return IntoOutputs(key, outs, [&](std::vector<Array> hosts) {
-      return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
-    });
+  // `spec`: the staged value is the key's sum compressed on the GPU (StartCompressing).
+  auto pushpull = [this, key, outs, priority](std::optional<CompressionSpec> spec) {
+    return [this, key, outs, priority, spec](std::vector<Array> staged) {
+      return IntoOutputs(key, outs, [&](std::vector<Array> hosts) {
+        if (spec) return packed_->PushPacked(key, *spec, staged[0], std::move(hosts), priority);
+        return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
+      });
+    };
   };
-  if (!MustQueue(values)) return pushpull(std::move(values));
+  if (!MustQueue(values)) return pushpull(std::nullopt)(std::move(values));
   if (!CheckLayout("PushPull", key, values, "value") ||
       (!outs.empty() && !CheckLayout("PushPull", key, outs, "out"))) {
     Flush();
-    return pushpull(cuda::ToHost(values));
+    return pushpull(std::nullopt)(cuda::ToHost(values));
   }
-  return Later(key, "pushpull", StartStaging(values), std::move(pushpull));
+  // (An empty `outs` goes the plain way, whose wrapped store names the mistake.)
+  if (auto spec = outs.empty() ? std::nullopt : CompressesOnDevice(values)) {
+    return Later(key, "pushpull", StartCompressing(key, values, *spec), pushpull(spec));
+  }
+  return Later(key, "pushpull", StartStaging(values), pushpull(std::nullopt));
 }
 
 void DeviceStagingKVStore::WaitAll() {

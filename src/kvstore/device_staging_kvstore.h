@@ -9,6 +9,12 @@
 //     every device's value through the CPU) each value is staged and the wrapped store sums them.
 //     The wrapped store then does exactly what it does for host values, so results equal the
 //     host path's (float sums on the GPU are plain rounded adds, in the same order).
+//   - push with gradient compression, to a store that sends compressed values (PackedPushes: the
+//     dist stores): the values are summed on the first one's GPU and compressed there
+//     (compression/kernels/device_codec.h), and only the compressed bytes cross to the host and
+//     on to the network. The key's residual stays on that GPU (a later push of the key whose
+//     first value is on another GPU is refused, naming both). The bits equal those the wrapped
+//     store would have sent from the same values on the host.
 //   - pull: into one pinned host array, copied to every device output once the wrapped pull is
 //     done, before the returned Operation is done.
 // Copies are ordered after the work queued on each array's stream (cuda.h).
@@ -25,12 +31,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/serial_queue.h"
 #include "cuda/cuda.h"
 #include "dtrain/kvstore/kvstore.h"
+#include "kvstore/packed_pushes.h"
 
 namespace dtrain {
 
@@ -90,6 +98,17 @@ class DeviceStagingKVStore final : public KVStore {
   // Starts copying `values` to the host (host ones pass as they are), summed on a GPU first where
   // the store aggregates on devices (above).
   cuda::Staged StartStaging(const std::vector<Array>& values) const;
+  // The compression the wrapped store would give a push of `values`, where it can be applied on
+  // their GPU instead: the store takes packed pushes and `values` are float32 device values of
+  // one layout, which that compression applies to. Otherwise none.
+  std::optional<CompressionSpec> CompressesOnDevice(const std::vector<Array>& values) const;
+  // Starts summing `values` on the first one's GPU, compressing the sum there with `spec` and
+  // copying the compressed bytes to the host (one host array).
+  cuda::Staged StartCompressing(Key key, const std::vector<Array>& values,
+                                const CompressionSpec& spec);
+  // `key`'s residual for compression on `like`'s device (zeros at first). Throws InvalidArgument
+  // if the key's pushes were compressed on another device before.
+  Array ResidualOn(Key key, const Array& like);
   // Whether a call must go through the staging thread: it has device values, or calls before it
   // are still queued there.
   bool MustQueue(const std::vector<Array>& values);
@@ -112,12 +131,15 @@ class DeviceStagingKVStore final : public KVStore {
   void Track(const Operation& op);  // for WaitAll
 
   const std::unique_ptr<KVStore> inner_;
+  PackedPushes* const packed_;      // inner_, where it takes compressed pushes; else null
   const bool aggregate_on_device_;  // "device" and "dist_*_device"
   const Duration timeout_;          // DTRAIN_REQUEST_TIMEOUT_MS
   std::mutex mutex_;
   std::vector<Operation> in_flight_;  // operations of staged calls, possibly not done
   // Each initialised key's layout: an Array header without data (CheckArrays reads its shape).
   std::map<Key, Array> layouts_;
+  // Error feedback of the keys compressed on a GPU, in that GPU's memory (device_codec.h).
+  std::map<Key, Array> residuals_;
   // Made on the first device call, so a store that never sees one runs no extra thread.
   std::unique_ptr<SerialQueue> staging_;
   std::unique_ptr<SerialQueue> copying_back_;

@@ -501,19 +501,48 @@ std::shared_ptr<OperationState> DistKVStore::Track(std::string what, int parts) 
   return state;
 }
 
+void DistKVStore::CheckPacked(Key key, const KeyInfo& info, const char* op,
+                              const CompressionSpec& packed_with, const CompressionSpec& store,
+                              const Array& packed) const {
+  const std::string prefix = std::string(op) + " of key " + KeyLabel(key) + " compressed with " +
+                             packed_with.ToString() + ": ";
+  if (packed_with.type != store.type || packed_with.threshold != store.threshold) {
+    throw InvalidArgument(prefix + "the store compresses with " + store.ToString());
+  }
+  const int64_t n = NumElements(info.shape);
+  if (info.dtype != DType::kFloat32) {
+    throw InvalidArgument(prefix + "gradient compression works on float32 values, the key holds " +
+                          std::string(DTypeName(info.dtype)));
+  }
+  if (!store.AppliesTo(n)) {
+    throw InvalidArgument(prefix + "the store sends this key (" + std::to_string(n) +
+                          " elements) uncompressed");
+  }
+  const size_t expected = CompressedBytes(store.type, n);
+  if (packed.defined() && packed.on_device()) {
+    throw InvalidArgument(prefix + "the packed bytes must be in host memory");
+  }
+  if (!packed.defined() || packed.nbytes() != expected) {
+    throw InvalidArgument(prefix + "its " + std::to_string(n) + " values take " +
+                          std::to_string(expected) + " bytes, the packed array holds " +
+                          std::to_string(packed.defined() ? packed.nbytes() : 0));
+  }
+}
+
 Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>& values,
-                             const std::vector<Array>& outs, int priority) {
+                             const std::vector<Array>& outs, int priority, const Packed* packed) {
   const char* op = command == Command::kPush   ? "push"
                    : command == Command::kPull ? "pull"
                                                : "pushpull";
   const KeyInfo& info = Lookup(key, op);
-  if (command != Command::kPull) Check(key, info, values, op, "value");
+  if (command != Command::kPull && packed == nullptr) Check(key, info, values, op, "value");
   if (command != Command::kPush) Check(key, info, outs, op, "output");
   node_.ThrowIfFailed();
 
   CompressionSpec compression;
   if (command != Command::kPull) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (packed != nullptr) CheckPacked(key, info, op, packed->spec, compression_, packed->bytes);
     pushed_ = true;
     compression = compression_;
   }
@@ -523,11 +552,18 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
                           ": gradient compression works on float32 values, the key holds " +
                           std::string(DTypeName(info.dtype)));
   }
-  Body source = command == Command::kPull ? Body{} : Summed(info, values);
-  if (compression.enabled()) {
-    source = Compressed(info, source, compression);
-  } else if (log_pushes_ && command != Command::kPull && values.size() == 1) {
-    source = LogCopy(info, source);  // kept in the push log after the caller's array changes
+  Body source;
+  if (packed != nullptr) {
+    // The caller's (often a pinned staging buffer, soon reused): the push log keeps its own copy.
+    source = WholeArray(packed->bytes);
+    if (log_pushes_) source = LogCopy(info, source);
+  } else if (command != Command::kPull) {
+    source = Summed(info, values);
+    if (compression.enabled()) {
+      source = Compressed(info, source, compression);
+    } else if (log_pushes_ && values.size() == 1) {
+      source = LogCopy(info, source);  // kept in the push log after the caller's array changes
+    }
   }
   const Body destination = command == Command::kPush ? Body{} : WholeArray(outs[0]);
   auto state = Track(std::string(op) + " of key " + KeyLabel(key) + info.servers,
@@ -575,6 +611,12 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
                     /*log_push=*/log_pushes_ && command != Command::kPull);
   }
   return Operation(state);
+}
+
+Operation DistKVStore::PushPacked(Key key, const CompressionSpec& spec, Array packed,
+                                  std::vector<Array> outs, int priority) {
+  const Packed given{spec, std::move(packed)};
+  return Issue(key, outs.empty() ? Command::kPush : Command::kPushPull, {}, outs, priority, &given);
 }
 
 Operation DistKVStore::Push(Key key, std::vector<Array> values, int priority) {

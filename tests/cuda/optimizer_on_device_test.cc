@@ -14,6 +14,7 @@
 #include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 #include "dtrain/optim/optimizer.h"
+#include "on_gpu_test.h"
 
 namespace dtrain {
 namespace {
@@ -108,19 +109,7 @@ std::vector<Case> Cases() {
   };
 }
 
-class OptimizerOnDeviceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "needs a CUDA GPU: " << cuda::Unavailable();
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-
-  cudaStream_t stream_ = nullptr;
-};
+class OptimizerOnDeviceTest : public OnGpuTest {};
 
 // 4099 elements: whole blocks of the kernel and a ragged tail.
 constexpr size_t kElements = 4099;

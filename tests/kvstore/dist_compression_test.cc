@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compression/codec.h"
+#include "compression_job_support.h"
 #include "dtrain/common/array.h"
 #include "inprocess_job.h"
 #include "support/invalid_argument_from.h"
@@ -23,13 +24,6 @@ using ::testing::HasSubstr;
 // Around the bound (1000 elements) and the slots (1024 bytes: 256 floats): whole keys in one or
 // several slots, and keys split over every server; none a multiple of 16.
 const std::vector<int64_t> kSizes = {7, 257, 999, 1001, 2061, 10007};
-
-Config SmallSlots(int servers, int workers) {
-  Config c = InMemoryJobConfig(servers, workers);
-  c.bigarray_bound = 1000;
-  c.chunk_bytes = 1024;
-  return c;
-}
 
 Array Constant(int64_t n, float value) {
   Array a({n});
@@ -66,11 +60,6 @@ void ExpectSums(DistKVStore& kv, const std::vector<float>& pushes, const std::ve
     }
   }
 }
-
-struct Layout {
-  int workers;
-  int servers;
-};
 
 class DistCompressionTest : public ::testing::TestWithParam<Layout> {};
 
@@ -117,18 +106,6 @@ TEST(DistCompression, KeysUnderMinElementsTravelUncompressed) {
   job.ExpectSuccess();
 }
 
-// Worker `rank`'s gradient in `step`: random, but the same wherever it is computed.
-std::vector<float> Gradient(int rank, int step, int64_t n, Compression type) {
-  std::mt19937 rng(static_cast<uint32_t>(1000 * rank + step));
-  std::normal_distribution<float> normal(0.0f, 0.7f);
-  std::vector<float> g(n);
-  for (auto& v : g) {
-    v = normal(rng);
-    if (type == Compression::kFp16) v = std::round(v * 8);  // sums of these are exact in any order
-  }
-  return g;
-}
-
 TEST_P(DistCompressionTest, RandomGradientsSumAsASimulatedQuantizerSaysBitForBit) {
   const int n = GetParam().workers;
   for (const std::string type : {"2bit", "1bit", "fp16"}) {
@@ -138,22 +115,11 @@ TEST_P(DistCompressionTest, RandomGradientsSumAsASimulatedQuantizerSaysBitForBit
       const CompressionSpec spec = CompressionSpec::FromParams({{"type", type}});
       kv.SetGradientCompression({{"type", type}});
       InitAll(kv);
-      // The quantizer of every worker, simulated here: their residuals and what they send.
-      std::vector<std::vector<std::vector<float>>> residuals(
-          n, std::vector<std::vector<float>>(kSizes.size()));
-      for (int w = 0; w < n; ++w) {
-        for (size_t k = 0; k < kSizes.size(); ++k) residuals[w][k].assign(kSizes[k], 0.0f);
-      }
+      SimulatedQuantizers quantizers(spec, n, kSizes);
       for (int step = 0; step < 4; ++step) {
         for (size_t k = 0; k < kSizes.size(); ++k) {
           const int64_t size = kSizes[k];
-          std::vector<float> want(size, 0.0f);
-          std::vector<char> packed(CompressedBytes(spec.type, size));
-          for (int w = 0; w < n; ++w) {
-            const auto g = Gradient(w, step, size, spec.type);
-            Compress(spec, g.data(), residuals[w][k].data(), size, packed.data());
-            Decompress(spec, packed.data(), size, want.data(), /*accumulate=*/true);
-          }
+          const std::vector<float> want = quantizers.Sum(step, k);
           const auto mine = Gradient(kv.rank(), step, size, spec.type);
           Array out({size});
           kv.PushPull(static_cast<Key>(k), {Array::FromFloats(mine, {size})}, {out}).Wait();
@@ -170,10 +136,7 @@ TEST_P(DistCompressionTest, RandomGradientsSumAsASimulatedQuantizerSaysBitForBit
 INSTANTIATE_TEST_SUITE_P(Layouts, DistCompressionTest,
                          ::testing::Values(Layout{1, 1}, Layout{2, 1}, Layout{2, 3}, Layout{3, 2},
                                            Layout{4, 3}),
-                         [](const ::testing::TestParamInfo<Layout>& info) {
-                           return std::to_string(info.param.workers) + "workers" +
-                                  std::to_string(info.param.servers) + "servers";
-                         });
+                         LayoutName);
 
 TEST(DistCompression, InitValuesArriveUncompressed) {
   InProcessJob job("dist_sync", SmallSlots(2, 2));

@@ -59,6 +59,22 @@ def test_store_types_on_cuda_through_dtrain_launch(spawn, kind, workers, servers
     check(out, workers, kind)
 
 
+@pytest.mark.parametrize("kind,workers,servers", [
+    ("dist_sync", 2, 2),
+    ("dist_sync_device", 2, 1),
+    ("device", 1, 0),
+])
+def test_gradient_compression_on_cuda_gives_mxnets_sums(spawn, kind, workers, servers):
+    # The dist stores compress on the GPU (only the compressed bytes reach the host); the device
+    # store compresses each replica's value on the host, as MXNet's does.
+    argv = program("gc_worker.py", kind, "--cuda")
+    if kind.startswith("dist"):
+        argv = launch_argv(workers, servers, argv)
+    out = run_ok(spawn, argv, env=job_env(BIG))
+    for r in range(workers):
+        assert "gc_worker OK rank %d" % r in out, out
+
+
 def test_horovod_api_on_cuda_tensors_through_host_memory(spawn):
     # Two ranks share the one GPU: NCCL refuses that, host staging does not.
     out = run_ok(spawn, launch_argv(2, 0, program("hvd_worker.py", "--cuda")),

@@ -1,0 +1,26 @@
+// The fixture of the tests that need a GPU: skipped, with the reason, where no CUDA device is
+// usable; device 0 current and a non-blocking stream of its own (as torch's side streams are).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "cuda/cuda.h"
+
+namespace dtrain {
+
+class OnGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "needs a CUDA GPU: " << cuda::Unavailable();
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace dtrain
