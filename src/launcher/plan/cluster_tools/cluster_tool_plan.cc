@@ -135,6 +135,19 @@ ScratchFile::ScratchFile(const std::string& dir, const std::string& name_prefix,
 
 ScratchFile::~ScratchFile() { ::unlink(path_.c_str()); }
 
+ScratchDirectory::ScratchDirectory(const std::string& parent, const std::string& name_prefix) {
+  std::string templ = (std::filesystem::path(parent) / (name_prefix + "XXXXXX")).string();
+  if (::mkdtemp(templ.data()) == nullptr) {
+    throw Error(Errno("cannot create a directory in " + parent));
+  }
+  path_ = templ;
+}
+
+ScratchDirectory::~ScratchDirectory() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
 std::string TempDirectory() {
   const char* dir = std::getenv("TMPDIR");
   return dir != nullptr && *dir != '\0' ? dir : "/tmp";

@@ -83,6 +83,21 @@ class ScratchFile {
   std::string path_;
 };
 
+// A directory created (mode 0700) in `parent`, removed with its contents when this goes away.
+class ScratchDirectory {
+ public:
+  // `name_prefix` starts the directory's name (".dtrain-sge-"). Throws dtrain::Error.
+  ScratchDirectory(const std::string& parent, const std::string& name_prefix);
+  ~ScratchDirectory();
+  ScratchDirectory(const ScratchDirectory&) = delete;
+  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // The launcher's temporary directory: $TMPDIR, else /tmp.
 std::string TempDirectory();
 

@@ -7,24 +7,24 @@
 // them by the hostfile's slots, passes the job's variables (-x) and tags their output; the
 // launcher turns the tags back into "[worker 1] ..." lines (mpi_output.h) and names the task that
 // mpirun reports as failed. mpirun aborts the rest of its tasks when one fails; the launcher then
-// stops the other mpirun and the scheduler (cluster_tool_job.h). With -s 0 there is neither scheduler nor
-// servers: one plain `mpirun -np N COMMAND`, as Horovod jobs start, where collectives take their
-// layout from MPI itself.
+// stops the other mpirun and the scheduler (cluster_tool_job.h). With -s 0 there is neither
+// scheduler nor servers: one plain `mpirun -np N COMMAND`, as Horovod jobs start, where collectives
+// take their layout from MPI itself.
 #include <unistd.h>
 
 #include <cstdio>
 
-#include "launcher/run/backends.h"
-#include "launcher/watch/cluster_tool_job.h"
 #include "launcher/plan/cluster_tools/cluster_tool_plan.h"
+#include "launcher/plan/cluster_tools/mpi_launcher_args.h"
 #include "launcher/plan/forwarded_env.h"
 #include "launcher/plan/hostfile.h"
 #include "launcher/plan/local_address.h"
-#include "launcher/plan/cluster_tools/mpi_launcher_args.h"
+#include "launcher/report/report_setup.h"
+#include "launcher/run/backends.h"
 #include "launcher/run/cluster_tools/mpi_output.h"
 #include "launcher/run/process_group.h"
-#include "launcher/report/report_setup.h"
 #include "launcher/run/setup_command.h"
+#include "launcher/watch/cluster_tool_job.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -50,6 +50,12 @@ int RunMpiJob(const LaunchOptions& options) {
   RequireOpenMpi(mpirun);
 
   std::optional<ScratchFile> mpi_hostfile;
+  // A job on this machine keeps Open MPI's session directory in a folder of its own. Under the
+  // shared default (/tmp/ompi.HOST.UID) a job that ends removes that folder while another starting
+  // here is creating its own in it, and that start fails ("A call to mkdir was unable to create
+  // the desired directory": seen with two jobs at once in ctest). Jobs over a hostfile keep the
+  // default, which each host creates for itself.
+  std::optional<ScratchDirectory> session;
   Placement placement;
   std::string where = "through mpirun on this machine";
   if (options.hostfile) {
@@ -61,6 +67,7 @@ int RunMpiJob(const LaunchOptions& options) {
     where = "through mpirun on the hosts of " + *options.hostfile;
   } else {
     placement = PlaceLocally(options.num_servers, options.num_workers);
+    session.emplace(TempDirectory(), "dtrain-mpi-");
   }
   JobPlan plan = BuildJobPlan(options, placement, SelfExecutablePath(), PickFreePort());
   SupervisorOptions supervision = SupervisionFor(options);
@@ -83,6 +90,7 @@ int RunMpiJob(const LaunchOptions& options) {
     fe.num_tasks = role.count;
     fe.argv = MpirunCommand(request);
     fe.env = std::move(role.env);  // -x NAME takes the value from mpirun's environment
+    if (session) fe.env.emplace_back("OMPI_MCA_orte_tmpdir_base", session->path());
     fe.parser = std::make_unique<MpiOutputParser>();
     job.front_ends.push_back(std::move(fe));
   }

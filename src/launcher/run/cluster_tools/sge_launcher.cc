@@ -15,47 +15,22 @@
 #include <filesystem>
 
 #include "common/config/config.h"
-#include "dtrain/common/error.h"
 #include "common/net_address.h"
-#include "launcher/run/backends.h"
-#include "launcher/watch/cluster_tool_job.h"
+#include "dtrain/common/error.h"
 #include "launcher/plan/cluster_tools/cluster_tool_plan.h"
-#include "launcher/plan/local_address.h"
-#include "launcher/run/process_group.h"
-#include "launcher/report/report_setup.h"
-#include "launcher/run/setup_command.h"
 #include "launcher/plan/cluster_tools/sge_launcher_args.h"
+#include "launcher/plan/local_address.h"
+#include "launcher/report/report_setup.h"
+#include "launcher/run/backends.h"
 #include "launcher/run/cluster_tools/sge_output.h"
+#include "launcher/run/process_group.h"
+#include "launcher/run/setup_command.h"
+#include "launcher/watch/cluster_tool_job.h"
 
 namespace dtrain::launcher {
 namespace {
 
 constexpr Duration kQconfTimeout{30000};
-
-// A directory under the current one, removed with its contents when this goes away.
-class SharedScratchDir {
- public:
-  SharedScratchDir() {
-    std::error_code ec;
-    std::string templ = (std::filesystem::current_path(ec) / ".dtrain-sge-XXXXXX").string();
-    if (ec || ::mkdtemp(templ.data()) == nullptr) {
-      throw Error("cannot create a directory for the tasks' output under the current directory " +
-                  templ);
-    }
-    path_ = templ;
-  }
-  ~SharedScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  SharedScratchDir(const SharedScratchDir&) = delete;
-  SharedScratchDir& operator=(const SharedScratchDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // The execution hosts (`qconf -sel`); empty when they cannot be listed.
 std::vector<std::string> ExecutionHosts() {
@@ -108,7 +83,11 @@ int RunSgeJob(const LaunchOptions& options) {
   SetUpReports(options, &plan, &supervision);
   TaskPlan tasks = ToTaskPlan(plan, options);
 
-  SharedScratchDir dir;
+  // Under the current directory, which the execution hosts share with this one.
+  std::error_code ec;
+  const std::filesystem::path here = std::filesystem::current_path(ec);
+  if (ec) throw Error("cannot read the current directory: " + ec.message());
+  ScratchDirectory dir(here.string(), ".dtrain-sge-");
   FrontEndJob job;
   job.scheduler = std::move(tasks.scheduler);
   std::vector<std::unique_ptr<ScratchFile>> scripts;
