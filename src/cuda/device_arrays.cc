@@ -159,8 +159,10 @@ struct Fence::State {
 
 void Fence::Wait(const std::string& what) const {
   if (!state_) return;
-  for (auto [device, event] : state_->events) {
-    DeviceGuard guard(device);
+  for (const auto& device_event : state_->events) {
+    DeviceGuard guard(device_event.first);
+    // A copy, not the structured binding: clang (the fuzz build) refuses to capture those.
+    const cudaEvent_t event = device_event.second;
     PollUntilDone([event] { return cudaEventQuery(event); }, what);
   }
 }
