@@ -239,7 +239,6 @@ namespace {
 // device, queued on `stream` (dtrain's stream there). Buffers the fence must keep go to `state`.
 std::shared_ptr<void> SumOnDevice(const std::vector<Array>& arrays, cudaStream_t stream,
                                   Fence::State& state) {
-  if (arrays.empty()) throw InvalidArgument("a sum of no values");
   const Array& first = arrays[0];
   const int device = first.device();
   std::shared_ptr<void> sum = Snapshot(first, stream);
@@ -263,38 +262,38 @@ std::shared_ptr<void> SumOnDevice(const std::vector<Array>& arrays, cudaStream_t
   return sum;
 }
 
-// The first array's device and dtrain's stream there.
-std::pair<int, cudaStream_t> SumTarget(const std::vector<Array>& arrays) {
+// Both StartSumToHost: the sum on the first array's device, encoded there where `encoder` is
+// given, and copied to one pinned host array.
+Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder) {
   if (arrays.empty()) throw InvalidArgument("a sum of no values");
   RequireDevice(arrays[0], "a sum on the device");
-  return {arrays[0].device(), CopyStream(arrays[0].device())};
+  const int device = arrays[0].device();
+  cudaStream_t stream = CopyStream(device);
+  auto state = std::make_shared<Fence::State>();
+  std::shared_ptr<void> source = SumOnDevice(arrays, stream, *state);
+  Array host = encoder == nullptr
+                   ? PinnedLike(arrays[0])
+                   : PinnedLike(Array::Wrap(nullptr, encoder->shape, encoder->dtype, nullptr));
+  DeviceGuard guard(device);
+  if (encoder != nullptr) {
+    // `source`'s buffer is freed in `stream`'s order, after the kernels that read it.
+    std::shared_ptr<void> encoded = DeviceBuffer(device, host.nbytes(), stream);
+    encoder->encode(source.get(), encoded.get(), stream);
+    source = std::move(encoded);
+  }
+  Check(cudaMemcpyAsync(host.data(), source.get(), host.nbytes(), cudaMemcpyDeviceToHost, stream),
+        "copy to the host");
+  const char* what =
+      encoder == nullptr ? "copy of a sum to the host" : "copy of an encoded sum to the host";
+  return {{host}, FenceAfter({{device, stream}}, std::move(state), what)};
 }
 
 }  // namespace
 
-Staged StartSumToHost(const std::vector<Array>& arrays) {
-  const auto [device, stream] = SumTarget(arrays);
-  auto state = std::make_shared<Fence::State>();
-  std::shared_ptr<void> sum = SumOnDevice(arrays, stream, *state);
-  Array host = PinnedLike(arrays[0]);
-  DeviceGuard guard(device);
-  Check(cudaMemcpyAsync(host.data(), sum.get(), host.nbytes(), cudaMemcpyDeviceToHost, stream),
-        "copy to the host");
-  return {{host}, FenceAfter({{device, stream}}, std::move(state), "copy of a sum to the host")};
-}
+Staged StartSumToHost(const std::vector<Array>& arrays) { return SumToHost(arrays, nullptr); }
 
 Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder) {
-  const auto [device, stream] = SumTarget(arrays);
-  auto state = std::make_shared<Fence::State>();
-  std::shared_ptr<void> sum = SumOnDevice(arrays, stream, *state);
-  Array host = PinnedLike(Array::Wrap(nullptr, encoder.shape, encoder.dtype, nullptr));
-  DeviceGuard guard(device);
-  std::shared_ptr<void> encoded = DeviceBuffer(device, host.nbytes(), stream);
-  encoder.encode(sum.get(), encoded.get(), stream);
-  Check(cudaMemcpyAsync(host.data(), encoded.get(), host.nbytes(), cudaMemcpyDeviceToHost, stream),
-        "copy to the host");
-  return {{host},
-          FenceAfter({{device, stream}}, std::move(state), "copy of an encoded sum to the host")};
+  return SumToHost(arrays, &encoder);
 }
 
 std::vector<Array> ToHost(const std::vector<Array>& arrays) {

@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/kernels.h"
+#include "cuda/launch_grid.h"
 
 namespace dtrain::cuda {
 namespace {
@@ -43,32 +44,25 @@ __global__ void AddIntoHalfKernel(T* dst, const T* src, int64_t n) {
   }
 }
 
-constexpr int kThreads = 256;
-// Grid-stride loops: enough blocks to fill any current GPU, never more than the data needs.
-unsigned Blocks(int64_t n) {
-  const int64_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(wanted < 4096 ? (wanted > 0 ? wanted : 1) : 4096);
-}
-
 }  // namespace
 
 cudaError_t LaunchAddInto(void* dst, const void* src, int64_t n, DType dtype, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   switch (dtype) {
     case DType::kFloat32:
-      AddIntoKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<float*>(dst),
-                                                        static_cast<const float*>(src), n);
+      AddIntoKernel<<<GridBlocks(n), kBlockThreads, 0, stream>>>(static_cast<float*>(dst),
+                                                                 static_cast<const float*>(src), n);
       break;
     case DType::kFloat64:
-      AddIntoKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<double*>(dst),
-                                                        static_cast<const double*>(src), n);
+      AddIntoKernel<<<GridBlocks(n), kBlockThreads, 0, stream>>>(
+          static_cast<double*>(dst), static_cast<const double*>(src), n);
       break;
     case DType::kFloat16:
-      AddIntoHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<__half*>(dst),
-                                                            static_cast<const __half*>(src), n);
+      AddIntoHalfKernel<<<GridBlocks(n), kBlockThreads, 0, stream>>>(
+          static_cast<__half*>(dst), static_cast<const __half*>(src), n);
       break;
     case DType::kBFloat16:
-      AddIntoHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(
+      AddIntoHalfKernel<<<GridBlocks(n), kBlockThreads, 0, stream>>>(
           static_cast<__nv_bfloat16*>(dst), static_cast<const __nv_bfloat16*>(src), n);
       break;
   }

@@ -8,18 +8,12 @@
 #include "compression/kernels/device_codec.h"
 #include "compression/kernels/formulas.h"
 #include "cuda/cuda_check.h"
+#include "cuda/launch_grid.h"
 
 namespace dtrain {
 namespace {
 
-constexpr int kThreads = 256;  // whole warps, so that a thread's lane is its index mod 32
 constexpr unsigned kAllLanes = 0xffffffffu;
-
-// Enough blocks to fill any current GPU, never more than `n` threads' worth.
-unsigned Blocks(int64_t n) {
-  const int64_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(wanted < 4096 ? (wanted > 0 ? wanted : 1) : 4096);
-}
 
 __global__ void TwoBitKernel(const float* g, float* r, int64_t n, float t, uint32_t* out) {
   const int64_t rounded =
@@ -79,15 +73,16 @@ void CompressOnDevice(const CompressionSpec& spec, const float* grad, float* res
           "copy on the device");
       return;
     case Compression::kTwoBit:
-      TwoBitKernel<<<Blocks(n), kThreads, 0, s>>>(grad, residual, n, spec.threshold,
-                                                  static_cast<uint32_t*>(out));
+      TwoBitKernel<<<cuda::GridBlocks(n), cuda::kBlockThreads, 0, s>>>(
+          grad, residual, n, spec.threshold, static_cast<uint32_t*>(out));
       break;
     case Compression::kOneBit:
-      OneBitKernel<<<Blocks(n), kThreads, 0, s>>>(grad, residual, n, spec.threshold,
-                                                  static_cast<uint32_t*>(out));
+      OneBitKernel<<<cuda::GridBlocks(n), cuda::kBlockThreads, 0, s>>>(
+          grad, residual, n, spec.threshold, static_cast<uint32_t*>(out));
       break;
     case Compression::kFp16:
-      Fp16Kernel<<<Blocks(n), kThreads, 0, s>>>(grad, n, static_cast<__half*>(out));
+      Fp16Kernel<<<cuda::GridBlocks(n), cuda::kBlockThreads, 0, s>>>(grad, n,
+                                                                     static_cast<__half*>(out));
       break;
   }
   cuda::Check(cudaGetLastError(), "gradient compression on the device");

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "cuda/launch_grid.h"
 #include "optim/kernels/device_launch.h"
 
 namespace dtrain::kernels {
@@ -18,18 +19,12 @@ __global__ void EachElement(F update, size_t n) {
   }
 }
 
-constexpr int kThreads = 256;
-// Enough blocks to fill any current GPU, never more than the data needs.
-unsigned Blocks(size_t n) {
-  const size_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(wanted < 4096 ? (wanted > 0 ? wanted : 1) : 4096);
-}
-
 template <typename F>
 void Launch(const DeviceTarget& t, F update, const char* what) {
   if (t.n == 0) return;
   cuda::DeviceGuard guard(t.device);
-  EachElement<<<Blocks(t.n), kThreads, 0, static_cast<cudaStream_t>(t.stream)>>>(update, t.n);
+  EachElement<<<cuda::GridBlocks(static_cast<int64_t>(t.n)), cuda::kBlockThreads, 0,
+                static_cast<cudaStream_t>(t.stream)>>>(update, t.n);
   cuda::Check(cudaGetLastError(), what);
 }
 
