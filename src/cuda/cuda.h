@@ -48,10 +48,21 @@ class Fence {
   std::shared_ptr<State> state_;
 };
 
+// The first `bytes` bytes of a host array being copied from a device: there once `copied` has
+// passed.
+struct CopiedPrefix {
+  size_t bytes = 0;
+  Fence copied;
+};
+
 // Host arrays whose values are being copied from a device: read them once `copied` has passed.
+// Where one host array was copied in pieces (the `piece_bytes` below), `pieces` holds its growing
+// prefixes, the last one the whole array, so that the caller may send the first bytes while the
+// later ones are still on their way; otherwise it is empty.
 struct Staged {
   std::vector<Array> hosts;
   Fence copied;
+  std::vector<CopiedPrefix> pieces;
 };
 
 // Starts copying device arrays into pinned host arrays (same shape and dtype) and returns without
@@ -59,11 +70,13 @@ struct Staged {
 // Each device value is first copied on its producer's own stream into a device buffer of dtrain's,
 // a copy at the GPU's memory rate, so the producer's later work may overwrite or free it at once;
 // the copy to the host then runs on dtrain's stream. Host arrays among `arrays` are returned as
-// they are.
-Staged StartToHost(const std::vector<Array>& arrays);
+// they are. A single device value bigger than a non-zero `piece_bytes` is copied in pieces of that
+// size, each marked (Staged::pieces).
+Staged StartToHost(const std::vector<Array>& arrays, size_t piece_bytes = 0);
 // The same for several device values of one layout (MXNet's *_device stores): summed on the first
-// one's device (peer copies for values on other devices), and only the sum copied (one host array).
-Staged StartSumToHost(const std::vector<Array>& arrays);
+// one's device (peer copies for values on other devices), and only the sum copied (one host array,
+// in pieces as above).
+Staged StartSumToHost(const std::vector<Array>& arrays, size_t piece_bytes = 0);
 // What a device value becomes before it crosses to the host (gradient compression, say): an array
 // of `shape` and `dtype` that `encode(value, out, stream)` writes. It queues its kernels on
 // `stream` (a cudaStream_t of the value's device, current when it is called), reading `value` and
@@ -76,11 +89,16 @@ struct DeviceEncoder {
 // StartSumToHost with the sum encoded on its device: only the encoded array crosses, into one
 // pinned host array. A single value is encoded as it is (a snapshot of it, as above). Work on one
 // device's values runs in the order of the calls (one stream per device), so an encoder may keep
-// state on the device from one call to the next.
-Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder);
+// state on the device from one call to the next. The encoded array is copied in pieces as above.
+Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder,
+                      size_t piece_bytes = 0);
 // Starts copying `host` into each device array of `devices`, after the work queued on its stream
 // (host ones get a plain copy at once). `host` must stay as it is until the fence has passed.
 Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices);
+// The same for bytes [begin, end) of `host` only, into the same bytes of each array of `devices`
+// (a part of a pulled value that has arrived while the rest is still on the network).
+Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, size_t begin,
+                        size_t end);
 
 // The same, waited for: copies of device arrays into pinned host arrays, and of a host array into
 // device arrays. Sizes and dtypes must match.

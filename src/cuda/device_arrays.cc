@@ -1,7 +1,9 @@
 // cuda.h with the CUDA runtime: copies on one non-blocking stream per device, ordered after the
 // producer's stream by an event; the Start* forms hand back a Fence (events recorded after them)
 // instead of waiting.
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -209,11 +211,46 @@ std::shared_ptr<void> Snapshot(const Array& a, cudaStream_t stream) {
   return buffer;
 }
 
+// Queues the copy of `source` (device memory of `device`, current) into `host` on `stream`: in
+// pieces of `piece_bytes` where that is non-zero and smaller than the array, each but the last
+// followed by an event. Returns those pieces' prefixes (none for a single copy).
+std::vector<CopiedPrefix> CopyToHost(const Array& host, const void* source, int device,
+                                     cudaStream_t stream, size_t piece_bytes) {
+  const size_t bytes = host.nbytes();
+  const size_t piece = piece_bytes > 0 && piece_bytes < bytes ? piece_bytes : bytes;
+  std::vector<CopiedPrefix> prefixes;
+  size_t copied = 0;
+  do {
+    const size_t length = std::min(piece, bytes - copied);
+    Check(cudaMemcpyAsync(host.bytes() + copied, static_cast<const char*>(source) + copied, length,
+                          cudaMemcpyDeviceToHost, stream),
+          "copy to the host");
+    copied += length;
+    if (copied < bytes) {
+      auto state = std::make_shared<Fence::State>();
+      state->events.emplace_back(device, RecordNow(stream, "copy to the host"));
+      prefixes.push_back({copied, Fence(std::move(state))});
+    }
+  } while (copied < bytes);
+  return prefixes;
+}
+
+// Completes `staged` whose single host array was copied in pieces `prefixes`: the last piece is
+// the whole array, passed with `staged.copied`.
+void AddPieces(Staged& staged, std::vector<CopiedPrefix> prefixes) {
+  if (prefixes.empty()) return;
+  staged.pieces = std::move(prefixes);
+  staged.pieces.push_back({staged.hosts[0].nbytes(), staged.copied});
+}
+
 }  // namespace
 
-Staged StartToHost(const std::vector<Array>& arrays) {
+Staged StartToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
   Staged staged;
   std::map<int, cudaStream_t> used;
+  // Pieces only where one array crosses: Staged::pieces describes hosts[0].
+  const size_t piece = arrays.size() == 1 ? piece_bytes : 0;
+  std::vector<CopiedPrefix> prefixes;
   for (const Array& a : arrays) {
     if (!a.on_device()) {
       staged.hosts.push_back(a);
@@ -224,12 +261,12 @@ Staged StartToHost(const std::vector<Array>& arrays) {
     // Freed in `stream`'s order, after the copy below.
     std::shared_ptr<void> snapshot = Snapshot(a, stream);
     DeviceGuard guard(a.device());
-    Check(cudaMemcpyAsync(host.data(), snapshot.get(), a.nbytes(), cudaMemcpyDeviceToHost, stream),
-          "copy to the host");
+    prefixes = CopyToHost(host, snapshot.get(), a.device(), stream, piece);
     used[a.device()] = stream;
     staged.hosts.push_back(std::move(host));
   }
   staged.copied = FenceAfter(used, std::make_shared<Fence::State>(), "copy to the host");
+  AddPieces(staged, std::move(prefixes));
   return staged;
 }
 
@@ -263,8 +300,9 @@ std::shared_ptr<void> SumOnDevice(const std::vector<Array>& arrays, cudaStream_t
 }
 
 // Both StartSumToHost: the sum on the first array's device, encoded there where `encoder` is
-// given, and copied to one pinned host array.
-Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder) {
+// given, and copied to one pinned host array (in pieces of `piece_bytes`, if not 0).
+Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
+                 size_t piece_bytes) {
   if (arrays.empty()) throw InvalidArgument("a sum of no values");
   RequireDevice(arrays[0], "a sum on the device");
   const int device = arrays[0].device();
@@ -281,19 +319,23 @@ Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder)
     encoder->encode(source.get(), encoded.get(), stream);
     source = std::move(encoded);
   }
-  Check(cudaMemcpyAsync(host.data(), source.get(), host.nbytes(), cudaMemcpyDeviceToHost, stream),
-        "copy to the host");
+  std::vector<CopiedPrefix> prefixes = CopyToHost(host, source.get(), device, stream, piece_bytes);
   const char* what =
       encoder == nullptr ? "copy of a sum to the host" : "copy of an encoded sum to the host";
-  return {{host}, FenceAfter({{device, stream}}, std::move(state), what)};
+  Staged staged{{host}, FenceAfter({{device, stream}}, std::move(state), what), {}};
+  AddPieces(staged, std::move(prefixes));
+  return staged;
 }
 
 }  // namespace
 
-Staged StartSumToHost(const std::vector<Array>& arrays) { return SumToHost(arrays, nullptr); }
+Staged StartSumToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
+  return SumToHost(arrays, nullptr, piece_bytes);
+}
 
-Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder) {
-  return SumToHost(arrays, &encoder);
+Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder,
+                      size_t piece_bytes) {
+  return SumToHost(arrays, &encoder, piece_bytes);
 }
 
 std::vector<Array> ToHost(const std::vector<Array>& arrays) {
@@ -305,18 +347,29 @@ std::vector<Array> ToHost(const std::vector<Array>& arrays) {
 Array ToHost(const Array& array) { return ToHost(std::vector<Array>{array})[0]; }
 
 Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices) {
+  return StartCopyFromHost(host, devices, 0, host.nbytes());
+}
+
+Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, size_t begin,
+                        size_t end) {
   host.RequireHost("CopyFromHost");
+  if (begin > end || end > host.nbytes()) {
+    throw InvalidArgument("copy from the host of bytes [" + std::to_string(begin) + ", " +
+                          std::to_string(end) + ") of an array of " +
+                          std::to_string(host.nbytes()));
+  }
   std::map<int, cudaStream_t> used;
   for (const Array& d : devices) {
     RequireSameLayout(host, d, "copy from the host");
     if (!d.on_device()) {
-      d.CopyFrom(host);
+      std::memcpy(d.bytes() + begin, host.bytes() + begin, end - begin);
       continue;
     }
     cudaStream_t stream = CopyStream(d.device());
     DeviceGuard guard(d.device());
     OrderAfterProducer(d, stream);  // the user's queued work may still read the old values
-    Check(cudaMemcpyAsync(d.data(), host.data(), d.nbytes(), cudaMemcpyHostToDevice, stream),
+    Check(cudaMemcpyAsync(d.bytes() + begin, host.bytes() + begin, end - begin,
+                          cudaMemcpyHostToDevice, stream),
           "copy to the device");
     used[d.device()] = stream;
   }

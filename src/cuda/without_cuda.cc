@@ -1,4 +1,6 @@
 // cuda.h in a build without the CUDA toolkit: nothing can be on a device.
+#include <cstring>
+
 #include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 
@@ -26,9 +28,11 @@ std::vector<Array> ToHost(const std::vector<Array>& arrays) {
   return arrays;
 }
 Array ToHost(const Array& array) { return ToHost(std::vector<Array>{array})[0]; }
-Staged StartToHost(const std::vector<Array>& arrays) { return {ToHost(arrays), Fence()}; }
-Staged StartSumToHost(const std::vector<Array>& arrays) { return StartToHost(arrays); }
-Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder&) {
+Staged StartToHost(const std::vector<Array>& arrays, size_t) {
+  return {ToHost(arrays), Fence(), {}};
+}
+Staged StartSumToHost(const std::vector<Array>& arrays, size_t) { return StartToHost(arrays, 0); }
+Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder&, size_t) {
   for (const Array& a : arrays) {
     if (a.on_device()) NotBuilt();
   }
@@ -42,6 +46,16 @@ void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
 }
 Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices) {
   CopyFromHost(host, devices);
+  return Fence();
+}
+Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, size_t begin,
+                        size_t end) {
+  for (const Array& d : devices) {
+    if (d.on_device()) NotBuilt();
+    if (d.nbytes() != host.nbytes()) throw InvalidArgument("copy between arrays of other sizes");
+  }
+  if (begin > end || end > host.nbytes()) throw InvalidArgument("copy of bytes past the array");
+  for (const Array& d : devices) std::memcpy(d.bytes() + begin, host.bytes() + begin, end - begin);
   return Fence();
 }
 Array NewOnDevice(int, const Shape&, DType, const void*) { NotBuilt(); }

@@ -31,9 +31,10 @@ void Forward(const Operation& op, const std::shared_ptr<OperationState>& state) 
 
 DeviceStagingKVStore::DeviceStagingKVStore(std::unique_ptr<KVStore> inner)
     : inner_(std::move(inner)),
-      packed_(dynamic_cast<PackedPushes*>(inner_.get())),
+      staged_(dynamic_cast<StagedCalls*>(inner_.get())),
       aggregate_on_device_(AggregatesOnDevice(inner_->type())),
-      timeout_(Config::FromEnvironment().request_timeout) {}
+      timeout_(Config::FromEnvironment().request_timeout),
+      piece_bytes_(staged_ != nullptr ? Config::FromEnvironment().chunk_bytes : 0) {}
 
 DeviceStagingKVStore::~DeviceStagingKVStore() {
   // The calls still queued reach the wrapped store first (its own destructor then waits for its
@@ -49,7 +50,7 @@ DeviceStagingKVStore::~DeviceStagingKVStore() {
 }
 
 cuda::Staged DeviceStagingKVStore::StartStaging(const std::vector<Array>& values) const {
-  if (!AnyOnDevice(values)) return {values, cuda::Fence()};
+  if (!AnyOnDevice(values)) return {values, cuda::Fence(), {}};
   const bool all_on_device =
       std::all_of(values.begin(), values.end(), [](const Array& a) { return a.on_device(); });
   const bool same_layout = std::all_of(values.begin(), values.end(), [&](const Array& a) {
@@ -59,16 +60,16 @@ cuda::Staged DeviceStagingKVStore::StartStaging(const std::vector<Array>& values
   // them apart. (A dist store's compressed pushes of device values took StartCompressing.)
   if (aggregate_on_device_ && values.size() > 1 && all_on_device && same_layout &&
       !inner_->gradient_compression().enabled()) {
-    return cuda::StartSumToHost(values);
+    return cuda::StartSumToHost(values, piece_bytes_);
   }
   // Mismatched layouts of keys this store saw initialised were refused at the call (CheckLayout);
   // others reach the wrapped store as they are, which rejects them by key.
-  return cuda::StartToHost(values);
+  return cuda::StartToHost(values, piece_bytes_);
 }
 
 std::optional<CompressionSpec> DeviceStagingKVStore::CompressesOnDevice(
     const std::vector<Array>& values) const {
-  if (packed_ == nullptr || values.empty()) return std::nullopt;
+  if (staged_ == nullptr || values.empty()) return std::nullopt;
   const Array& first = values[0];
   const bool suitable = std::all_of(values.begin(), values.end(), [&](const Array& a) {
     return a.on_device() && a.dtype() == DType::kFloat32 && a.size() == first.size();
@@ -112,7 +113,7 @@ cuda::Staged DeviceStagingKVStore::StartCompressing(Key key, const std::vector<A
     auto* r = residual.defined() ? static_cast<float*>(residual.data()) : nullptr;
     CompressOnDevice(spec, static_cast<const float*>(sum), r, n, out, device, stream);
   };
-  return cuda::StartSumToHost(values, encoder);
+  return cuda::StartSumToHost(values, encoder, piece_bytes_);
 }
 
 bool DeviceStagingKVStore::MustQueue(const std::vector<Array>& values) {
@@ -128,7 +129,7 @@ void DeviceStagingKVStore::Track(const Operation& op) {
 }
 
 Operation DeviceStagingKVStore::Later(Key key, const char* verb, cuda::Staged staged,
-                                      std::function<Operation(std::vector<Array> hosts)> call) {
+                                      StagedCallback call) {
   const std::string what = std::string(verb) + " of key " + KeyLabel(key);
   auto state = std::make_shared<OperationState>(what, 1, timeout_);
   {
@@ -136,13 +137,31 @@ Operation DeviceStagingKVStore::Later(Key key, const char* verb, cuda::Staged st
     if (!staging_) staging_ = std::make_unique<SerialQueue>("kvstore staging of device values");
     staging_->Post([key, what, state, staged = std::move(staged), call = std::move(call),
                     queued = timeline::Now()] {
-      try {
-        staged.copied.Wait("copy of the values of the " + what + " to the host");
-        if (timeline::Enabled()) {  // from the call to the values' arrival on the host
+      const std::string copy = "copy of the values of the " + what + " to the host";
+      // From the call to the values' (last) arrival on the host.
+      auto arrived = [key, queued] {
+        if (timeline::Enabled()) {
           timeline::Complete("to_host", "kvstore", queued, timeline::Now(),
                              timeline::Args().Str("key", KeyLabel(key)));
         }
-        Forward(call(staged.hosts), state);
+      };
+      try {
+        Awaited await;
+        if (staged.pieces.empty()) {
+          staged.copied.Wait(copy);
+          arrived();
+        } else {
+          await = [pieces = staged.pieces, copy, arrived, next = size_t{0},
+                   told = false](size_t bytes) mutable {
+            while (next + 1 < pieces.size() && pieces[next].bytes < bytes) ++next;
+            pieces[next].copied.Wait(copy);  // pieces are copied in order, on one stream
+            if (next + 1 == pieces.size() && !told) {
+              told = true;
+              arrived();
+            }
+          };
+        }
+        Forward(call(staged.hosts, std::move(await)), state);
       } catch (...) {
         state->PartDone(std::current_exception());
       }
@@ -153,10 +172,23 @@ Operation DeviceStagingKVStore::Later(Key key, const char* verb, cuda::Staged st
   return op;
 }
 
+namespace {
+
+// The copies to the device outputs of the parts of a pulled value that the wrapped store reported
+// (on its network threads), for the thread that waits for them.
+struct PartCopies {
+  std::mutex mutex;
+  std::vector<cuda::Fence> fences;
+  size_t bytes = 0;  // reported so far
+  std::exception_ptr error;
+};
+
+}  // namespace
+
 Operation DeviceStagingKVStore::IntoOutputs(
     Key key, std::vector<Array> outs,
-    const std::function<Operation(std::vector<Array> hosts)>& call) {
-  if (!AnyOnDevice(outs)) return call(std::move(outs));
+    const std::function<Operation(std::vector<Array> hosts, OutputReady ready)>& call) {
+  if (!AnyOnDevice(outs)) return call(std::move(outs), nullptr);
   // The wrapped store writes host arrays: the host outputs themselves, one pinned array shared by
   // the device outputs of the first one's layout, and (so that the store names the error at the
   // call) a pinned array for any device output of another layout.
@@ -185,37 +217,59 @@ Operation DeviceStagingKVStore::IntoOutputs(
   }
   const std::string what = "pull of key " + KeyLabel(key) + " into device memory";
   auto state = std::make_shared<OperationState>(what, 1, timeout_);
-  // Once pulled (on the wrapped store's thread): start the copies there, and wait for them on the
-  // copy-back thread so that the store's thread goes on with other keys.
-  call(std::move(hosts))
-      .OnDone(
-          [key, state, staging, devices, what, copy_back = copy_back_](std::exception_ptr error) {
-            if (error) {
-              state->PartDone(error);
-              return;
+  // Each part the store reports is copied on at once (the wrapped store checked every output
+  // against the key, so `staging` has the reported bytes too). Errors wait for the end.
+  auto parts = std::make_shared<PartCopies>();
+  OutputReady ready = [parts, staging, devices](size_t begin, size_t end) {
+    std::lock_guard<std::mutex> lock(parts->mutex);
+    if (parts->error) return;
+    try {
+      parts->fences.push_back(cuda::StartCopyFromHost(staging, devices, begin, end));
+      parts->bytes += end - begin;
+    } catch (...) {
+      parts->error = std::current_exception();
+    }
+  };
+  // Once pulled (on the wrapped store's thread): start the copies not started yet, and wait for
+  // them all on the copy-back thread so that the store's thread goes on with other keys.
+  call(std::move(hosts), std::move(ready))
+      .OnDone([key, state, staging, devices, what, parts,
+               copy_back = copy_back_](std::exception_ptr error) {
+        if (error) {
+          state->PartDone(error);
+          return;
+        }
+        try {
+          std::vector<cuda::Fence> copies;
+          {
+            std::lock_guard<std::mutex> lock(parts->mutex);
+            if (parts->error) std::rethrow_exception(parts->error);
+            copies = std::move(parts->fences);
+            // Not reported, or not all of it (a store that tells no parts): copied whole.
+            if (parts->bytes != staging.nbytes()) {
+              copies.push_back(cuda::StartCopyFromHost(staging, devices));
             }
+          }
+          std::lock_guard<std::mutex> lock(copy_back->mutex);
+          if (copy_back->queue == nullptr)
+            throw Error("the " + what + " ended as the store closed");
+          // `staging` must stay as it is until the copies have read it.
+          copy_back->queue->Post([key, state, copies, staging, what, pulled = timeline::Now()] {
             try {
-              cuda::Fence copied = cuda::StartCopyFromHost(staging, devices);
-              std::lock_guard<std::mutex> lock(copy_back->mutex);
-              if (copy_back->queue == nullptr)
-                throw Error("the " + what + " ended as the store closed");
-              // `staging` must stay as it is until the copies have read it.
-              copy_back->queue->Post([key, state, copied, staging, what, pulled = timeline::Now()] {
-                try {
-                  copied.Wait(what);
-                  if (timeline::Enabled()) {  // from the pulled value's arrival to its copy's end
-                    timeline::Complete("to_device", "kvstore", pulled, timeline::Now(),
-                                       timeline::Args().Str("key", KeyLabel(key)));
-                  }
-                  state->PartDone();
-                } catch (...) {
-                  state->PartDone(std::current_exception());
-                }
-              });
+              for (const cuda::Fence& copied : copies) copied.Wait(what);
+              if (timeline::Enabled()) {  // from the pulled value's arrival to its copy's end
+                timeline::Complete("to_device", "kvstore", pulled, timeline::Now(),
+                                   timeline::Args().Str("key", KeyLabel(key)));
+              }
+              state->PartDone();
             } catch (...) {
               state->PartDone(std::current_exception());
             }
           });
+        } catch (...) {
+          state->PartDone(std::current_exception());
+        }
+      });
   Operation op(state);
   Track(op);
   return op;
@@ -256,27 +310,39 @@ Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int pri
     Flush();
     return inner_->Push(key, cuda::ToHost(values), priority);
   }
-  if (auto spec = CompressesOnDevice(values)) {
-    return Later(key, "push", StartCompressing(key, values, *spec),
-                 [this, key, spec = *spec, priority](std::vector<Array> packed) {
-                   return packed_->PushPacked(key, spec, packed[0], {}, priority);
-                 });
-  }
-  return Later(key, "push", StartStaging(values), [this, key, priority](std::vector<Array> hosts) {
-    return inner_->Push(key, std::move(hosts), priority);
-  });
+  std::optional<CompressionSpec> spec = CompressesOnDevice(values);
+  cuda::Staged staged = spec ? StartCompressing(key, values, *spec) : StartStaging(values);
+  return Later(key, "push", std::move(staged),
+               [this, key, spec, priority](std::vector<Array> hosts, Awaited await) {
+                 if (staged_ == nullptr || hosts.empty()) {
+                   return inner_->Push(key, std::move(hosts), priority);
+                 }
+                 StagedCall call;
+                 call.key = key;
+                 call.values = std::move(hosts);
+                 call.packed = spec;
+                 call.priority = priority;
+                 call.await_value = std::move(await);
+                 return staged_->IssueStaged(std::move(call));
+               });
 }
 
 Operation DeviceStagingKVStore::Pull(Key key, std::vector<Array> outs, int priority) {
-  auto pull = [this, key, outs, priority](std::vector<Array>) {
-    return IntoOutputs(key, outs, [&](std::vector<Array> hosts) {
-      return inner_->Pull(key, std::move(hosts), priority);
+  auto pull = [this, key, outs, priority](std::vector<Array>, Awaited) {
+    return IntoOutputs(key, outs, [&](std::vector<Array> hosts, OutputReady ready) {
+      if (staged_ == nullptr) return inner_->Pull(key, std::move(hosts), priority);
+      StagedCall call;
+      call.key = key;
+      call.outs = std::move(hosts);
+      call.priority = priority;
+      call.output_ready = std::move(ready);
+      return staged_->IssueStaged(std::move(call));
     });
   };
-  if (!MustQueue({})) return pull({});
+  if (!MustQueue({})) return pull({}, nullptr);
   if (!CheckLayout("Pull", key, outs, "out")) {
     Flush();
-    return pull({});
+    return pull({}, nullptr);
   }
   return Later(key, "pull", cuda::Staged{}, std::move(pull));
 }
@@ -285,24 +351,34 @@ Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
                                          std::vector<Array> outs, int priority) {
   // `spec`: the staged value is the key's sum compressed on the GPU (StartCompressing).
   auto pushpull = [this, key, outs, priority](std::optional<CompressionSpec> spec) {
-    return [this, key, outs, priority, spec](std::vector<Array> staged) {
-      return IntoOutputs(key, outs, [&](std::vector<Array> hosts) {
-        if (spec) return packed_->PushPacked(key, *spec, staged[0], std::move(hosts), priority);
-        return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
+    return [this, key, outs, priority, spec](std::vector<Array> staged, Awaited await) {
+      return IntoOutputs(key, outs, [&](std::vector<Array> hosts, OutputReady ready) {
+        // (Staged calls tell a pushpull from the others by its arrays: none may be missing.)
+        if (staged_ == nullptr || staged.empty() || hosts.empty()) {
+          return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
+        }
+        StagedCall call;
+        call.key = key;
+        call.values = std::move(staged);
+        call.packed = spec;
+        call.outs = std::move(hosts);
+        call.priority = priority;
+        call.await_value = std::move(await);
+        call.output_ready = std::move(ready);
+        return staged_->IssueStaged(std::move(call));
       });
     };
   };
-  if (!MustQueue(values)) return pushpull(std::nullopt)(std::move(values));
+  if (!MustQueue(values)) return pushpull(std::nullopt)(std::move(values), nullptr);
   if (!CheckLayout("PushPull", key, values, "value") ||
       (!outs.empty() && !CheckLayout("PushPull", key, outs, "out"))) {
     Flush();
-    return pushpull(std::nullopt)(cuda::ToHost(values));
+    return pushpull(std::nullopt)(cuda::ToHost(values), nullptr);
   }
   // (An empty `outs` goes the plain way, whose wrapped store names the mistake.)
-  if (auto spec = outs.empty() ? std::nullopt : CompressesOnDevice(values)) {
-    return Later(key, "pushpull", StartCompressing(key, values, *spec), pushpull(spec));
-  }
-  return Later(key, "pushpull", StartStaging(values), pushpull(std::nullopt));
+  std::optional<CompressionSpec> spec = outs.empty() ? std::nullopt : CompressesOnDevice(values);
+  cuda::Staged staged = spec ? StartCompressing(key, values, *spec) : StartStaging(values);
+  return Later(key, "pushpull", std::move(staged), pushpull(spec));
 }
 
 void DeviceStagingKVStore::WaitAll() {

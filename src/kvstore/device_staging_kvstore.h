@@ -9,7 +9,7 @@
 //     every device's value through the CPU) each value is staged and the wrapped store sums them.
 //     The wrapped store then does exactly what it does for host values, so results equal the
 //     host path's (float sums on the GPU are plain rounded adds, in the same order).
-//   - push with gradient compression, to a store that sends compressed values (PackedPushes: the
+//   - push with gradient compression, to a store that sends compressed values (StagedCalls: the
 //     dist stores): the values are summed on the first one's GPU and compressed there
 //     (compression/kernels/device_codec.h), and only the compressed bytes cross to the host and
 //     on to the network. The key's residual stays on that GPU (a later push of the key whose
@@ -17,6 +17,11 @@
 //     store would have sent from the same values on the host.
 //   - pull: into one pinned host array, copied to every device output once the wrapped pull is
 //     done, before the returned Operation is done.
+//   - in pieces, with the dist stores (StagedCalls): a value that crosses to the host as one array
+//     is copied in pieces of DTRAIN_CHUNK_BYTES (the size of the store's slots), and the store
+//     sends each slot once its bytes are there, while the next piece is being copied; each part of
+//     a pulled value is copied on to the devices once it has arrived, while the store waits for
+//     the rest. The copies then hide behind the network instead of adding to it.
 // Copies are ordered after the work queued on each array's stream (cuda.h).
 //
 // Nothing waits for the GPU on the caller's thread, which is often autograd's: a push starts its
@@ -38,7 +43,7 @@
 #include "common/serial_queue.h"
 #include "cuda/cuda.h"
 #include "dtrain/kvstore/kvstore.h"
-#include "kvstore/packed_pushes.h"
+#include "kvstore/staged_calls.h"
 
 namespace dtrain {
 
@@ -112,15 +117,24 @@ class DeviceStagingKVStore final : public KVStore {
   // Whether a call must go through the staging thread: it has device values, or calls before it
   // are still queued there.
   bool MustQueue(const std::vector<Array>& values);
+  // What a staged call is given: the host values, and (where they arrive in pieces, which only
+  // happens with staged_) the hook that waits for their first bytes (StagedCall::await_value).
+  using Awaited = std::function<void(size_t bytes)>;
+  using StagedCallback = std::function<Operation(std::vector<Array> hosts, Awaited await)>;
   // Queues `call` (the wrapped store's push or pushpull of `staged`'s host values) to run on the
-  // staging thread once the copies have arrived; returns an operation done when its result is.
-  Operation Later(Key key, const char* verb, cuda::Staged staged,
-                  std::function<Operation(std::vector<Array> hosts)> call);
+  // staging thread once the copies have arrived (their first piece, where they come in pieces);
+  // returns an operation done when its result is.
+  Operation Later(Key key, const char* verb, cuda::Staged staged, StagedCallback call);
+  // Where the wrapped store reports parts of a pulled value (StagedCall::output_ready); may be
+  // null.
+  using OutputReady = std::function<void(size_t begin, size_t end)>;
   // Runs `call` (the wrapped store's pull or pushpull) on host stand-ins for `outs`; where some are
-  // on a device, the returned operation also copies the pulled value to them, once the wrapped one
-  // is done.
-  Operation IntoOutputs(Key key, std::vector<Array> outs,
-                        const std::function<Operation(std::vector<Array> hosts)>& call);
+  // on a device, the returned operation also copies the pulled value to them: each part the store
+  // reports through the OutputReady it is given as soon as it does, the whole value once the
+  // wrapped operation is done if it reported none.
+  Operation IntoOutputs(
+      Key key, std::vector<Array> outs,
+      const std::function<Operation(std::vector<Array> hosts, OutputReady ready)>& call);
   // Checks `arrays` against the layout `key` was initialised with, at the call (InvalidArgument
   // naming the key), as the wrapped store checks host values: a staged call reaches it only later.
   // False if this store has not seen the key initialised: the caller then goes straight to the
@@ -131,9 +145,10 @@ class DeviceStagingKVStore final : public KVStore {
   void Track(const Operation& op);  // for WaitAll
 
   const std::unique_ptr<KVStore> inner_;
-  PackedPushes* const packed_;      // inner_, where it takes compressed pushes; else null
+  StagedCalls* const staged_;       // inner_, where it takes staged calls; else null
   const bool aggregate_on_device_;  // "device" and "dist_*_device"
   const Duration timeout_;          // DTRAIN_REQUEST_TIMEOUT_MS
+  const size_t piece_bytes_;        // DTRAIN_CHUNK_BYTES with staged_, else 0 (copies made whole)
   std::mutex mutex_;
   std::vector<Operation> in_flight_;  // operations of staged calls, possibly not done
   // Each initialised key's layout: an Array header without data (CheckArrays reads its shape).

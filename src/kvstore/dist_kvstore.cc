@@ -529,20 +529,27 @@ void DistKVStore::CheckPacked(Key key, const KeyInfo& info, const char* op,
   }
 }
 
-Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>& values,
-                             const std::vector<Array>& outs, int priority, const Packed* packed) {
+Operation DistKVStore::Issue(Command command, const StagedCall& call) {
   const char* op = command == Command::kPush   ? "push"
                    : command == Command::kPull ? "pull"
                                                : "pushpull";
+  const Key key = call.key;
+  const std::vector<Array>& values = call.values;
+  const std::vector<Array>& outs = call.outs;
   const KeyInfo& info = Lookup(key, op);
-  if (command != Command::kPull && packed == nullptr) Check(key, info, values, op, "value");
+  const bool packed = call.packed.has_value();
+  if (packed && values.size() != 1) {
+    throw InvalidArgument(std::string(op) + " of key " + KeyLabel(key) + ": a packed value is " +
+                          "one array, " + std::to_string(values.size()) + " were given");
+  }
+  if (command != Command::kPull && !packed) Check(key, info, values, op, "value");
   if (command != Command::kPush) Check(key, info, outs, op, "output");
   node_.ThrowIfFailed();
 
   CompressionSpec compression;
   if (command != Command::kPull) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (packed != nullptr) CheckPacked(key, info, op, packed->spec, compression_, packed->bytes);
+    if (packed) CheckPacked(key, info, op, *call.packed, compression_, values[0]);
     pushed_ = true;
     compression = compression_;
   }
@@ -552,10 +559,17 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
                           ": gradient compression works on float32 values, the key holds " +
                           std::string(DTypeName(info.dtype)));
   }
+  // The pushed value's first `bytes` bytes are on the host once this returns (staged_calls.h).
+  bool value_on_host = !call.await_value || command == Command::kPull;
+  if (!value_on_host && (log_pushes_ || values.size() > 1 || (compression.enabled() && !packed))) {
+    // Copying into the push log, summing several values and compressing read the value whole.
+    call.await_value(values[0].nbytes());
+    value_on_host = true;
+  }
   Body source;
-  if (packed != nullptr) {
+  if (packed) {
+    source = WholeArray(values[0]);
     // The caller's (often a pinned staging buffer, soon reused): the push log keeps its own copy.
-    source = WholeArray(packed->bytes);
     if (log_pushes_) source = LogCopy(info, source);
   } else if (command != Command::kPull) {
     source = Summed(info, values);
@@ -575,9 +589,11 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
                          timeline::Args().Str("key", KeyLabel(key)).Int("bytes", bytes));
     });
   }
-  for (const auto& slot : info.slots) {
+  const size_t elem = DTypeSize(info.dtype);
+  for (size_t i = 0; i < info.slots.size(); ++i) {
+    const ps::Slot& slot = info.slots[i];
     Message msg;
-    msg.header.priority = static_cast<int16_t>(std::clamp(priority, -32768, 32767));
+    msg.header.priority = static_cast<int16_t>(std::clamp(call.priority, -32768, 32767));
     msg.header.command = command;
     msg.header.key = static_cast<uint64_t>(key);
     msg.header.part = slot.part;
@@ -593,18 +609,28 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
     } else if (command != Command::kPull) {
       msg.body = Slice(source, slot.offset, slot.length, info.dtype);
     }
+    if (!value_on_host) {
+      try {  // the slot's bytes of values[0], which is `source` here
+        call.await_value(static_cast<size_t>(msg.body.data - source.data) + msg.body.size);
+      } catch (...) {
+        // Its slots from this one on are never sent: the operation fails with the reason.
+        for (size_t j = i; j < info.slots.size(); ++j) state->PartDone(std::current_exception());
+        break;
+      }
+    }
     Body reply_into;
     if (command != Command::kPush)
       reply_into = Slice(destination, slot.offset, slot.length, info.dtype);
-    // Further local devices get a copy of each slice as it arrives.
-    auto done = [state, outs, slot, dtype = info.dtype](const Message*, std::exception_ptr error) {
+    // Further local devices get a copy of each slice as it arrives; then the caller is told.
+    auto done = [state, outs, slot, elem, ready = call.output_ready](const Message*,
+                                                                     std::exception_ptr error) {
+      const size_t begin = slot.offset * elem, length = slot.length * elem;
       if (!error && outs.size() > 1) {
-        const size_t elem = DTypeSize(dtype);
         for (size_t i = 1; i < outs.size(); ++i) {
-          std::memcpy(outs[i].bytes() + slot.offset * elem, outs[0].bytes() + slot.offset * elem,
-                      slot.length * elem);
+          std::memcpy(outs[i].bytes() + begin, outs[0].bytes() + begin, length);
         }
       }
+      if (!error && ready) ready(begin, begin + length);
       state->PartDone(error);
     };
     client_.Request(slot.server, std::move(msg), std::move(reply_into), std::move(done),
@@ -613,23 +639,38 @@ Operation DistKVStore::Issue(Key key, Command command, const std::vector<Array>&
   return Operation(state);
 }
 
-Operation DistKVStore::PushPacked(Key key, const CompressionSpec& spec, Array packed,
-                                  std::vector<Array> outs, int priority) {
-  const Packed given{spec, std::move(packed)};
-  return Issue(key, outs.empty() ? Command::kPush : Command::kPushPull, {}, outs, priority, &given);
+Operation DistKVStore::IssueStaged(StagedCall call) {
+  const Command command = call.values.empty() ? Command::kPull
+                          : call.outs.empty() ? Command::kPush
+                                              : Command::kPushPull;
+  return Issue(command, call);
 }
 
+namespace {
+
+// A call of the plain KVStore interface, as a staged call without its hooks.
+StagedCall PlainCall(Key key, std::vector<Array> values, std::vector<Array> outs, int priority) {
+  StagedCall call;
+  call.key = key;
+  call.values = std::move(values);
+  call.outs = std::move(outs);
+  call.priority = priority;
+  return call;
+}
+
+}  // namespace
+
 Operation DistKVStore::Push(Key key, std::vector<Array> values, int priority) {
-  return Issue(key, Command::kPush, values, {}, priority);
+  return Issue(Command::kPush, PlainCall(key, std::move(values), {}, priority));
 }
 
 Operation DistKVStore::Pull(Key key, std::vector<Array> outs, int priority) {
-  return Issue(key, Command::kPull, {}, outs, priority);
+  return Issue(Command::kPull, PlainCall(key, {}, std::move(outs), priority));
 }
 
 Operation DistKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
                                 int priority) {
-  return Issue(key, Command::kPushPull, values, outs, priority);
+  return Issue(Command::kPushPull, PlainCall(key, std::move(values), std::move(outs), priority));
 }
 
 void DistKVStore::WaitAll() {

@@ -23,7 +23,7 @@
 #include "common/slab_arena.h"
 #include "compression/codec.h"
 #include "dtrain/kvstore/kvstore.h"
-#include "kvstore/packed_pushes.h"
+#include "kvstore/staged_calls.h"
 #include "ps/key_partition.h"
 #include "ps/node/node.h"
 #include "ps/worker_client.h"
@@ -31,7 +31,7 @@
 
 namespace dtrain {
 
-class DistKVStore : public KVStore, public PackedPushes {
+class DistKVStore : public KVStore, public StagedCalls {
  public:
   // Joins the job described by `config` as a worker (blocks until the job has started).
   DistKVStore(std::string type, const Config& config,
@@ -56,8 +56,7 @@ class DistKVStore : public KVStore, public PackedPushes {
   Operation Pull(Key key, std::vector<Array> outs, int priority = 0) override;
   Operation PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
                      int priority = 0) override;
-  Operation PushPacked(Key key, const CompressionSpec& spec, Array packed, std::vector<Array> outs,
-                       int priority) override;
+  Operation IssueStaged(StagedCall call) override;
   void WaitAll() override;
   void Barrier() override;
   void SetOptimizer(const OptimizerSpec& spec) override;
@@ -78,7 +77,8 @@ class DistKVStore : public KVStore, public PackedPushes {
     std::string servers;  // " on server 0 (host:port)": where its operations wait, for errors
     // Gradient compression's error feedback: what this worker has not sent yet, per element
     // (allocated by the first compressed push); its mutex orders compressions of the key. Pushes
-    // compressed by the caller (PushPacked: values on a GPU) keep theirs where they compressed.
+    // compressed by the caller (StagedCall::packed: values on a GPU) keep theirs where they
+    // compressed.
     std::shared_ptr<Residual> residual;
   };
 
@@ -100,19 +100,13 @@ class DistKVStore : public KVStore, public PackedPushes {
   // `source` (the key's float32 values) compressed as a whole, residual updated.
   transport::Body Compressed(const KeyInfo& info, const transport::Body& source,
                              const CompressionSpec& spec) const;
-  // A value compressed by the caller (PackedPushes).
-  struct Packed {
-    CompressionSpec spec;
-    Array bytes;
-  };
   // Throws InvalidArgument unless `packed` (compressed with `packed_with`) suits the store's
-  // compression `store` and the key (packed_pushes.h).
+  // compression `store` and the key (staged_calls.h).
   void CheckPacked(Key key, const KeyInfo& info, const char* op, const CompressionSpec& packed_with,
                    const CompressionSpec& store, const Array& packed) const;
-  // Sends `command` for `key` to the servers of its slots. A push's value is the sum of `values`,
-  // or `packed` where given (`values` then unused).
-  Operation Issue(Key key, transport::Command command, const std::vector<Array>& values,
-                  const std::vector<Array>& outs, int priority, const Packed* packed = nullptr);
+  // Sends `command` for `call.key` to the servers of its slots (staged_calls.h; Push, Pull and
+  // PushPull leave the staging hooks null).
+  Operation Issue(transport::Command command, const StagedCall& call);
   std::shared_ptr<OperationState> Track(std::string what, int parts);
   std::string ServersOf(const std::vector<ps::Slot>& slots) const;
   // A replacement for a lost worker: asks the servers where its rank is and tells them where it

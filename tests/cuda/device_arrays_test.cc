@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -157,6 +158,44 @@ TEST_F(DeviceArraysTest, StartedCopiesFromTheHostArriveByTheFence) {
   fence.Wait("the test's copies");
   EXPECT_EQ(ToHost(d1).ToVector(), (std::vector<float>{4.f, -1.f}));
   EXPECT_EQ(ToHost(d2).ToVector(), (std::vector<float>{4.f, -1.f}));
+}
+
+TEST_F(DeviceArraysTest, ACopyInPiecesMarksEachPrefixAndEndsWhole) {
+  const int64_t n = 1001;  // 4004 bytes: four pieces of 1000 and one of 4
+  Array a({n}), b({n});
+  for (int64_t i = 0; i < n; ++i) {
+    a.floats()[i] = static_cast<float>(i);
+    b.floats()[i] = 0.5f;
+  }
+  for (bool sum : {false, true}) {
+    SCOPED_TRACE(sum ? "sum" : "single value");
+    Staged staged =
+        sum ? StartSumToHost({OnDevice(a), OnDevice(b)}, 1000) : StartToHost({OnDevice(a)}, 1000);
+    ASSERT_EQ(staged.pieces.size(), 5u);
+    for (size_t p = 0; p < staged.pieces.size(); ++p) {
+      const size_t bytes = staged.pieces[p].bytes;
+      EXPECT_EQ(bytes, std::min<size_t>(1000 * (p + 1), 4004));
+      staged.pieces[p].copied.Wait("the test's piece");
+      for (size_t i = 0; i < bytes / sizeof(float); ++i) {
+        ASSERT_EQ(staged.hosts[0].floats()[i], a.floats()[i] + (sum ? 0.5f : 0.f)) << i;
+      }
+    }
+  }
+  // One copy where the pieces would be the whole, or where several arrays cross.
+  EXPECT_TRUE(StartToHost({OnDevice(a)}, 4004).pieces.empty());
+  EXPECT_TRUE(StartToHost({OnDevice(a)}, 0).pieces.empty());
+  EXPECT_TRUE(StartToHost({OnDevice(a), OnDevice(b)}, 1000).pieces.empty());
+}
+
+TEST_F(DeviceArraysTest, ACopyOfPartOfAHostArrayChangesOnlyThoseBytes) {
+  Array d = OnDevice(Floats({0.f, 0.f, 0.f, 0.f})), h = Floats({0.f, 0.f, 0.f, 0.f});
+  Array from = PinnedLike(h);
+  for (int i = 0; i < 4; ++i) from.floats()[i] = static_cast<float>(i + 1);
+  StartCopyFromHost(from, {d, h}, 4, 12).Wait("the test's copies");
+  EXPECT_EQ(ToHost(d).ToVector(), (std::vector<float>{0.f, 2.f, 3.f, 0.f}));
+  EXPECT_EQ(h.ToVector(), (std::vector<float>{0.f, 2.f, 3.f, 0.f}));
+  EXPECT_THROW(StartCopyFromHost(from, {d}, 8, 20), InvalidArgument);
+  EXPECT_THROW(StartCopyFromHost(from, {d}, 12, 8), InvalidArgument);
 }
 
 }  // namespace

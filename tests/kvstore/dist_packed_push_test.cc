@@ -1,7 +1,7 @@
-// PackedPushes through whole dist jobs in one process: values a worker compressed itself (as the
-// kvstore's staging does on a GPU) sum exactly as the store's own compressed pushes do, in every
-// mix of the two across workers and steps, with keys split over several servers; and every misuse
-// is an error at the call that changes nothing.
+// Packed pushes (StagedCalls::PushPacked) through whole dist jobs in one process: values a worker
+// compressed itself (as the kvstore's staging does on a GPU) sum exactly as the store's own
+// compressed pushes do, in every mix of the two across workers and steps, with keys split over
+// several servers; and every misuse is an error at the call that changes nothing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

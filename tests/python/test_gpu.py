@@ -31,7 +31,9 @@ if dtrain._dtrain.cuda_device_count() == 0:
     pytest.skip("dtrain sees no CUDA device: " + dtrain._dtrain.cuda_unavailable(),
                 allow_module_level=True)
 
-BIG = {"MXNET_KVSTORE_BIGARRAY_BOUND": "1000"}  # the 5000-element key is split over the servers
+# The 5000-element key is split over the servers, in slots of 256 floats: a dist store's staging
+# copies its values to and from the GPU in pieces of that size (DTRAIN_CHUNK_BYTES).
+BIG = {"MXNET_KVSTORE_BIGARRAY_BOUND": "1000", "DTRAIN_CHUNK_BYTES": "1024"}
 
 
 def check(out, workers, kind, worker="kv_worker"):
