@@ -50,9 +50,12 @@ Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices) {
 }
 Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, size_t begin,
                         size_t end) {
+  host.RequireHost("CopyFromHost");
   for (const Array& d : devices) {
     if (d.on_device()) NotBuilt();
-    if (d.nbytes() != host.nbytes()) throw InvalidArgument("copy between arrays of other sizes");
+    if (d.size() != host.size() || d.dtype() != host.dtype()) {
+      throw InvalidArgument("copy from the host between arrays of different layouts");
+    }
   }
   if (begin > end || end > host.nbytes()) throw InvalidArgument("copy of bytes past the array");
   for (const Array& d : devices) std::memcpy(d.bytes() + begin, host.bytes() + begin, end - begin);

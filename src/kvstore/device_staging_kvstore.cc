@@ -22,6 +22,18 @@ bool AggregatesOnDevice(const std::string& type) {
   return type == "device" || type.ends_with("_device");
 }
 
+// Waits until the copies into `staged`'s host arrays have ended, whatever became of them, before
+// those pinned buffers (and the device buffers the copies read) may go back to their pools. Only
+// a call that did not await every piece (it failed before, or part of the way) waits here.
+void LetCopiesEnd(const cuda::Staged& staged) {
+  if (staged.pieces.empty()) return;
+  try {
+    staged.copied.Wait("copy to the host");
+  } catch (const std::exception&) {
+    // The call's error says what went wrong; a copy that never ends is the GPU's own failure.
+  }
+}
+
 // Completes `state` with `op`'s outcome.
 void Forward(const Operation& op, const std::shared_ptr<OperationState>& state) {
   op.OnDone([state](std::exception_ptr error) { state->PartDone(error); });
@@ -113,7 +125,10 @@ cuda::Staged DeviceStagingKVStore::StartCompressing(Key key, const std::vector<A
     auto* r = residual.defined() ? static_cast<float*>(residual.data()) : nullptr;
     CompressOnDevice(spec, static_cast<const float*>(sum), r, n, out, device, stream);
   };
-  return cuda::StartSumToHost(values, encoder, piece_bytes_);
+  // In pieces of the compressed size of a slot of floats, so that slots and pieces match.
+  const size_t piece =
+      CompressedBytes(spec.type, static_cast<int64_t>(piece_bytes_ / sizeof(float)));
+  return cuda::StartSumToHost(values, encoder, piece);
 }
 
 bool DeviceStagingKVStore::MustQueue(const std::vector<Array>& values) {
@@ -161,8 +176,11 @@ Operation DeviceStagingKVStore::Later(Key key, const char* verb, cuda::Staged st
             }
           };
         }
-        Forward(call(staged.hosts, std::move(await)), state);
+        Operation op = call(staged.hosts, std::move(await));
+        LetCopiesEnd(staged);
+        Forward(op, state);
       } catch (...) {
+        LetCopiesEnd(staged);
         state->PartDone(std::current_exception());
       }
     });
@@ -235,40 +253,44 @@ Operation DeviceStagingKVStore::IntoOutputs(
   call(std::move(hosts), std::move(ready))
       .OnDone([key, state, staging, devices, what, parts,
                copy_back = copy_back_](std::exception_ptr error) {
-        if (error) {
-          state->PartDone(error);
+        std::vector<cuda::Fence> copies;
+        try {
+          std::lock_guard<std::mutex> lock(parts->mutex);
+          if (!error) error = parts->error;
+          copies = std::move(parts->fences);
+          // Not reported, or not all of it (a store that tells no parts): copied whole.
+          if (!error && parts->bytes != staging.nbytes()) {
+            copies.push_back(cuda::StartCopyFromHost(staging, devices));
+          }
+        } catch (...) {
+          error = std::current_exception();
+        }
+        std::lock_guard<std::mutex> lock(copy_back->mutex);
+        if (copy_back->queue == nullptr) {
+          state->PartDone(
+              error ? error
+                    : std::make_exception_ptr(Error("the " + what + " ended as the store closed")));
           return;
         }
-        try {
-          std::vector<cuda::Fence> copies;
-          {
-            std::lock_guard<std::mutex> lock(parts->mutex);
-            if (parts->error) std::rethrow_exception(parts->error);
-            copies = std::move(parts->fences);
-            // Not reported, or not all of it (a store that tells no parts): copied whole.
-            if (parts->bytes != staging.nbytes()) {
-              copies.push_back(cuda::StartCopyFromHost(staging, devices));
-            }
-          }
-          std::lock_guard<std::mutex> lock(copy_back->mutex);
-          if (copy_back->queue == nullptr)
-            throw Error("the " + what + " ended as the store closed");
-          // `staging` must stay as it is until the copies have read it.
-          copy_back->queue->Post([key, state, copies, staging, what, pulled = timeline::Now()] {
-            try {
-              for (const cuda::Fence& copied : copies) copied.Wait(what);
-              if (timeline::Enabled()) {  // from the pulled value's arrival to its copy's end
+        // Even a failed pull waits for the copies it started: they write the user's tensors and
+        // read `staging`, which must stay as it is until then.
+        copy_back->queue->Post(
+            [key, state, copies, staging, what, error, pulled = timeline::Now()] {
+              std::exception_ptr outcome = error;
+              for (const cuda::Fence& copied : copies) {
+                try {
+                  copied.Wait(what);
+                } catch (...) {
+                  if (!outcome) outcome = std::current_exception();
+                }
+              }
+              if (!outcome &&
+                  timeline::Enabled()) {  // from the pulled value's arrival to the copies' end
                 timeline::Complete("to_device", "kvstore", pulled, timeline::Now(),
                                    timeline::Args().Str("key", KeyLabel(key)));
               }
-              state->PartDone();
-            } catch (...) {
-              state->PartDone(std::current_exception());
-            }
-          });
-        } catch (...) {
-          state->PartDone(std::current_exception());
-        }
+              state->PartDone(outcome);
+            });
       });
   Operation op(state);
   Track(op);

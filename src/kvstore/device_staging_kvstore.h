@@ -18,10 +18,12 @@
 //   - pull: into one pinned host array, copied to every device output once the wrapped pull is
 //     done, before the returned Operation is done.
 //   - in pieces, with the dist stores (StagedCalls): a value that crosses to the host as one array
-//     is copied in pieces of DTRAIN_CHUNK_BYTES (the size of the store's slots), and the store
-//     sends each slot once its bytes are there, while the next piece is being copied; each part of
+//     is copied in pieces of DTRAIN_CHUNK_BYTES (the most a slot of the store holds; for
+//     compressed bytes, the compressed size of that many floats), and the store sends each slot
+//     once the piece holding its end is there, while later pieces are being copied; each part of
 //     a pulled value is copied on to the devices once it has arrived, while the store waits for
-//     the rest. The copies then hide behind the network instead of adding to it.
+//     the rest. The copies then hide behind the network instead of adding to it. Slots of a key
+//     split over several servers need not end where pieces do: a slot may wait for one piece more.
 // Copies are ordered after the work queued on each array's stream (cuda.h).
 //
 // Nothing waits for the GPU on the caller's thread, which is often autograd's: a push starts its

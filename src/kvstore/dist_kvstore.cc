@@ -630,7 +630,14 @@ Operation DistKVStore::Issue(Command command, const StagedCall& call) {
           std::memcpy(outs[i].bytes() + begin, outs[0].bytes() + begin, length);
         }
       }
-      if (!error && ready) ready(begin, begin + length);
+      if (!error && ready) {
+        try {  // it must not throw (staged_calls.h); if it does, the operation fails, not this
+               // thread
+          ready(begin, begin + length);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
       state->PartDone(error);
     };
     client_.Request(slot.server, std::move(msg), std::move(reply_into), std::move(done),

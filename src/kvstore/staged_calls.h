@@ -36,7 +36,9 @@ struct StagedCall {
   // Returns once the first `bytes` bytes of values[0] are on the host, or throws if they never
   // will be; null when all of them are. Called on the calling thread, with growing counts, before
   // the store sends what those bytes hold. If it throws, the parts of the value not sent yet fail
-  // the operation with its error.
+  // the operation with its error; the parts already sent stay sent (as when a push fails part of
+  // the way for any other reason: in dist_sync the key's slots are then a round apart, and the
+  // job should stop).
   std::function<void(size_t bytes)> await_value;
   // Told that bytes [begin, end) of outs[0] (and of the other outputs) hold the pulled value, on a
   // network thread: it must neither block nor throw. Before a successful operation is done, every

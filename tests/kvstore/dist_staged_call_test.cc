@@ -240,6 +240,31 @@ TEST(DistStagedCall, AValueThatNeverArrivesFailsItsOperationWithTheReason) {
   job.ExpectSuccess();
 }
 
+TEST(DistStagedCall, AnOutputHookThatThrowsFailsTheOperationNotTheNetworkThread) {
+  InProcessJob job("dist_sync", SmallSlots(2, 1));
+  job.Run([&](DistKVStore& kv) {
+    kv.Init(0, Array({kSize}));
+    kv.Push(0, {Array::FromFloats(Ramp(0, kSize), {kSize})});
+    StagedCall call;
+    call.key = 0;
+    call.outs = {Array({kSize})};
+    call.output_ready = [](size_t begin, size_t) {
+      if (begin > 0) throw Error("the copy to the GPU could not start");
+    };
+    try {
+      kv.IssueStaged(std::move(call)).Wait();
+      ADD_FAILURE() << "the operation succeeded";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("the copy to the GPU could not start"));
+    }
+    // The store goes on: the next pull gets the value.
+    Array out({kSize});
+    kv.Pull(0, {out}).Wait();
+    EXPECT_EQ(out.floats()[kSize - 1], Ramp(0, kSize)[kSize - 1]);
+  });
+  job.ExpectSuccess();
+}
+
 TEST(DistStagedCall, AStagedPullOrPushOfMisfitArraysIsRefusedAtTheCall) {
   InProcessJob job("dist_sync", SmallSlots(1, 1));
   job.Run([&](DistKVStore& kv) {
