@@ -339,11 +339,8 @@ Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int pri
                  if (staged_ == nullptr || hosts.empty()) {
                    return inner_->Push(key, std::move(hosts), priority);
                  }
-                 StagedCall call;
-                 call.key = key;
-                 call.values = std::move(hosts);
+                 StagedCall call = StagedCall::Of(key, std::move(hosts), {}, priority);
                  call.packed = spec;
-                 call.priority = priority;
                  call.await_value = std::move(await);
                  return staged_->IssueStaged(std::move(call));
                });
@@ -353,10 +350,7 @@ Operation DeviceStagingKVStore::Pull(Key key, std::vector<Array> outs, int prior
   auto pull = [this, key, outs, priority](std::vector<Array>, Awaited) {
     return IntoOutputs(key, outs, [&](std::vector<Array> hosts, OutputReady ready) {
       if (staged_ == nullptr) return inner_->Pull(key, std::move(hosts), priority);
-      StagedCall call;
-      call.key = key;
-      call.outs = std::move(hosts);
-      call.priority = priority;
+      StagedCall call = StagedCall::Of(key, {}, std::move(hosts), priority);
       call.output_ready = std::move(ready);
       return staged_->IssueStaged(std::move(call));
     });
@@ -379,12 +373,8 @@ Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
         if (staged_ == nullptr || staged.empty() || hosts.empty()) {
           return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
         }
-        StagedCall call;
-        call.key = key;
-        call.values = std::move(staged);
+        StagedCall call = StagedCall::Of(key, std::move(staged), std::move(hosts), priority);
         call.packed = spec;
-        call.outs = std::move(hosts);
-        call.priority = priority;
         call.await_value = std::move(await);
         call.output_ready = std::move(ready);
         return staged_->IssueStaged(std::move(call));

@@ -631,8 +631,8 @@ Operation DistKVStore::Issue(Command command, const StagedCall& call) {
         }
       }
       if (!error && ready) {
-        try {  // it must not throw (staged_calls.h); if it does, the operation fails, not this
-               // thread
+        // It must not throw (staged_calls.h); if it does, the operation fails, not this thread.
+        try {
           ready(begin, begin + length);
         } catch (...) {
           error = std::current_exception();
@@ -653,31 +653,18 @@ Operation DistKVStore::IssueStaged(StagedCall call) {
   return Issue(command, call);
 }
 
-namespace {
-
-// A call of the plain KVStore interface, as a staged call without its hooks.
-StagedCall PlainCall(Key key, std::vector<Array> values, std::vector<Array> outs, int priority) {
-  StagedCall call;
-  call.key = key;
-  call.values = std::move(values);
-  call.outs = std::move(outs);
-  call.priority = priority;
-  return call;
-}
-
-}  // namespace
-
 Operation DistKVStore::Push(Key key, std::vector<Array> values, int priority) {
-  return Issue(Command::kPush, PlainCall(key, std::move(values), {}, priority));
+  return Issue(Command::kPush, StagedCall::Of(key, std::move(values), {}, priority));
 }
 
 Operation DistKVStore::Pull(Key key, std::vector<Array> outs, int priority) {
-  return Issue(Command::kPull, PlainCall(key, {}, std::move(outs), priority));
+  return Issue(Command::kPull, StagedCall::Of(key, {}, std::move(outs), priority));
 }
 
 Operation DistKVStore::PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
                                 int priority) {
-  return Issue(Command::kPushPull, PlainCall(key, std::move(values), std::move(outs), priority));
+  return Issue(Command::kPushPull,
+               StagedCall::Of(key, std::move(values), std::move(outs), priority));
 }
 
 void DistKVStore::WaitAll() {

@@ -23,6 +23,16 @@ namespace dtrain {
 
 // A push (`outs` empty), pull (`values` empty) or pushpull of `key` in host memory.
 struct StagedCall {
+  // A call with these arrays and no packing or hooks (the fields below, set after as needed).
+  static StagedCall Of(Key key, std::vector<Array> values, std::vector<Array> outs, int priority) {
+    StagedCall call;
+    call.key = key;
+    call.values = std::move(values);
+    call.outs = std::move(outs);
+    call.priority = priority;
+    return call;
+  }
+
   Key key = 0;
   // The pushed host values, summed by the store as Push sums them; or, with `packed`, one array
   // holding that sum compressed with `packed` as codec.h's Compress does: CompressedBytes(type, n)
@@ -60,12 +70,8 @@ class StagedCalls {
   // A push (`outs` empty) or pushpull of a value compressed by the caller, all on the host.
   Operation PushPacked(Key key, const CompressionSpec& spec, Array packed, std::vector<Array> outs,
                        int priority) {
-    StagedCall call;
-    call.key = key;
-    call.values = {std::move(packed)};
+    StagedCall call = StagedCall::Of(key, {std::move(packed)}, std::move(outs), priority);
     call.packed = spec;
-    call.outs = std::move(outs);
-    call.priority = priority;
     return IssueStaged(std::move(call));
   }
 };
