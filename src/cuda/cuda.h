@@ -92,6 +92,20 @@ struct DeviceEncoder {
 // state on the device from one call to the next. The encoded array is copied in pieces as above.
 Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder,
                       size_t piece_bytes = 0);
+// The sum of `arrays` (device values of one layout; a single one is copied) in a buffer of
+// dtrain's on the first one's device, for work that stays there (an optimizer's update on the
+// GPU): queued on dtrain's stream of that device and not waited for. The returned Array names that
+// stream, so only work queued there or ordered after it (OrderAfter) may read it; its memory goes
+// back in that stream's order. As with StartToHost, each value is copied on its producer's stream
+// first, so the producer may overwrite it at once.
+Array StartSumOnDevice(const std::vector<Array>& arrays);
+// Copies `from` into every array of `to` (same size and dtype), wherever each lives. Into a device
+// array from a device: queued on `from`'s stream after the work queued so far on the target's
+// stream (which may still read its old values), and the target's stream waits for the copy, so the
+// user's later work there sees it; no host wait. Work queued later on `from`'s stream (the next
+// update of a weight) comes after the copy. Into the host from a device, and from the host into a
+// device: waited for, as ToHost and CopyFromHost. Host to host: a plain copy.
+void Copy(const Array& from, const std::vector<Array>& to);
 // Starts copying `host` into each device array of `devices`, after the work queued on its stream
 // (host ones get a plain copy at once). `host` must stay as it is until the fence has passed.
 Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices);

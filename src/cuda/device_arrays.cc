@@ -181,10 +181,11 @@ Fence FenceAfter(const std::map<int, cudaStream_t>& used, std::shared_ptr<Fence:
   return Fence(std::move(state));
 }
 
-void WaitOnEvent(cudaStream_t stream, cudaEvent_t event) {
+void WaitOnEvent(cudaStream_t stream, cudaEvent_t event,
+                 const char* what = "ordering after the snapshot") {
   const cudaError_t status = cudaStreamWaitEvent(stream, event, 0);
   cudaEventDestroy(event);  // released once the wait has happened
-  Check(status, "ordering after the snapshot");
+  Check(status, what);
 }
 
 // A copy of `a`'s device value in a buffer of dtrain's, made on `a`'s own stream: in order after
@@ -329,6 +330,30 @@ Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
 
 }  // namespace
 
+Array StartSumOnDevice(const std::vector<Array>& arrays) {
+  if (arrays.empty()) throw InvalidArgument("a sum of no values");
+  RequireDevice(arrays[0], "a sum on the device");
+  const int device = arrays[0].device();
+  cudaStream_t stream = CopyStream(device);
+  Fence::State state;
+  std::shared_ptr<void> sum = SumOnDevice(arrays, stream, state);
+  if (!state.buffers.empty()) {
+    // The snapshots of values on other devices go back on their own device's stream: make it wait
+    // for the peer copies that read them (here nobody waits for a fence).
+    DeviceGuard guard(device);
+    cudaEvent_t summed = RecordNow(stream, "a sum on the device");
+    cudaError_t status = cudaSuccess;
+    for (const Array& a : arrays) {
+      if (a.device() == device || status != cudaSuccess) continue;
+      DeviceGuard other(a.device());
+      status = cudaStreamWaitEvent(CopyStream(a.device()), summed, 0);
+    }
+    cudaEventDestroy(summed);  // released once the waits have happened
+    Check(status, "ordering the release of peer snapshots after the sum");
+  }
+  return Array::WrapDevice(sum.get(), arrays[0].shape(), arrays[0].dtype(), device, stream, sum);
+}
+
 Staged StartSumToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
   return SumToHost(arrays, nullptr, piece_bytes);
 }
@@ -378,6 +403,37 @@ Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, si
 
 void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
   StartCopyFromHost(host, devices).Wait("copy to the device");
+}
+
+void Copy(const Array& from, const std::vector<Array>& to) {
+  std::vector<Array> hosts, devices;
+  for (const Array& t : to) {
+    RequireSameLayout(from, t, "copy");
+    (t.on_device() ? devices : hosts).push_back(t);
+  }
+  if (!from.on_device()) {
+    CopyFromHost(from, to);  // host targets get a plain copy there
+    return;
+  }
+  if (!hosts.empty()) {
+    const Array staged = ToHost(from);
+    for (const Array& h : hosts) h.CopyFrom(staged);
+  }
+  auto stream = static_cast<cudaStream_t>(from.stream());
+  for (const Array& d : devices) {
+    OrderAfterProducer(d, stream);  // the user's queued work may still read the old values
+    cudaEvent_t copied = nullptr;
+    {
+      DeviceGuard guard(from.device());
+      Check(cudaMemcpyPeerAsync(d.data(), d.device(), from.data(), from.device(), from.nbytes(),
+                                stream),
+            "copy between device arrays");
+      copied = RecordNow(stream, "copy between device arrays");
+    }
+    // With its own device current: a null stream (the legacy default) is the current device's.
+    DeviceGuard guard(d.device());
+    WaitOnEvent(static_cast<cudaStream_t>(d.stream()), copied, "ordering after a copy");
+  }
 }
 
 Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* values) {

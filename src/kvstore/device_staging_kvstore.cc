@@ -44,6 +44,7 @@ void Forward(const Operation& op, const std::shared_ptr<OperationState>& state) 
 DeviceStagingKVStore::DeviceStagingKVStore(std::unique_ptr<KVStore> inner)
     : inner_(std::move(inner)),
       staged_(dynamic_cast<StagedCalls*>(inner_.get())),
+      device_updates_(dynamic_cast<DeviceUpdates*>(inner_.get())),
       aggregate_on_device_(AggregatesOnDevice(inner_->type())),
       timeout_(Config::FromEnvironment().request_timeout),
       piece_bytes_(staged_ != nullptr ? Config::FromEnvironment().chunk_bytes : 0) {}
@@ -326,8 +327,16 @@ void DeviceStagingKVStore::Init(Key key, const Array& value) {
   layouts_[key] = Array::Wrap(nullptr, value.shape(), value.dtype(), nullptr);
 }
 
+bool DeviceStagingKVStore::UpdatedOnDevice(const std::vector<Array>& values) {
+  if (device_updates_ == nullptr || !device_updates_->UpdatesOnDevice(values)) return false;
+  Flush();  // calls queued before this one reach the wrapped store first
+  return true;
+}
+
 Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int priority) {
-  if (!MustQueue(values)) return inner_->Push(key, std::move(values), priority);
+  if (!MustQueue(values) || UpdatedOnDevice(values)) {
+    return inner_->Push(key, std::move(values), priority);
+  }
   if (!CheckLayout("Push", key, values, "value")) {
     Flush();
     return inner_->Push(key, cuda::ToHost(values), priority);
@@ -348,6 +357,9 @@ Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int pri
 
 Operation DeviceStagingKVStore::Pull(Key key, std::vector<Array> outs, int priority) {
   auto pull = [this, key, outs, priority](std::vector<Array>, Awaited) {
+    if (device_updates_ != nullptr && device_updates_->HoldsOnDevice(key)) {
+      return inner_->Pull(key, outs, priority);  // copied on the GPU
+    }
     return IntoOutputs(key, outs, [&](std::vector<Array> hosts, OutputReady ready) {
       if (staged_ == nullptr) return inner_->Pull(key, std::move(hosts), priority);
       StagedCall call = StagedCall::Of(key, {}, std::move(hosts), priority);
@@ -381,6 +393,8 @@ Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
       });
     };
   };
+  if (UpdatedOnDevice(values))
+    return inner_->PushPull(key, std::move(values), std::move(outs), priority);
   if (!MustQueue(values)) return pushpull(std::nullopt)(std::move(values), nullptr);
   if (!CheckLayout("PushPull", key, values, "value") ||
       (!outs.empty() && !CheckLayout("PushPull", key, outs, "out"))) {

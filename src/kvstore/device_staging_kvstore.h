@@ -24,6 +24,9 @@
 //     a pulled value is copied on to the devices once it has arrived, while the store waits for
 //     the rest. The copies then hide behind the network instead of adding to it. Slots of a key
 //     split over several servers need not end where pieces do: a slot may wait for one piece more.
+//   - with an optimizer on a local store (DeviceUpdates): pushes the store updates on their GPU
+//     go to it as they are, and pulls of keys it holds there are copied on the GPU; nothing is
+//     staged for them.
 // Copies are ordered after the work queued on each array's stream (cuda.h).
 //
 // Nothing waits for the GPU on the caller's thread, which is often autograd's: a push starts its
@@ -45,6 +48,7 @@
 #include "common/serial_queue.h"
 #include "cuda/cuda.h"
 #include "dtrain/kvstore/kvstore.h"
+#include "kvstore/device_updates.h"
 #include "kvstore/staged_calls.h"
 
 namespace dtrain {
@@ -116,6 +120,9 @@ class DeviceStagingKVStore final : public KVStore {
   // `key`'s residual for compression on `like`'s device (zeros at first). Throws InvalidArgument
   // if the key's pushes were compressed on another device before.
   Array ResidualOn(Key key, const Array& like);
+  // Whether the wrapped store takes a push of `values` as they are (DeviceUpdates), once the calls
+  // queued before it have reached that store.
+  bool UpdatedOnDevice(const std::vector<Array>& values);
   // Whether a call must go through the staging thread: it has device values, or calls before it
   // are still queued there.
   bool MustQueue(const std::vector<Array>& values);
@@ -147,10 +154,11 @@ class DeviceStagingKVStore final : public KVStore {
   void Track(const Operation& op);  // for WaitAll
 
   const std::unique_ptr<KVStore> inner_;
-  StagedCalls* const staged_;       // inner_, where it takes staged calls; else null
-  const bool aggregate_on_device_;  // "device" and "dist_*_device"
-  const Duration timeout_;          // DTRAIN_REQUEST_TIMEOUT_MS
-  const size_t piece_bytes_;        // DTRAIN_CHUNK_BYTES with staged_, else 0 (copies made whole)
+  StagedCalls* const staged_;            // inner_, where it takes staged calls; else null
+  DeviceUpdates* const device_updates_;  // inner_, where it updates on devices; else null
+  const bool aggregate_on_device_;       // "device" and "dist_*_device"
+  const Duration timeout_;               // DTRAIN_REQUEST_TIMEOUT_MS
+  const size_t piece_bytes_;  // DTRAIN_CHUNK_BYTES with staged_, else 0 (copies made whole)
   std::mutex mutex_;
   std::vector<Operation> in_flight_;  // operations of staged calls, possibly not done
   // Each initialised key's layout: an Array header without data (CheckArrays reads its shape).

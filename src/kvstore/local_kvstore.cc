@@ -6,6 +6,7 @@
 #include <system_error>
 #include <thread>
 
+#include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
@@ -13,11 +14,13 @@
 namespace dtrain {
 
 struct LocalKVStore::Slot {
-  explicit Slot(Array v) : value(std::move(v)) {}
+  explicit Slot(Array v)
+      : layout(Array::Wrap(nullptr, v.shape(), v.dtype(), nullptr)), value(std::move(v)) {}
 
-  std::mutex mutex;   // one push or pull of this key at a time
-  const Array value;  // the handle never changes, so its shape and dtype may be read unlocked
-  Array merged;       // the summed gradient, when an optimizer needs it apart from the weight
+  const Array layout;  // the value's shape and dtype, without data: read unlocked
+  std::mutex mutex;    // one push or pull of this key at a time
+  Array value;         // on the host, or on the GPU of its last update
+  Array merged;        // the summed gradient, when an optimizer needs it apart from the weight
   std::vector<std::vector<float>> residuals;  // per device, with gradient compression
 };
 
@@ -37,6 +40,39 @@ void CheckPushable(const char* call, Key key, const Array& value, const Optimize
                           ": gradient compression works on float32 values, the key holds " +
                           DescribeArray(value));
   }
+}
+
+// Whether an optimizer updates a push of `values` on their GPU (DeviceUpdates::UpdatesOnDevice).
+bool UpdatedOnDevice(const std::string& type, const std::vector<Array>& values,
+                     const Optimizer* optimizer, const CompressionSpec& compression) {
+  if (optimizer == nullptr || values.empty()) return false;
+  const bool float_values_on_devices = std::all_of(
+      values.begin(), values.end(),
+      [](const Array& a) { return a.defined() && a.on_device() && a.dtype() == DType::kFloat32; });
+  if (!float_values_on_devices) return false;
+  if (values.size() == 1) return true;
+  return type == "device" && !compression.AppliesTo(values[0].size());
+}
+
+// `value` in the memory of `device`, for updates queued on `stream` (a copy, unless it is there).
+Array MovedToDevice(const Array& value, int device, void* stream) {
+  if (value.on_device() && value.device() == device) return value;
+  const Array host = value.on_device() ? cuda::ToHost(value) : value;
+  const Array moved = cuda::NewOnDevice(device, host.shape(), host.dtype(), host.data());
+  return Array::WrapDevice(moved.data(), moved.shape(), moved.dtype(), device, stream,
+                           moved.owner());
+}
+
+// Copies `value` into each of `outs`, wherever they are (cuda::Copy where any is on a device).
+void CopyOut(const Array& value, const std::vector<Array>& outs) {
+  const bool all_on_host =
+      !value.on_device() &&
+      std::none_of(outs.begin(), outs.end(), [](const Array& a) { return a.on_device(); });
+  if (!all_on_host) {
+    cuda::Copy(value, outs);
+    return;
+  }
+  for (const Array& out : outs) out.CopyFrom(value);
 }
 
 }  // namespace
@@ -83,9 +119,9 @@ Operation LocalKVStore::Push(Key key, std::vector<Array> values, int /*priority*
   CompressionSpec compression;
   Slot& slot = Find(key, "Push", &optimizer, &compression);
   pushed_.store(true, std::memory_order_relaxed);
-  CheckArrays("Push", key, slot.value, values, "value");
-  const bool compress = compression.AppliesTo(slot.value.size()) && values.size() > 1;
-  CheckPushable("Push", key, slot.value, optimizer.get(), compress);
+  CheckArrays("Push", key, slot.layout, values, "value");
+  const bool compress = compression.AppliesTo(slot.layout.size()) && values.size() > 1;
+  CheckPushable("Push", key, slot.layout, optimizer.get(), compress);
   std::lock_guard<std::mutex> lock(slot.mutex);
   Apply(key, slot, values, optimizer.get(), compress ? &compression : nullptr);
   return Operation();
@@ -93,9 +129,9 @@ Operation LocalKVStore::Push(Key key, std::vector<Array> values, int /*priority*
 
 Operation LocalKVStore::Pull(Key key, std::vector<Array> outs, int /*priority*/) {
   Slot& slot = Find(key, "Pull", nullptr);
-  CheckArrays("Pull", key, slot.value, outs, "out");
+  CheckArrays("Pull", key, slot.layout, outs, "out");
   std::lock_guard<std::mutex> lock(slot.mutex);
-  for (const Array& out : outs) out.CopyFrom(slot.value);
+  CopyOut(slot.value, outs);
   return Operation();
 }
 
@@ -105,16 +141,16 @@ Operation LocalKVStore::PushPull(Key key, std::vector<Array> values, std::vector
   CompressionSpec compression;
   Slot& slot = Find(key, "PushPull", &optimizer, &compression);
   pushed_.store(true, std::memory_order_relaxed);
-  CheckArrays("PushPull", key, slot.value, values, "value");
-  CheckArrays("PushPull", key, slot.value, outs, "out");
-  const bool compress = compression.AppliesTo(slot.value.size()) && values.size() > 1;
-  CheckPushable("PushPull", key, slot.value, optimizer.get(), compress);
+  CheckArrays("PushPull", key, slot.layout, values, "value");
+  CheckArrays("PushPull", key, slot.layout, outs, "out");
+  const bool compress = compression.AppliesTo(slot.layout.size()) && values.size() > 1;
+  CheckPushable("PushPull", key, slot.layout, optimizer.get(), compress);
   // One lock for both halves: no other push of this key comes between them. `outs` may be the
   // very arrays of `values` (an in-place pushpull): the push has read them all before the pull
   // writes.
   std::lock_guard<std::mutex> lock(slot.mutex);
   Apply(key, slot, values, optimizer.get(), compress ? &compression : nullptr);
-  for (const Array& out : outs) out.CopyFrom(slot.value);
+  CopyOut(slot.value, outs);
   return Operation();
 }
 
@@ -136,8 +172,35 @@ void LocalKVStore::SetOptimizer(const OptimizerSpec& spec) {
   optimizer_ = std::move(optimizer);
 }
 
+bool LocalKVStore::UpdatesOnDevice(const std::vector<Array>& values) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  return UpdatedOnDevice(type_, values, optimizer_.get(), compression_);
+}
+
+bool LocalKVStore::HoldsOnDevice(Key key) const {
+  Slot* slot = nullptr;
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto it = slots_.find(key);
+    if (it == slots_.end()) return false;
+    slot = it->second.get();
+  }
+  std::lock_guard<std::mutex> lock(slot->mutex);
+  return slot->value.on_device();
+}
+
 void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
                          Optimizer* optimizer, const CompressionSpec* compression) const {
+  if (UpdatedOnDevice(type_, values, optimizer,
+                      compression != nullptr ? *compression : CompressionSpec())) {
+    const Array grad = cuda::StartSumOnDevice(values);
+    // The weight's stream is the sum's (dtrain's, on that GPU): its update, the copies of pulls
+    // and the sum's release then run in the order they were queued.
+    slot.value = MovedToDevice(slot.value, grad.device(), grad.stream());
+    optimizer->UpdateOnDevice(static_cast<uint64_t>(key), slot.value, grad);
+    return;
+  }
+  if (slot.value.on_device()) slot.value = cuda::ToHost(slot.value).Clone();  // back to the host
   std::vector<std::vector<float>>* residuals = nullptr;
   if (compression != nullptr) {
     residuals = &slot.residuals;

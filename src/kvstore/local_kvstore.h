@@ -3,11 +3,20 @@
 // A push sums the arrays given for a key (one per device) on the CPU. With an optimizer set, the
 // optimizer then updates the stored weight with that sum (its index is the key); without one the
 // stored value becomes the sum, as MXNet's default local updater assigns the merged value. A pull
-// copies the stored value into every array given. "device" behaves as "local": there are no
-// accelerators to aggregate on here.
+// copies the stored value into every array given.
+//
+// Values in GPU memory (CUDA builds; DeviceStagingKVStore passes them on where UpdatesOnDevice
+// says so, and stages every other call through the host): with an optimizer in place, a push of
+// float32 device values to "device" is summed on the first one's GPU, and a single one to "local"
+// is taken as it is, as MXNet's local stores do; the key's weight then moves to that GPU, with the
+// optimizer's state, and the update runs there (Optimizer::UpdateOnDevice, bit for bit as on the
+// host). A later push of host values moves them back. A pull copies the weight wherever its
+// outputs are: into device outputs on the GPU, queued after their streams' work and before
+// their streams' later work, without waiting. The rest of the time the store works on the host.
 //
 // Completion: every call has finished when it returns, so the Operation returned is already done
-// (in one process there is no communication to overlap). An invalid call (unknown key, wrong
+// (in one process there is no communication to overlap); work queued on a GPU is ordered by its
+// streams instead. An invalid call (unknown key, wrong
 // length or dtype, no arrays, a key initialised twice) throws InvalidArgument naming the key and
 // changes nothing.
 //
@@ -31,10 +40,11 @@
 #include "common/config/config.h"
 #include "compression/codec.h"
 #include "dtrain/kvstore/kvstore.h"
+#include "kvstore/device_updates.h"
 
 namespace dtrain {
 
-class LocalKVStore final : public KVStore {
+class LocalKVStore final : public KVStore, public DeviceUpdates {
  public:
   // `type` is "local" or "device"; anything else is an InvalidArgument. Of `config` only the
   // reduction settings (reduction_threads, bigarray_bound) are used.
@@ -69,13 +79,17 @@ class LocalKVStore final : public KVStore {
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
 
+  bool UpdatesOnDevice(const std::vector<Array>& values) const override;
+  bool HoldsOnDevice(Key key) const override;
+
  private:
   struct Slot;
 
   // The key's slot and the optimizer in place. Throws InvalidArgument for a key never initialised.
   Slot& Find(Key key, const char* call, std::shared_ptr<Optimizer>* optimizer,
              CompressionSpec* compression = nullptr) const;
-  // Adds `values` to the slot: sum, then update or assign. The slot's mutex is held.
+  // Adds `values` to the slot: sum, then update or assign, on the host or (UpdatesOnDevice) on
+  // their GPU. The slot's mutex is held.
   void Apply(Key key, Slot& slot, const std::vector<Array>& values, Optimizer* optimizer,
              const CompressionSpec* compression) const;
   // dst = the sum of `values`, on several threads for big arrays. With compression (and several

@@ -3,7 +3,8 @@ the CPU path gives (programs/kv_worker.py --cuda: D replicas on the one GPU stan
 per worker, worker processes sharing it for hosts), and Horovod's collectives on CUDA tensors
 (host staging over Gloo with 2 ranks, NCCL with 1) equal the CPU results (programs/hvd_worker.py,
 hvd_collectives_worker.py, hvd_process_sets_worker.py and hvd_adasum_worker.py with --cuda:
-process sets, SyncBatchNorm and Adasum too), and two ranks on one GPU over NCCL fail saying why; the Trainer on
+process sets, SyncBatchNorm and Adasum too), and two ranks on one GPU over NCCL fail saying why; a
+local store's own optimizer updates CUDA values on the GPU as the host path does; the Trainer on
 CUDA parameters reaches what one process reaches on the whole batch (programs/train_check.py
 --cuda), and dtrain-train --gpus trains as its CPU replicas do.
 
@@ -146,6 +147,36 @@ def test_device_store_sums_replicas_on_the_gpu_exactly():
     kv.push(0, [a, b])
     assert torch.equal(on_gpu.cpu(), kv.pull(0).cpu())
     kv.close()
+
+
+@pytest.mark.parametrize("kind,replicas", [("local", 1), ("device", 2)])
+def test_store_optimizer_updates_cuda_values_on_the_gpu_as_on_the_host(tmp_path, kind, replicas):
+    """MXNet's local stores keep a key's weight on the GPU of its merged gradient and run their
+    optimizer there: rounds of Adam give the host path's pulls and saved state bit for bit, and a
+    pull into a CPU tensor reads the weight from the GPU."""
+    torch.manual_seed(3)
+    weight = torch.randn(4099)
+    rounds = [[torch.randn(4099) for _ in range(replicas)] for _ in range(4)]
+    pulled, state = {}, {}
+    for where in ("cuda", "cpu"):
+        kv = dtrain.kv.create(kind)
+        kv.init(0, weight.to(where))
+        kv.set_optimizer(dtrain.optimizer.create("adam", learning_rate=0.01, wd=0.001))
+        pulled[where] = []
+        for grads in rounds:
+            kv.push(0, [g.to(where) for g in grads])
+            out = torch.empty(4099, device=where)
+            kv.pull(0, out=out).wait()
+            pulled[where].append(out.cpu())
+        on_host = torch.empty(4099)
+        kv.pull(0, out=on_host).wait()
+        pulled[where].append(on_host)
+        kv.save_optimizer_states(str(tmp_path / where))
+        state[where] = (tmp_path / where).read_bytes()
+        kv.close()
+    for gpu, cpu in zip(pulled["cuda"], pulled["cpu"]):
+        assert torch.equal(gpu.view(torch.int32), cpu.view(torch.int32))
+    assert state["cuda"] == state["cpu"]
 
 
 def test_pull_waits_for_the_users_stream():

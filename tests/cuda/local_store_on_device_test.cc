@@ -1,0 +1,156 @@
+// A local store's own optimizer on a real GPU (KVStore::Create's "device" and "local" with CUDA
+// values): the pushes that MXNet's local stores update on the GPU move the key's weight there and
+// give, round after round, exactly the weights, pulls and saved optimizer state that the same calls
+// on host values give; a push of host values moves it back without changing a bit; pulls reach
+// host and device outputs alike. Skipped, with the reason, where no CUDA device is usable (CI has
+// the toolkit but no GPU).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda.h"
+#include "dtrain/kvstore/kvstore.h"
+#include "kvstore/local_kvstore.h"
+#include "on_gpu_test.h"
+
+namespace dtrain {
+namespace {
+
+constexpr Key kKey = 7;
+constexpr int64_t kSize = 3001;  // not a multiple of any kernel's block
+
+std::vector<float> Random(std::mt19937& rng, float scale) {
+  std::normal_distribution<float> normal(0.f, scale);
+  std::vector<float> v(kSize);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<float> Read(const Array& a) {
+  const Array host = a.on_device() ? cuda::ToHost(a) : a;
+  const float* p = static_cast<const float*>(host.data());
+  return std::vector<float>(p, p + host.size());
+}
+
+::testing::AssertionResult SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " and " << b[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+OptimizerSpec Adam() {
+  OptimizerSpec spec;
+  spec.name = "adam";
+  spec.params = {{"learning_rate", 0.01}, {"wd", 0.001}, {"rescale_grad", 0.5}};
+  return spec;
+}
+
+class LocalStoreOnDeviceTest : public OnGpuTest {
+ protected:
+  // `values` in device 0's memory, named as produced on the test's own stream.
+  Array OnDevice(const std::vector<float>& values) const {
+    const Array a = cuda::NewOnDevice(0, Shape{kSize}, DType::kFloat32, values.data());
+    return Array::WrapDevice(a.data(), a.shape(), a.dtype(), 0, stream_, a.owner());
+  }
+
+  // Two stores given the same calls, one with the values on the GPU, one with them on the host.
+  struct Pair {
+    std::unique_ptr<KVStore> gpu, host;
+  };
+  static Pair Stores(const std::string& type, const std::vector<float>& weight) {
+    Pair p{KVStore::Create(type), KVStore::Create(type)};
+    for (KVStore* kv : {p.gpu.get(), p.host.get()}) {
+      kv->Init(kKey, Array::FromFloats(weight));
+      kv->SetOptimizer(Adam());
+    }
+    return p;
+  }
+};
+
+TEST_F(LocalStoreOnDeviceTest, DeviceStoreUpdatesOnTheGpuAsOnTheHost) {
+  std::mt19937 rng(5);
+  Pair stores = Stores("device", Random(rng, 1.f));
+  for (int round = 0; round < 4; ++round) {
+    const std::vector<float> a = Random(rng, 0.3f), b = Random(rng, 0.3f);
+    const Array out_a = OnDevice(std::vector<float>(kSize)), out_b = OnDevice(a);
+    stores.gpu->PushPull(kKey, {OnDevice(a), OnDevice(b)}, {out_a, out_b}).Wait();
+    const Array host_out = Array::FromFloats(std::vector<float>(kSize));
+    stores.host->PushPull(kKey, {Array::FromFloats(a), Array::FromFloats(b)}, {host_out}).Wait();
+    ASSERT_TRUE(SameBits(Read(out_a), Read(host_out))) << "round " << round;
+    ASSERT_TRUE(SameBits(Read(out_b), Read(host_out))) << "round " << round;
+  }
+  EXPECT_EQ(stores.gpu->SaveOptimizerState(), stores.host->SaveOptimizerState());
+}
+
+TEST_F(LocalStoreOnDeviceTest, TheWeightMovesToTheGpuAndBackWithoutChangingABit) {
+  std::mt19937 rng(9);
+  const std::vector<float> weight = Random(rng, 1.f);
+  LocalKVStore gpu("device"), host("device");
+  for (LocalKVStore* kv : {&gpu, &host}) {
+    kv->Init(kKey, Array::FromFloats(weight));
+    kv->SetOptimizer(Adam());
+  }
+  const std::vector<Array> two_on_gpu = {OnDevice(weight), OnDevice(weight)};
+  EXPECT_TRUE(gpu.UpdatesOnDevice(two_on_gpu));
+  EXPECT_FALSE(gpu.UpdatesOnDevice({OnDevice(weight), Array::FromFloats(weight)}));
+  EXPECT_FALSE(gpu.HoldsOnDevice(kKey));
+  // Device, host, device again: each push updates where its values are.
+  for (bool on_gpu : {true, false, true}) {
+    const std::vector<float> g = Random(rng, 0.2f);
+    gpu.Push(kKey, {on_gpu ? OnDevice(g) : Array::FromFloats(g)});
+    host.Push(kKey, {Array::FromFloats(g)});
+    EXPECT_EQ(gpu.HoldsOnDevice(kKey), on_gpu);
+    const Array pulled = Array::FromFloats(std::vector<float>(kSize));
+    const Array expected = Array::FromFloats(std::vector<float>(kSize));
+    gpu.Pull(kKey, {pulled});  // into the host, from wherever the weight is
+    host.Pull(kKey, {expected});
+    ASSERT_TRUE(SameBits(Read(pulled), Read(expected)));
+  }
+  EXPECT_EQ(gpu.SaveOptimizerState(), host.SaveOptimizerState());
+  // A saved state loads back into the store whose state lives on the GPU, and updates go on.
+  gpu.LoadOptimizerState(host.SaveOptimizerState());
+  const std::vector<float> g = Random(rng, 0.2f);
+  gpu.Push(kKey, {OnDevice(g)});
+  host.Push(kKey, {Array::FromFloats(g)});
+  const Array device_out = OnDevice(std::vector<float>(kSize));
+  const Array expected = Array::FromFloats(std::vector<float>(kSize));
+  gpu.Pull(kKey, {device_out});
+  host.Pull(kKey, {expected});
+  EXPECT_TRUE(SameBits(Read(device_out), Read(expected)));
+}
+
+TEST_F(LocalStoreOnDeviceTest, LocalStoreUpdatesOneGpuValueThereAndSumsSeveralOnTheHost) {
+  std::mt19937 rng(13);
+  const std::vector<float> weight = Random(rng, 1.f);
+  LocalKVStore local("local");
+  local.Init(kKey, Array::FromFloats(weight));
+  EXPECT_FALSE(local.UpdatesOnDevice({OnDevice(weight)})) << "no optimizer: the value is assigned";
+  local.SetOptimizer(Adam());
+  EXPECT_TRUE(local.UpdatesOnDevice({OnDevice(weight)}));
+  EXPECT_FALSE(local.UpdatesOnDevice({OnDevice(weight), OnDevice(weight)}))
+      << "MXNet's local store merges several values on the CPU";
+
+  Pair stores = Stores("local", weight);
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<float> g = Random(rng, 0.3f);
+    stores.gpu->Push(kKey, {OnDevice(g)});
+    stores.host->Push(kKey, {Array::FromFloats(g)});
+    const Array out = OnDevice(std::vector<float>(kSize));
+    const Array expected = Array::FromFloats(std::vector<float>(kSize));
+    stores.gpu->Pull(kKey, {out}).Wait();
+    stores.host->Pull(kKey, {expected}).Wait();
+    ASSERT_TRUE(SameBits(Read(out), Read(expected))) << "round " << round;
+  }
+  EXPECT_EQ(stores.gpu->SaveOptimizerState(), stores.host->SaveOptimizerState());
+}
+
+}  // namespace
+}  // namespace dtrain
