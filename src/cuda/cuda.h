@@ -106,6 +106,9 @@ Array StartSumOnDevice(const std::vector<Array>& arrays);
 // update of a weight) comes after the copy. Into the host from a device, and from the host into a
 // device: waited for, as ToHost and CopyFromHost. Host to host: a plain copy.
 void Copy(const Array& from, const std::vector<Array>& to);
+// A fence passed once the work queued so far on the streams of `arrays`' device arrays (the
+// stream each names) has finished; host arrays have none.
+Fence AfterQueuedWork(const std::vector<Array>& arrays);
 // Starts copying `host` into each device array of `devices`, after the work queued on its stream
 // (host ones get a plain copy at once). `host` must stay as it is until the fence has passed.
 Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices);

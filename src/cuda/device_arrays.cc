@@ -330,27 +330,55 @@ Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
 
 }  // namespace
 
+namespace {
+
+// Makes the streams that free the snapshots of a sum's values on devices other than the sum's wait
+// for `stream`, where the peer copies that read them are queued, before those snapshots go (on
+// every exit, an error's too: nobody waits for a fence of a sum that stays on its device).
+class ReleaseAfterSum {
+ public:
+  ReleaseAfterSum(const std::vector<Array>& arrays, int device, cudaStream_t stream)
+      : arrays_(arrays), device_(device), stream_(stream) {}
+  ReleaseAfterSum(const ReleaseAfterSum&) = delete;
+  ReleaseAfterSum& operator=(const ReleaseAfterSum&) = delete;
+  ~ReleaseAfterSum() {
+    const bool elsewhere = std::any_of(arrays_.begin(), arrays_.end(), [this](const Array& a) {
+      return a.on_device() && a.device() != device_;
+    });
+    int previous = 0;
+    if (!elsewhere) return;
+    if (cudaGetDevice(&previous) != cudaSuccess) return;
+    cudaSetDevice(device_);
+    cudaEvent_t summed = nullptr;
+    if (cudaEventCreateWithFlags(&summed, cudaEventDisableTiming) == cudaSuccess &&
+        cudaEventRecord(summed, stream_) == cudaSuccess) {
+      for (const Array& a : arrays_) {
+        if (!a.on_device() || a.device() == device_) continue;
+        cudaSetDevice(a.device());
+        cudaStreamWaitEvent(CopyStream(a.device()), summed, 0);
+      }
+    }
+    if (summed != nullptr) cudaEventDestroy(summed);  // released once the waits have happened
+    cudaGetLastError();  // a failure here is the context's own, and the next call reports it
+    cudaSetDevice(previous);
+  }
+
+ private:
+  const std::vector<Array>& arrays_;
+  const int device_;
+  const cudaStream_t stream_;
+};
+
+}  // namespace
+
 Array StartSumOnDevice(const std::vector<Array>& arrays) {
   if (arrays.empty()) throw InvalidArgument("a sum of no values");
   RequireDevice(arrays[0], "a sum on the device");
   const int device = arrays[0].device();
   cudaStream_t stream = CopyStream(device);
   Fence::State state;
+  const ReleaseAfterSum release(arrays, device, stream);  // runs before `state` frees snapshots
   std::shared_ptr<void> sum = SumOnDevice(arrays, stream, state);
-  if (!state.buffers.empty()) {
-    // The snapshots of values on other devices go back on their own device's stream: make it wait
-    // for the peer copies that read them (here nobody waits for a fence).
-    DeviceGuard guard(device);
-    cudaEvent_t summed = RecordNow(stream, "a sum on the device");
-    cudaError_t status = cudaSuccess;
-    for (const Array& a : arrays) {
-      if (a.device() == device || status != cudaSuccess) continue;
-      DeviceGuard other(a.device());
-      status = cudaStreamWaitEvent(CopyStream(a.device()), summed, 0);
-    }
-    cudaEventDestroy(summed);  // released once the waits have happened
-    Check(status, "ordering the release of peer snapshots after the sum");
-  }
   return Array::WrapDevice(sum.get(), arrays[0].shape(), arrays[0].dtype(), device, stream, sum);
 }
 
@@ -421,19 +449,36 @@ void Copy(const Array& from, const std::vector<Array>& to) {
   }
   auto stream = static_cast<cudaStream_t>(from.stream());
   for (const Array& d : devices) {
-    OrderAfterProducer(d, stream);  // the user's queued work may still read the old values
+    // Each stream waited on with its own device current: a null stream (the legacy default) is
+    // the current device's.
+    cudaEvent_t read = nullptr;
+    {
+      DeviceGuard guard(d.device());  // the user's queued work may still read the old values
+      read = RecordNow(static_cast<cudaStream_t>(d.stream()), "ordering a copy");
+    }
     cudaEvent_t copied = nullptr;
     {
       DeviceGuard guard(from.device());
+      WaitOnEvent(stream, read, "ordering a copy");
       Check(cudaMemcpyPeerAsync(d.data(), d.device(), from.data(), from.device(), from.nbytes(),
                                 stream),
             "copy between device arrays");
       copied = RecordNow(stream, "copy between device arrays");
     }
-    // With its own device current: a null stream (the legacy default) is the current device's.
     DeviceGuard guard(d.device());
     WaitOnEvent(static_cast<cudaStream_t>(d.stream()), copied, "ordering after a copy");
   }
+}
+
+Fence AfterQueuedWork(const std::vector<Array>& arrays) {
+  auto state = std::make_shared<Fence::State>();
+  for (const Array& a : arrays) {
+    if (!a.on_device()) continue;
+    DeviceGuard guard(a.device());
+    state->events.emplace_back(
+        a.device(), RecordNow(static_cast<cudaStream_t>(a.stream()), "marking a stream's work"));
+  }
+  return Fence(std::move(state));
 }
 
 Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* values) {

@@ -226,14 +226,7 @@ Operation DeviceStagingKVStore::IntoOutputs(
       hosts.push_back(cuda::PinnedLike(out));
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!copying_back_) {
-      copying_back_ = std::make_unique<SerialQueue>("kvstore copies into device memory");
-      std::lock_guard<std::mutex> queue_lock(copy_back_->mutex);
-      copy_back_->queue = copying_back_.get();
-    }
-  }
+  StartCopyingBack();
   const std::string what = "pull of key " + KeyLabel(key) + " into device memory";
   auto state = std::make_shared<OperationState>(what, 1, timeout_);
   // Each part the store reports is copied on at once (the wrapped store checked every output
@@ -298,6 +291,45 @@ Operation DeviceStagingKVStore::IntoOutputs(
   return op;
 }
 
+void DeviceStagingKVStore::StartCopyingBack() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!copying_back_) {
+    copying_back_ = std::make_unique<SerialQueue>("kvstore copies into device memory");
+    std::lock_guard<std::mutex> queue_lock(copy_back_->mutex);
+    copy_back_->queue = copying_back_.get();
+  }
+}
+
+Operation DeviceStagingKVStore::OnceCopied(Key key, const char* verb, Operation op,
+                                           const std::vector<Array>& outs) {
+  if (!AnyOnDevice(outs)) return op;
+  const cuda::Fence copied = cuda::AfterQueuedWork(outs);
+  StartCopyingBack();
+  const std::string what = std::string(verb) + " of key " + KeyLabel(key) + " into device memory";
+  auto state = std::make_shared<OperationState>(what, 1, timeout_);
+  op.OnDone([state, copied, what, copy_back = copy_back_](std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(copy_back->mutex);
+    if (copy_back->queue == nullptr) {
+      state->PartDone(
+          error ? error
+                : std::make_exception_ptr(Error("the " + what + " ended as the store closed")));
+      return;
+    }
+    copy_back->queue->Post([state, copied, what, error] {
+      std::exception_ptr outcome = error;
+      try {
+        copied.Wait(what);
+      } catch (...) {
+        if (!outcome) outcome = std::current_exception();
+      }
+      state->PartDone(outcome);
+    });
+  });
+  Operation done(state);
+  Track(done);
+  return done;
+}
+
 void DeviceStagingKVStore::Flush() {
   SerialQueue* queue = nullptr;
   {
@@ -358,7 +390,7 @@ Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int pri
 Operation DeviceStagingKVStore::Pull(Key key, std::vector<Array> outs, int priority) {
   auto pull = [this, key, outs, priority](std::vector<Array>, Awaited) {
     if (device_updates_ != nullptr && device_updates_->HoldsOnDevice(key)) {
-      return inner_->Pull(key, outs, priority);  // copied on the GPU
+      return OnceCopied(key, "pull", inner_->Pull(key, outs, priority), outs);  // on the GPU
     }
     return IntoOutputs(key, outs, [&](std::vector<Array> hosts, OutputReady ready) {
       if (staged_ == nullptr) return inner_->Pull(key, std::move(hosts), priority);
@@ -393,8 +425,10 @@ Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
       });
     };
   };
-  if (UpdatedOnDevice(values))
-    return inner_->PushPull(key, std::move(values), std::move(outs), priority);
+  if (UpdatedOnDevice(values)) {
+    return OnceCopied(key, "pushpull", inner_->PushPull(key, std::move(values), outs, priority),
+                      outs);
+  }
   if (!MustQueue(values)) return pushpull(std::nullopt)(std::move(values), nullptr);
   if (!CheckLayout("PushPull", key, values, "value") ||
       (!outs.empty() && !CheckLayout("PushPull", key, outs, "out"))) {

@@ -26,15 +26,19 @@
 //     split over several servers need not end where pieces do: a slot may wait for one piece more.
 //   - with an optimizer on a local store (DeviceUpdates): pushes the store updates on their GPU
 //     go to it as they are, and pulls of keys it holds there are copied on the GPU; nothing is
-//     staged for them.
+//     staged for them. Such a push first waits until the calls queued before it have reached the
+//     store (only calls staged meanwhile are), and a key's first update there waits for its
+//     weight's copy to the GPU.
 // Copies are ordered after the work queued on each array's stream (cuda.h).
 //
-// Nothing waits for the GPU on the caller's thread, which is often autograd's: a push starts its
-// copies and returns, and the staging thread hands the host values to the wrapped store once they
-// have arrived, in the order of the calls (host-only calls made meanwhile queue behind them, so a
-// pull still sees an earlier push). Copies back to the device are waited for on a thread of their
-// own, never on the wrapped store's network thread. Init, Barrier and the optimizer's calls first
-// wait until every queued call has reached the wrapped store.
+// Nothing else waits for the GPU on the caller's thread, which is often autograd's (a pull into
+// host memory of a key held on a GPU waits for its copy, as any pull into host memory is written
+// when it returns from a local store): a push starts its copies and returns, and the staging thread
+// hands the host values to the wrapped store once they have arrived, in the order of the calls
+// (host-only calls made meanwhile queue behind them, so a pull still sees an earlier push). Copies
+// back to the device are waited for on a thread of their own, never on the wrapped store's network
+// thread. Init, Barrier and the optimizer's calls first wait until every queued call has reached
+// the wrapped store.
 #pragma once
 
 #include <functional>
@@ -149,6 +153,12 @@ class DeviceStagingKVStore final : public KVStore {
   // False if this store has not seen the key initialised: the caller then goes straight to the
   // wrapped store, whose error names it.
   bool CheckLayout(const char* call, Key key, const std::vector<Array>& arrays, const char* what);
+  // Makes the thread that waits for copies into device memory, once.
+  void StartCopyingBack();
+  // `op`, a direct call of the wrapped store (DeviceUpdates) that queued copies into `outs` on the
+  // GPU, done only once they have finished (waited for on that thread), as a staged pull is done
+  // once its outputs are written.
+  Operation OnceCopied(Key key, const char* verb, Operation op, const std::vector<Array>& outs);
   // Waits until every queued call has reached the wrapped store.
   void Flush();
   void Track(const Operation& op);  // for WaitAll

@@ -54,13 +54,17 @@ bool UpdatedOnDevice(const std::string& type, const std::vector<Array>& values,
   return type == "device" && !compression.AppliesTo(values[0].size());
 }
 
-// `value` in the memory of `device`, for updates queued on `stream` (a copy, unless it is there).
-Array MovedToDevice(const Array& value, int device, void* stream) {
+// `value` in the memory of `device` (a copy, waited for, unless it is there already).
+Array MovedToDevice(const Array& value, int device) {
   if (value.on_device() && value.device() == device) return value;
   const Array host = value.on_device() ? cuda::ToHost(value) : value;
-  const Array moved = cuda::NewOnDevice(device, host.shape(), host.dtype(), host.data());
-  return Array::WrapDevice(moved.data(), moved.shape(), moved.dtype(), device, stream,
-                           moved.owner());
+  return cuda::NewOnDevice(device, host.shape(), host.dtype(), host.data());
+}
+
+// `value` named as written by the work queued on `stream`.
+Array OnStream(const Array& value, void* stream) {
+  return Array::WrapDevice(value.data(), value.shape(), value.dtype(), value.device(), stream,
+                           value.owner());
 }
 
 // Copies `value` into each of `outs`, wherever they are (cuda::Copy where any is on a device).
@@ -122,6 +126,7 @@ Operation LocalKVStore::Push(Key key, std::vector<Array> values, int /*priority*
   CheckArrays("Push", key, slot.layout, values, "value");
   const bool compress = compression.AppliesTo(slot.layout.size()) && values.size() > 1;
   CheckPushable("Push", key, slot.layout, optimizer.get(), compress);
+  std::shared_lock<std::shared_mutex> updating(updates_);
   std::lock_guard<std::mutex> lock(slot.mutex);
   Apply(key, slot, values, optimizer.get(), compress ? &compression : nullptr);
   return Operation();
@@ -148,6 +153,7 @@ Operation LocalKVStore::PushPull(Key key, std::vector<Array> values, std::vector
   // One lock for both halves: no other push of this key comes between them. `outs` may be the
   // very arrays of `values` (an in-place pushpull): the push has read them all before the pull
   // writes.
+  std::shared_lock<std::shared_mutex> updating(updates_);
   std::lock_guard<std::mutex> lock(slot.mutex);
   Apply(key, slot, values, optimizer.get(), compress ? &compression : nullptr);
   CopyOut(slot.value, outs);
@@ -155,12 +161,14 @@ Operation LocalKVStore::PushPull(Key key, std::vector<Array> values, std::vector
 }
 
 std::string LocalKVStore::SaveOptimizerState() {
+  std::unique_lock<std::shared_mutex> no_updates(updates_);
   std::unique_lock<std::shared_mutex> lock(mutex_);
   if (!optimizer_) throw InvalidArgument("this kvstore has no optimizer whose state to save");
   return optimizer_->SaveState();
 }
 
 void LocalKVStore::LoadOptimizerState(const std::string& state) {
+  std::unique_lock<std::shared_mutex> no_updates(updates_);
   std::unique_lock<std::shared_mutex> lock(mutex_);
   if (!optimizer_) throw InvalidArgument("set the optimizer before loading its state");
   optimizer_->LoadState(state);
@@ -193,14 +201,23 @@ void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
                          Optimizer* optimizer, const CompressionSpec* compression) const {
   if (UpdatedOnDevice(type_, values, optimizer,
                       compression != nullptr ? *compression : CompressionSpec())) {
+    // Moved before the sum is queued: the move waits for dtrain's stream there, which the sum
+    // makes wait for the values' producers (a key's first update on the GPU only).
+    slot.value = MovedToDevice(slot.value, values[0].device());
     const Array grad = cuda::StartSumOnDevice(values);
     // The weight's stream is the sum's (dtrain's, on that GPU): its update, the copies of pulls
     // and the sum's release then run in the order they were queued.
-    slot.value = MovedToDevice(slot.value, grad.device(), grad.stream());
+    slot.value = OnStream(slot.value, grad.stream());
     optimizer->UpdateOnDevice(static_cast<uint64_t>(key), slot.value, grad);
     return;
   }
   if (slot.value.on_device()) slot.value = cuda::ToHost(slot.value).Clone();  // back to the host
+  if (std::any_of(values.begin(), values.end(), [](const Array& a) { return a.on_device(); })) {
+    // Not summed on a GPU (several values to "local", compression between them, no optimizer;
+    // DeviceStagingKVStore stages these, a direct caller may not): through the host.
+    Apply(key, slot, cuda::ToHost(values), optimizer, compression);
+    return;
+  }
   std::vector<std::vector<float>>* residuals = nullptr;
   if (compression != nullptr) {
     residuals = &slot.residuals;

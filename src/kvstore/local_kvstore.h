@@ -22,7 +22,8 @@
 //
 // Threads: any method may be called from any thread. Calls on different keys run in parallel
 // (the optimizer is built for that); calls on one key take turns, so a pull sees a push and its
-// optimizer update either entirely or not at all. Sums of arrays of at least
+// optimizer update either entirely or not at all. Saving or loading the optimizer's state waits
+// for the updates under way, and updates wait for it. Sums of arrays of at least
 // MXNET_KVSTORE_BIGARRAY_BOUND elements are split over MXNET_KVSTORE_REDUCTION_NTHREADS threads.
 //
 // Ownership: Init copies the value; a push reads and a pull writes the caller's arrays only
@@ -102,6 +103,10 @@ class LocalKVStore final : public KVStore, public DeviceUpdates {
   const int64_t bigarray_bound_;
 
   mutable std::shared_mutex mutex_;  // guards the table and the optimizer pointer, not the slots
+  // Held shared by every update and exclusively to save or load the optimizer's state, which must
+  // not change meanwhile (Optimizer: SaveState and LoadState never run during an Update). Taken
+  // before a slot's mutex or mutex_, never while holding either.
+  mutable std::shared_mutex updates_;
   std::unordered_map<Key, std::unique_ptr<Slot>> slots_;
   std::shared_ptr<Optimizer> optimizer_;
   CompressionSpec compression_;      // guarded by mutex_

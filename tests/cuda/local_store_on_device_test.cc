@@ -2,18 +2,23 @@
 // values): the pushes that MXNet's local stores update on the GPU move the key's weight there and
 // give, round after round, exactly the weights, pulls and saved optimizer state that the same calls
 // on host values give; a push of host values moves it back without changing a bit; pulls reach
-// host and device outputs alike. Skipped, with the reason, where no CUDA device is usable (CI has
-// the toolkit but no GPU).
+// host and device outputs alike, in the order of the user's streams. Skipped, with the reason,
+// where no CUDA device is usable (CI has the toolkit but no GPU).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/cuda.h"
 #include "dtrain/kvstore/kvstore.h"
+#include "kvstore/device_staging_kvstore.h"
 #include "kvstore/local_kvstore.h"
 #include "on_gpu_test.h"
 
@@ -61,19 +66,41 @@ class LocalStoreOnDeviceTest : public OnGpuTest {
     return Array::WrapDevice(a.data(), a.shape(), a.dtype(), 0, stream_, a.owner());
   }
 
-  // Two stores given the same calls, one with the values on the GPU, one with them on the host.
+  // Two stores given the same calls, one with the values on the GPU, one with them on the host;
+  // both as KVStore::Create makes them where CUDA is built in (the first one's LocalKVStore kept
+  // to ask where it holds the key).
   struct Pair {
+    LocalKVStore* gpu_local;
     std::unique_ptr<KVStore> gpu, host;
   };
   static Pair Stores(const std::string& type, const std::vector<float>& weight) {
-    Pair p{KVStore::Create(type), KVStore::Create(type)};
+    auto local = std::make_unique<LocalKVStore>(type);
+    Pair p{local.get(), std::make_unique<DeviceStagingKVStore>(std::move(local)),
+           KVStore::Create(type)};
     for (KVStore* kv : {p.gpu.get(), p.host.get()}) {
       kv->Init(kKey, Array::FromFloats(weight));
       kv->SetOptimizer(Adam());
     }
     return p;
   }
+
+  // Holds the test's stream back for a while, as a long kernel of the user's would.
+  void HoldStream() const {
+    ASSERT_EQ(
+        cudaLaunchHostFunc(
+            stream_, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); },
+            nullptr),
+        cudaSuccess);
+  }
 };
+
+// Every element of a float32 array whose bytes are all `byte` (what cudaMemsetAsync writes).
+float FromBytes(unsigned char byte) {
+  const uint32_t bits = 0x01010101u * byte;
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
 
 TEST_F(LocalStoreOnDeviceTest, DeviceStoreUpdatesOnTheGpuAsOnTheHost) {
   std::mt19937 rng(5);
@@ -86,8 +113,54 @@ TEST_F(LocalStoreOnDeviceTest, DeviceStoreUpdatesOnTheGpuAsOnTheHost) {
     stores.host->PushPull(kKey, {Array::FromFloats(a), Array::FromFloats(b)}, {host_out}).Wait();
     ASSERT_TRUE(SameBits(Read(out_a), Read(host_out))) << "round " << round;
     ASSERT_TRUE(SameBits(Read(out_b), Read(host_out))) << "round " << round;
+    ASSERT_TRUE(stores.gpu_local->HoldsOnDevice(kKey)) << "the pushes were staged to the host";
   }
   EXPECT_EQ(stores.gpu->SaveOptimizerState(), stores.host->SaveOptimizerState());
+}
+
+TEST_F(LocalStoreOnDeviceTest, PushesAndPullsKeepToTheUsersStreams) {
+  std::mt19937 rng(21);
+  const std::vector<float> weight = Random(rng, 1.f);
+  Pair stores = Stores("device", weight);
+  const size_t bytes = kSize * sizeof(float);
+  // The gradient is written by work still queued on the user's stream, and overwritten there (with
+  // NaNs) right after the push returns: the push must read the value in between.
+  const Array grad = OnDevice(std::vector<float>(kSize));
+  HoldStream();
+  ASSERT_EQ(cudaMemsetAsync(grad.data(), 0x3c, bytes, stream_), cudaSuccess);
+  stores.gpu->Push(kKey, {grad});
+  ASSERT_EQ(cudaMemsetAsync(grad.data(), 0xff, bytes, stream_), cudaSuccess);
+  stores.host->Push(kKey, {Array::FromFloats(std::vector<float>(kSize, FromBytes(0x3c)))});
+  ASSERT_TRUE(stores.gpu_local->HoldsOnDevice(kKey));
+  // In place, as Python's pushpull is by default, behind the user's queued work again.
+  const Array both = OnDevice(std::vector<float>(kSize));
+  HoldStream();
+  ASSERT_EQ(cudaMemsetAsync(both.data(), 0x3b, bytes, stream_), cudaSuccess);
+  stores.gpu->PushPull(kKey, {both}, {both}).Wait();
+  const Array expected = Array::FromFloats(std::vector<float>(kSize));
+  stores.host
+      ->PushPull(kKey, {Array::FromFloats(std::vector<float>(kSize, FromBytes(0x3b)))}, {expected})
+      .Wait();
+  // Read on the legacy default stream, which does not wait for non-blocking streams: once the
+  // operation is done, the weights are in place for any reader.
+  std::vector<float> got(kSize);
+  ASSERT_EQ(cudaMemcpy(got.data(), both.data(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_TRUE(SameBits(got, Read(expected)));
+}
+
+TEST_F(LocalStoreOnDeviceTest, DeviceStoreSumsValuesOfTwoGpusOnTheFirst) {
+  if (cuda::DeviceCount() < 2) GTEST_SKIP() << "needs two CUDA GPUs";
+  std::mt19937 rng(17);
+  Pair stores = Stores("device", Random(rng, 1.f));
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<float> a = Random(rng, 0.3f), b = Random(rng, 0.3f);
+    const Array on_second = cuda::NewOnDevice(1, Shape{kSize}, DType::kFloat32, b.data());
+    const Array out = cuda::NewOnDevice(1, Shape{kSize}, DType::kFloat32, nullptr);
+    stores.gpu->PushPull(kKey, {OnDevice(a), on_second}, {out}).Wait();
+    const Array expected = Array::FromFloats(std::vector<float>(kSize));
+    stores.host->PushPull(kKey, {Array::FromFloats(a), Array::FromFloats(b)}, {expected}).Wait();
+    ASSERT_TRUE(SameBits(Read(out), Read(expected))) << "round " << round;
+  }
 }
 
 TEST_F(LocalStoreOnDeviceTest, TheWeightMovesToTheGpuAndBackWithoutChangingABit) {
@@ -148,8 +221,19 @@ TEST_F(LocalStoreOnDeviceTest, LocalStoreUpdatesOneGpuValueThereAndSumsSeveralOn
     stores.gpu->Pull(kKey, {out}).Wait();
     stores.host->Pull(kKey, {expected}).Wait();
     ASSERT_TRUE(SameBits(Read(out), Read(expected))) << "round " << round;
+    ASSERT_TRUE(stores.gpu_local->HoldsOnDevice(kKey));
   }
   EXPECT_EQ(stores.gpu->SaveOptimizerState(), stores.host->SaveOptimizerState());
+  // Two GPU values to "local", straight to the store: summed on the host, so the weight moves back.
+  const std::vector<float> g = Random(rng, 0.3f);
+  stores.gpu_local->Push(kKey, {OnDevice(g), OnDevice(g)});
+  stores.host->Push(kKey, {Array::FromFloats(g), Array::FromFloats(g)});
+  EXPECT_FALSE(stores.gpu_local->HoldsOnDevice(kKey));
+  const Array pulled = Array::FromFloats(std::vector<float>(kSize));
+  const Array expected = Array::FromFloats(std::vector<float>(kSize));
+  stores.gpu->Pull(kKey, {pulled}).Wait();
+  stores.host->Pull(kKey, {expected}).Wait();
+  EXPECT_TRUE(SameBits(Read(pulled), Read(expected)));
 }
 
 }  // namespace

@@ -13,8 +13,9 @@
 //
 // Arrays may be in GPU memory (Array::WrapDevice) where dtrain is built with CUDA: "device" and the
 // *_device types sum a key's device values on the GPU and stage the sum once through pinned host
-// memory; the other types stage every value (src/kvstore/device_staging_kvstore.h). Results equal
-// the host path's.
+// memory; the other types stage every value (src/kvstore/device_staging_kvstore.h). With an
+// optimizer set, "device" (and "local" given one device value) keeps the key's weight on that GPU
+// and updates it there, as MXNet's local stores do. Results equal the host path's.
 //
 // Calls are asynchronous: Push/Pull/PushPull return an Operation at once; the arrays passed must
 // stay untouched until it is done (wait on it, or call WaitAll). Operations on the same key run in
