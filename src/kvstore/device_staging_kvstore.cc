@@ -202,6 +202,35 @@ struct PartCopies {
   std::exception_ptr error;
 };
 
+// Completes `state` on the copy-back thread once every fence of `copies` has passed (the call's
+// own `error` first, else the first copy's failure); `succeeded` runs there before, if all went
+// well. Fails it at once if the store is closing.
+void CompleteAfterCopies(DeviceStagingKVStore::CopyBack& copy_back,
+                         std::shared_ptr<OperationState> state, const std::string& what,
+                         std::vector<cuda::Fence> copies, std::exception_ptr error,
+                         std::function<void()> succeeded) {
+  std::lock_guard<std::mutex> lock(copy_back.mutex);
+  if (copy_back.queue == nullptr) {
+    state->PartDone(
+        error ? error
+              : std::make_exception_ptr(Error("the " + what + " ended as the store closed")));
+    return;
+  }
+  copy_back.queue->Post([state = std::move(state), what, copies = std::move(copies), error,
+                         succeeded = std::move(succeeded)] {
+    std::exception_ptr outcome = error;
+    for (const cuda::Fence& copied : copies) {
+      try {
+        copied.Wait(what);
+      } catch (...) {
+        if (!outcome) outcome = std::current_exception();
+      }
+    }
+    if (!outcome && succeeded) succeeded();
+    state->PartDone(outcome);
+  });
+}
+
 }  // namespace
 
 Operation DeviceStagingKVStore::IntoOutputs(
@@ -259,32 +288,15 @@ Operation DeviceStagingKVStore::IntoOutputs(
         } catch (...) {
           error = std::current_exception();
         }
-        std::lock_guard<std::mutex> lock(copy_back->mutex);
-        if (copy_back->queue == nullptr) {
-          state->PartDone(
-              error ? error
-                    : std::make_exception_ptr(Error("the " + what + " ended as the store closed")));
-          return;
-        }
         // Even a failed pull waits for the copies it started: they write the user's tensors and
-        // read `staging`, which must stay as it is until then.
-        copy_back->queue->Post(
-            [key, state, copies, staging, what, error, pulled = timeline::Now()] {
-              std::exception_ptr outcome = error;
-              for (const cuda::Fence& copied : copies) {
-                try {
-                  copied.Wait(what);
-                } catch (...) {
-                  if (!outcome) outcome = std::current_exception();
-                }
-              }
-              if (!outcome &&
-                  timeline::Enabled()) {  // from the pulled value's arrival to the copies' end
-                timeline::Complete("to_device", "kvstore", pulled, timeline::Now(),
-                                   timeline::Args().Str("key", KeyLabel(key)));
-              }
-              state->PartDone(outcome);
-            });
+        // read `staging`, which must stay as it is until then (the lambda below keeps it).
+        CompleteAfterCopies(*copy_back, state, what, std::move(copies), error,
+                            [key, staging, pulled = timeline::Now()] {
+                              if (timeline::Enabled()) {  // from the pulled value's arrival
+                                timeline::Complete("to_device", "kvstore", pulled, timeline::Now(),
+                                                   timeline::Args().Str("key", KeyLabel(key)));
+                              }
+                            });
       });
   Operation op(state);
   Track(op);
@@ -308,22 +320,7 @@ Operation DeviceStagingKVStore::OnceCopied(Key key, const char* verb, Operation 
   const std::string what = std::string(verb) + " of key " + KeyLabel(key) + " into device memory";
   auto state = std::make_shared<OperationState>(what, 1, timeout_);
   op.OnDone([state, copied, what, copy_back = copy_back_](std::exception_ptr error) {
-    std::lock_guard<std::mutex> lock(copy_back->mutex);
-    if (copy_back->queue == nullptr) {
-      state->PartDone(
-          error ? error
-                : std::make_exception_ptr(Error("the " + what + " ended as the store closed")));
-      return;
-    }
-    copy_back->queue->Post([state, copied, what, error] {
-      std::exception_ptr outcome = error;
-      try {
-        copied.Wait(what);
-      } catch (...) {
-        if (!outcome) outcome = std::current_exception();
-      }
-      state->PartDone(outcome);
-    });
+    CompleteAfterCopies(*copy_back, state, what, {copied}, error, nullptr);
   });
   Operation done(state);
   Track(done);
