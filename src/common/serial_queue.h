@@ -29,6 +29,8 @@ class SerialQueue {
   bool idle() const;
   // Waits until no job is queued or running; TimeoutError past `timeout`, naming the queue.
   void Drain(Duration timeout) const;
+  // The caller is this queue's thread (a job, or a callback a job runs): Drain could not return.
+  bool OnItsThread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
   void Loop();

@@ -124,9 +124,10 @@ Array ToHost(const Array& array);
 void CopyFromHost(const Array& host, const std::vector<Array>& devices);
 
 // A new array of `shape` and `dtype` in the memory of `device`, holding a copy of the host bytes
-// `values` (zeros where null), ready when this returns. Its memory is its own (not from a stream's
-// pool), for values that live long, as an optimizer's state does; the returned Array names the
-// default stream as its producer.
+// `values` (zeros where null), ready when this returns (filled on a stream of its own, so the wait
+// is for that copy only, never for the users' work that other copies wait for). Its memory is its
+// own (not from a stream's pool), for values that live long, as an optimizer's state does; the
+// returned Array names the default stream as its producer.
 Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* values);
 // A new array of zeros in the memory of `device`, for state that a DeviceEncoder keeps from one
 // call to the next (a residual): its zeroing is queued on dtrain's stream there and not waited

@@ -19,13 +19,19 @@
 namespace dtrain::cuda {
 namespace {
 
-// dtrain's own stream on each device, made on first use and kept for the process's life (arrays
-// freed during exit still queue their frees on it).
-cudaStream_t CopyStream(int device) {
+// What a stream of dtrain's is for: copies and sums (each device's copy stream, which the users'
+// streams are ordered with), or filling new memory that the caller waits for (NewOnDevice: on the
+// copy stream that wait would include every copy queued there, and so the users' work those copies
+// wait for).
+enum class StreamUse { kCopies, kFills };
+
+// dtrain's own stream of `use` on each device, made on first use and kept for the process's life
+// (arrays freed during exit still queue their frees on it).
+cudaStream_t OwnStream(int device, StreamUse use) {
   static std::mutex mutex;
-  static auto* streams = new std::map<int, cudaStream_t>();
+  static auto* streams = new std::map<std::pair<int, StreamUse>, cudaStream_t>();
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = streams->find(device);
+  auto it = streams->find({device, use});
   if (it != streams->end()) return it->second;
   DeviceGuard guard(device);
   cudaStream_t stream = nullptr;
@@ -38,9 +44,12 @@ cudaStream_t CopyStream(int device) {
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
   }
   cudaGetLastError();
-  streams->emplace(device, stream);
+  streams->emplace(std::make_pair(device, use), stream);
   return stream;
 }
+
+cudaStream_t CopyStream(int device) { return OwnStream(device, StreamUse::kCopies); }
+cudaStream_t FillStream(int device) { return OwnStream(device, StreamUse::kFills); }
 
 void RequireDevice(const Array& a, const char* what) {
   if (!a.on_device()) throw InvalidArgument(std::string(what) + ": the array is not on a device");
@@ -346,24 +355,31 @@ class ReleaseAfterSum {
       return a.on_device() && a.device() != device_;
     });
     int previous = 0;
-    if (!elsewhere) return;
-    if (cudaGetDevice(&previous) != cudaSuccess) return;
+    if (!elsewhere || cudaGetDevice(&previous) != cudaSuccess) return;
+    Release();
+    cudaGetLastError();  // a failure here is the context's own, and the next call reports it
+    cudaSetDevice(previous);
+  }
+
+ private:
+  void Release() const noexcept {
     cudaSetDevice(device_);
     cudaEvent_t summed = nullptr;
     if (cudaEventCreateWithFlags(&summed, cudaEventDisableTiming) == cudaSuccess &&
         cudaEventRecord(summed, stream_) == cudaSuccess) {
       for (const Array& a : arrays_) {
         if (!a.on_device() || a.device() == device_) continue;
-        cudaSetDevice(a.device());
-        cudaStreamWaitEvent(CopyStream(a.device()), summed, 0);
+        try {
+          cudaSetDevice(a.device());
+          cudaStreamWaitEvent(CopyStream(a.device()), summed, 0);
+        } catch (...) {
+          // No stream could be made there (CopyStream threw), so no snapshot of it was made.
+        }
       }
     }
     if (summed != nullptr) cudaEventDestroy(summed);  // released once the waits have happened
-    cudaGetLastError();  // a failure here is the context's own, and the next call reports it
-    cudaSetDevice(previous);
   }
 
- private:
   const std::vector<Array>& arrays_;
   const int device_;
   const cudaStream_t stream_;
@@ -494,7 +510,7 @@ Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* value
     cudaFree(q);
     cudaSetDevice(previous);
   });
-  cudaStream_t stream = CopyStream(device);
+  cudaStream_t stream = FillStream(device);
   if (values == nullptr) {
     Check(cudaMemsetAsync(p, 0, bytes, stream), "zeroing device memory");
   } else {

@@ -53,7 +53,7 @@ DeviceStagingKVStore::~DeviceStagingKVStore() {
   // The calls still queued reach the wrapped store first (its own destructor then waits for its
   // operations, as it does unless the job has failed: no wait here, which a dead peer could make
   // last the whole request timeout). Completions that come after the copy-back queue has gone
-  // fail their operation instead.
+  // wait for their copies on their own thread instead.
   staging_.reset();
   {
     std::lock_guard<std::mutex> lock(copy_back_->mutex);
@@ -204,20 +204,13 @@ struct PartCopies {
 
 // Completes `state` on the copy-back thread once every fence of `copies` has passed (the call's
 // own `error` first, else the first copy's failure); `succeeded` runs there before, if all went
-// well. Fails it at once if the store is closing.
+// well. On the calling thread once the store is closing (its copy-back thread has gone).
 void CompleteAfterCopies(DeviceStagingKVStore::CopyBack& copy_back,
                          std::shared_ptr<OperationState> state, const std::string& what,
                          std::vector<cuda::Fence> copies, std::exception_ptr error,
                          std::function<void()> succeeded) {
-  std::lock_guard<std::mutex> lock(copy_back.mutex);
-  if (copy_back.queue == nullptr) {
-    state->PartDone(
-        error ? error
-              : std::make_exception_ptr(Error("the " + what + " ended as the store closed")));
-    return;
-  }
-  copy_back.queue->Post([state = std::move(state), what, copies = std::move(copies), error,
-                         succeeded = std::move(succeeded)] {
+  auto complete = [state = std::move(state), what, copies = std::move(copies), error,
+                   succeeded = std::move(succeeded)] {
     std::exception_ptr outcome = error;
     for (const cuda::Fence& copied : copies) {
       try {
@@ -226,9 +219,23 @@ void CompleteAfterCopies(DeviceStagingKVStore::CopyBack& copy_back,
         if (!outcome) outcome = std::current_exception();
       }
     }
-    if (!outcome && succeeded) succeeded();
+    try {
+      if (!outcome && succeeded) succeeded();
+    } catch (...) {
+      outcome = std::current_exception();
+    }
     state->PartDone(outcome);
-  });
+  };
+  {
+    std::lock_guard<std::mutex> lock(copy_back.mutex);
+    if (copy_back.queue != nullptr) {
+      copy_back.queue->Post(std::move(complete));
+      return;
+    }
+  }
+  // The store is closing: waited for here, so that no copy still runs into or out of buffers
+  // that go once the operation is done.
+  complete();
 }
 
 }  // namespace
@@ -358,6 +365,12 @@ void DeviceStagingKVStore::Init(Key key, const Array& value) {
 
 bool DeviceStagingKVStore::UpdatedOnDevice(const std::vector<Array>& values) {
   if (device_updates_ == nullptr || !device_updates_->UpdatesOnDevice(values)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // From the staging thread itself (a callback of a staged operation), the calls queued before
+    // this one cannot be waited for: staged behind them instead.
+    if (staging_ && staging_->OnItsThread()) return false;
+  }
   Flush();  // calls queued before this one reach the wrapped store first
   return true;
 }

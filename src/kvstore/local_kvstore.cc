@@ -201,13 +201,13 @@ void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
                          Optimizer* optimizer, const CompressionSpec* compression) const {
   if (UpdatedOnDevice(type_, values, optimizer,
                       compression != nullptr ? *compression : CompressionSpec())) {
-    // Moved before the sum is queued: the move waits for dtrain's stream there, which the sum
-    // makes wait for the values' producers (a key's first update on the GPU only).
-    slot.value = MovedToDevice(slot.value, values[0].device());
+    // A key's first update on this GPU copies its weight there (waiting for that copy only).
+    const Array weight = MovedToDevice(slot.value, values[0].device());
     const Array grad = cuda::StartSumOnDevice(values);
     // The weight's stream is the sum's (dtrain's, on that GPU): its update, the copies of pulls
-    // and the sum's release then run in the order they were queued.
-    slot.value = OnStream(slot.value, grad.stream());
+    // and the sum's release then run in the order they were queued. Set once the sum is queued,
+    // so a failed push leaves the slot as it was.
+    slot.value = OnStream(weight, grad.stream());
     optimizer->UpdateOnDevice(static_cast<uint64_t>(key), slot.value, grad);
     return;
   }
