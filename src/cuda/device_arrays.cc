@@ -119,16 +119,31 @@ cudaEvent_t RecordNow(cudaStream_t stream, const char* what) {
   return event;
 }
 
+void WaitOnEvent(cudaStream_t stream, cudaEvent_t event,
+                 const char* what = "ordering after the snapshot") {
+  const cudaError_t status = cudaStreamWaitEvent(stream, event, 0);
+  cudaEventDestroy(event);  // released once the wait has happened
+  Check(status, what);
+}
+
+// Makes `stream`, a stream of `device` (null: that device's legacy default stream), wait for the
+// work queued so far on `array`'s stream: an event recorded there with the array's device current,
+// waited on with `device` current (which decides whose legacy stream a null one is).
+void WaitForProducer(const Array& array, cudaStream_t stream, int device) {
+  cudaEvent_t event = nullptr;
+  {
+    DeviceGuard guard(array.device());
+    event =
+        RecordNow(static_cast<cudaStream_t>(array.stream()), "ordering after the tensor's stream");
+  }
+  DeviceGuard guard(device);
+  WaitOnEvent(stream, event, "ordering after the tensor's stream");
+}
+
 }  // namespace
 
 void OrderAfterProducer(const Array& array, cudaStream_t stream) {
-  DeviceGuard guard(array.device());
-  cudaEvent_t event = nullptr;
-  Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-  cudaError_t status = cudaEventRecord(event, static_cast<cudaStream_t>(array.stream()));
-  if (status == cudaSuccess) status = cudaStreamWaitEvent(stream, event, 0);
-  cudaEventDestroy(event);  // released once the wait has happened
-  Check(status, "ordering after the tensor's stream");
+  WaitForProducer(array, stream, array.device());  // `stream` is dtrain's: never null
 }
 
 bool Built() { return true; }
@@ -155,9 +170,7 @@ Array PinnedLike(const Array& like) {
 
 struct Fence::State {
   std::vector<std::pair<int, cudaEvent_t>> events;  // one per device whose stream did work
-  std::vector<std::shared_ptr<void>> buffers;       // device buffers that work still reads
   ~State() {
-    buffers.clear();
     int previous = 0;
     if (cudaGetDevice(&previous) != cudaSuccess) return;
     for (auto [device, event] : events) {
@@ -180,21 +193,15 @@ void Fence::Wait(const std::string& what) const {
 
 namespace {
 
-// Marks the end of the work queued so far on each of `used`'s streams.
-Fence FenceAfter(const std::map<int, cudaStream_t>& used, std::shared_ptr<Fence::State> state,
-                 const char* what) {
-  for (auto [device, stream] : used) {
+// Marks the end of the work queued so far on each of `used`'s streams: (device, stream) pairs.
+template <typename DeviceStreams>
+Fence FenceAfter(const DeviceStreams& used, const char* what) {
+  auto state = std::make_shared<Fence::State>();
+  for (const auto& [device, stream] : used) {
     DeviceGuard guard(device);
     state->events.emplace_back(device, RecordNow(stream, what));
   }
   return Fence(std::move(state));
-}
-
-void WaitOnEvent(cudaStream_t stream, cudaEvent_t event,
-                 const char* what = "ordering after the snapshot") {
-  const cudaError_t status = cudaStreamWaitEvent(stream, event, 0);
-  cudaEventDestroy(event);  // released once the wait has happened
-  Check(status, what);
 }
 
 // A copy of `a`'s device value in a buffer of dtrain's, made on `a`'s own stream: in order after
@@ -275,7 +282,7 @@ Staged StartToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
     used[a.device()] = stream;
     staged.hosts.push_back(std::move(host));
   }
-  staged.copied = FenceAfter(used, std::make_shared<Fence::State>(), "copy to the host");
+  staged.copied = FenceAfter(used, "copy to the host");
   AddPieces(staged, std::move(prefixes));
   return staged;
 }
@@ -283,9 +290,8 @@ Staged StartToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
 namespace {
 
 // The sum of `arrays` (device values of one layout) in a buffer of dtrain's on the first one's
-// device, queued on `stream` (dtrain's stream there). Buffers the fence must keep go to `state`.
-std::shared_ptr<void> SumOnDevice(const std::vector<Array>& arrays, cudaStream_t stream,
-                                  Fence::State& state) {
+// device, queued on `stream` (dtrain's stream there).
+std::shared_ptr<void> SumOnDevice(const std::vector<Array>& arrays, cudaStream_t stream) {
   const Array& first = arrays[0];
   const int device = first.device();
   std::shared_ptr<void> sum = Snapshot(first, stream);
@@ -297,11 +303,13 @@ std::shared_ptr<void> SumOnDevice(const std::vector<Array>& arrays, cudaStream_t
     DeviceGuard guard(device);
     std::shared_ptr<void> from = value;  // buffers on `stream`'s device are freed in its order
     if (a.device() != device) {
-      // Freed on its own device's stream, which does not wait for this one: kept until the fence.
-      state.buffers.push_back(value);
       from = DeviceBuffer(device, a.nbytes(), stream);
       Check(cudaMemcpyPeerAsync(from.get(), device, value.get(), a.device(), a.nbytes(), stream),
             "peer copy between devices");
+      // The snapshot is freed on its own device's stream: make that one wait for the peer copy.
+      cudaEvent_t copied = RecordNow(stream, "peer copy between devices");
+      DeviceGuard peer(a.device());
+      WaitOnEvent(CopyStream(a.device()), copied, "ordering a snapshot's release");
     }
     Check(LaunchAddInto(sum.get(), from.get(), first.size(), first.dtype(), stream),
           "sum on the device");
@@ -317,8 +325,7 @@ Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
   RequireDevice(arrays[0], "a sum on the device");
   const int device = arrays[0].device();
   cudaStream_t stream = CopyStream(device);
-  auto state = std::make_shared<Fence::State>();
-  std::shared_ptr<void> source = SumOnDevice(arrays, stream, *state);
+  std::shared_ptr<void> source = SumOnDevice(arrays, stream);
   Array host = encoder == nullptr
                    ? PinnedLike(arrays[0])
                    : PinnedLike(Array::Wrap(nullptr, encoder->shape, encoder->dtype, nullptr));
@@ -332,58 +339,10 @@ Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
   std::vector<CopiedPrefix> prefixes = CopyToHost(host, source.get(), device, stream, piece_bytes);
   const char* what =
       encoder == nullptr ? "copy of a sum to the host" : "copy of an encoded sum to the host";
-  Staged staged{{host}, FenceAfter({{device, stream}}, std::move(state), what), {}};
+  Staged staged{{host}, FenceAfter(std::map<int, cudaStream_t>{{device, stream}}, what), {}};
   AddPieces(staged, std::move(prefixes));
   return staged;
 }
-
-}  // namespace
-
-namespace {
-
-// Makes the streams that free the snapshots of a sum's values on devices other than the sum's wait
-// for `stream`, where the peer copies that read them are queued, before those snapshots go (on
-// every exit, an error's too: nobody waits for a fence of a sum that stays on its device).
-class ReleaseAfterSum {
- public:
-  ReleaseAfterSum(const std::vector<Array>& arrays, int device, cudaStream_t stream)
-      : arrays_(arrays), device_(device), stream_(stream) {}
-  ReleaseAfterSum(const ReleaseAfterSum&) = delete;
-  ReleaseAfterSum& operator=(const ReleaseAfterSum&) = delete;
-  ~ReleaseAfterSum() {
-    const bool elsewhere = std::any_of(arrays_.begin(), arrays_.end(), [this](const Array& a) {
-      return a.on_device() && a.device() != device_;
-    });
-    int previous = 0;
-    if (!elsewhere || cudaGetDevice(&previous) != cudaSuccess) return;
-    Release();
-    cudaGetLastError();  // a failure here is the context's own, and the next call reports it
-    cudaSetDevice(previous);
-  }
-
- private:
-  void Release() const noexcept {
-    cudaSetDevice(device_);
-    cudaEvent_t summed = nullptr;
-    if (cudaEventCreateWithFlags(&summed, cudaEventDisableTiming) == cudaSuccess &&
-        cudaEventRecord(summed, stream_) == cudaSuccess) {
-      for (const Array& a : arrays_) {
-        if (!a.on_device() || a.device() == device_) continue;
-        try {
-          cudaSetDevice(a.device());
-          cudaStreamWaitEvent(CopyStream(a.device()), summed, 0);
-        } catch (...) {
-          // No stream could be made there (CopyStream threw), so no snapshot of it was made.
-        }
-      }
-    }
-    if (summed != nullptr) cudaEventDestroy(summed);  // released once the waits have happened
-  }
-
-  const std::vector<Array>& arrays_;
-  const int device_;
-  const cudaStream_t stream_;
-};
 
 }  // namespace
 
@@ -392,9 +351,7 @@ Array StartSumOnDevice(const std::vector<Array>& arrays) {
   RequireDevice(arrays[0], "a sum on the device");
   const int device = arrays[0].device();
   cudaStream_t stream = CopyStream(device);
-  Fence::State state;
-  const ReleaseAfterSum release(arrays, device, stream);  // runs before `state` frees snapshots
-  std::shared_ptr<void> sum = SumOnDevice(arrays, stream, state);
+  std::shared_ptr<void> sum = SumOnDevice(arrays, stream);
   return Array::WrapDevice(sum.get(), arrays[0].shape(), arrays[0].dtype(), device, stream, sum);
 }
 
@@ -442,7 +399,7 @@ Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, si
           "copy to the device");
     used[d.device()] = stream;
   }
-  return FenceAfter(used, std::make_shared<Fence::State>(), "copy to the device");
+  return FenceAfter(used, "copy to the device");
 }
 
 void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
@@ -456,7 +413,11 @@ void Copy(const Array& from, const std::vector<Array>& to) {
     (t.on_device() ? devices : hosts).push_back(t);
   }
   if (!from.on_device()) {
-    CopyFromHost(from, to);  // host targets get a plain copy there
+    if (devices.empty()) {
+      for (const Array& h : hosts) h.CopyFrom(from);  // no stream involved: a plain copy
+    } else {
+      CopyFromHost(from, to);  // host targets get a plain copy there
+    }
     return;
   }
   if (!hosts.empty()) {
@@ -465,36 +426,23 @@ void Copy(const Array& from, const std::vector<Array>& to) {
   }
   auto stream = static_cast<cudaStream_t>(from.stream());
   for (const Array& d : devices) {
-    // Each stream waited on with its own device current: a null stream (the legacy default) is
-    // the current device's.
-    cudaEvent_t read = nullptr;
-    {
-      DeviceGuard guard(d.device());  // the user's queued work may still read the old values
-      read = RecordNow(static_cast<cudaStream_t>(d.stream()), "ordering a copy");
-    }
-    cudaEvent_t copied = nullptr;
+    WaitForProducer(d, stream, from.device());  // the user's queued work may read the old values
     {
       DeviceGuard guard(from.device());
-      WaitOnEvent(stream, read, "ordering a copy");
       Check(cudaMemcpyPeerAsync(d.data(), d.device(), from.data(), from.device(), from.nbytes(),
                                 stream),
             "copy between device arrays");
-      copied = RecordNow(stream, "copy between device arrays");
     }
-    DeviceGuard guard(d.device());
-    WaitOnEvent(static_cast<cudaStream_t>(d.stream()), copied, "ordering after a copy");
+    OrderAfter(from, d);  // the user's later work on d's stream sees the copy
   }
 }
 
 Fence AfterQueuedWork(const std::vector<Array>& arrays) {
-  auto state = std::make_shared<Fence::State>();
+  std::vector<std::pair<int, cudaStream_t>> streams;  // several arrays may share one
   for (const Array& a : arrays) {
-    if (!a.on_device()) continue;
-    DeviceGuard guard(a.device());
-    state->events.emplace_back(
-        a.device(), RecordNow(static_cast<cudaStream_t>(a.stream()), "marking a stream's work"));
+    if (a.on_device()) streams.emplace_back(a.device(), static_cast<cudaStream_t>(a.stream()));
   }
-  return Fence(std::move(state));
+  return FenceAfter(streams, "marking a stream's work");
 }
 
 Array NewOnDevice(int device, const Shape& shape, DType dtype, const void* values) {
@@ -533,7 +481,8 @@ void OrderAfter(const Array& producer, const Array& consumer) {
   RequireDevice(producer, "OrderAfter");
   RequireDevice(consumer, "OrderAfter");
   if (producer.device() == consumer.device() && producer.stream() == consumer.stream()) return;
-  OrderAfterProducer(producer, static_cast<cudaStream_t>(consumer.stream()));
+  // With the consumer's device current: a null consumer stream is its device's legacy stream.
+  WaitForProducer(producer, static_cast<cudaStream_t>(consumer.stream()), consumer.device());
 }
 
 Array CloneOnDevice(const Array& like) {

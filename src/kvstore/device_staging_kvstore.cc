@@ -364,7 +364,10 @@ void DeviceStagingKVStore::Init(Key key, const Array& value) {
 }
 
 bool DeviceStagingKVStore::UpdatedOnDevice(const std::vector<Array>& values) {
-  if (device_updates_ == nullptr || !device_updates_->UpdatesOnDevice(values)) return false;
+  if (device_updates_ == nullptr || !AnyOnDevice(values) ||
+      !device_updates_->UpdatesOnDevice(values)) {
+    return false;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // From the staging thread itself (a callback of a staged operation), the calls queued before

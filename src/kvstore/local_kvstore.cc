@@ -42,16 +42,17 @@ void CheckPushable(const char* call, Key key, const Array& value, const Optimize
   }
 }
 
-// Whether an optimizer updates a push of `values` on their GPU (DeviceUpdates::UpdatesOnDevice).
+// Whether an optimizer updates a push of `values` on their GPU (DeviceUpdates::UpdatesOnDevice);
+// `compressed`: the store's compression applies to them.
 bool UpdatedOnDevice(const std::string& type, const std::vector<Array>& values,
-                     const Optimizer* optimizer, const CompressionSpec& compression) {
+                     const Optimizer* optimizer, bool compressed) {
   if (optimizer == nullptr || values.empty()) return false;
   const bool float_values_on_devices = std::all_of(
       values.begin(), values.end(),
       [](const Array& a) { return a.defined() && a.on_device() && a.dtype() == DType::kFloat32; });
   if (!float_values_on_devices) return false;
   if (values.size() == 1) return true;
-  return type == "device" && !compression.AppliesTo(values[0].size());
+  return type == "device" && !compressed;
 }
 
 // `value` in the memory of `device` (a copy, waited for, unless it is there already).
@@ -65,18 +66,6 @@ Array MovedToDevice(const Array& value, int device) {
 Array OnStream(const Array& value, void* stream) {
   return Array::WrapDevice(value.data(), value.shape(), value.dtype(), value.device(), stream,
                            value.owner());
-}
-
-// Copies `value` into each of `outs`, wherever they are (cuda::Copy where any is on a device).
-void CopyOut(const Array& value, const std::vector<Array>& outs) {
-  const bool all_on_host =
-      !value.on_device() &&
-      std::none_of(outs.begin(), outs.end(), [](const Array& a) { return a.on_device(); });
-  if (!all_on_host) {
-    cuda::Copy(value, outs);
-    return;
-  }
-  for (const Array& out : outs) out.CopyFrom(value);
 }
 
 }  // namespace
@@ -136,7 +125,7 @@ Operation LocalKVStore::Pull(Key key, std::vector<Array> outs, int /*priority*/)
   Slot& slot = Find(key, "Pull", nullptr);
   CheckArrays("Pull", key, slot.layout, outs, "out");
   std::lock_guard<std::mutex> lock(slot.mutex);
-  CopyOut(slot.value, outs);
+  cuda::Copy(slot.value, outs);  // wherever each is
   return Operation();
 }
 
@@ -156,7 +145,7 @@ Operation LocalKVStore::PushPull(Key key, std::vector<Array> values, std::vector
   std::shared_lock<std::shared_mutex> updating(updates_);
   std::lock_guard<std::mutex> lock(slot.mutex);
   Apply(key, slot, values, optimizer.get(), compress ? &compression : nullptr);
-  CopyOut(slot.value, outs);
+  cuda::Copy(slot.value, outs);  // wherever each is
   return Operation();
 }
 
@@ -182,7 +171,8 @@ void LocalKVStore::SetOptimizer(const OptimizerSpec& spec) {
 
 bool LocalKVStore::UpdatesOnDevice(const std::vector<Array>& values) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
-  return UpdatedOnDevice(type_, values, optimizer_.get(), compression_);
+  const bool compressed = values.size() > 1 && compression_.AppliesTo(values[0].size());
+  return UpdatedOnDevice(type_, values, optimizer_.get(), compressed);
 }
 
 bool LocalKVStore::HoldsOnDevice(Key key) const {
@@ -199,8 +189,7 @@ bool LocalKVStore::HoldsOnDevice(Key key) const {
 
 void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
                          Optimizer* optimizer, const CompressionSpec* compression) const {
-  if (UpdatedOnDevice(type_, values, optimizer,
-                      compression != nullptr ? *compression : CompressionSpec())) {
+  if (UpdatedOnDevice(type_, values, optimizer, compression != nullptr)) {
     // A key's first update on this GPU copies its weight there (waiting for that copy only).
     const Array weight = MovedToDevice(slot.value, values[0].device());
     const Array grad = cuda::StartSumOnDevice(values);
