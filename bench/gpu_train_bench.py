@@ -15,7 +15,8 @@ network in PyTorch) on CIFAR-shaped synthetic images, batch 128 per worker, SGD 
   dtrain 2x2  dtrain-train --gpus 0, 2 workers and 2 servers
 --jobs picks some of them, or adds ones that split dtrain's cost: dtrain_local (one process,
 --kvstore local: the staging and the optimizer on the GPU, no network or server),
-dtrain_local_host_update (the same with the optimizer in the store, on the host),
+dtrain_local_store_update (the same with the optimizer in the store, which updates one replica's
+CUDA values on the GPU too, as MXNet's local store does),
 dtrain_1x1_no_overlap (gradients leave at step(), not during backward),
 dtrain_1x2 (1 worker, 2 servers), dtrain_1x1_traced (dtrain_1x1 writing a timeline,
 DTRAIN_TIMELINE, into --timeline-dir).
@@ -116,8 +117,8 @@ def main():
         "ddp_2": lambda: reference("ddp_2", "ddp", "--workers", "2"),
         "dtrain_2x2": lambda: dtrain("dtrain_2x2", 2),
         "dtrain_local": lambda: dtrain("dtrain_local", 0),
-        "dtrain_local_host_update": lambda: dtrain("dtrain_local_host_update", 0,
-                                                   "--update-on-kvstore", "1"),
+        "dtrain_local_store_update": lambda: dtrain("dtrain_local_store_update", 0,
+                                                    "--update-on-kvstore", "1"),
         "dtrain_1x1_worker_update": lambda: dtrain("dtrain_1x1_worker_update", 1,
                                                    "--update-on-kvstore", "0"),
         "dtrain_1x1_no_overlap": lambda: dtrain("dtrain_1x1_no_overlap", 1, "--no-overlap"),
@@ -134,7 +135,7 @@ def main():
     for ours, theirs, target in (("dtrain_1x1", "plain", 0.9), ("dtrain_2x2", "ddp_2", 1.2),
                                  ("dtrain_1x1_worker_update", "plain", 0.9),
                                  ("dtrain_local", "plain", None),
-                                 ("dtrain_local_host_update", "plain", None)):
+                                 ("dtrain_local_store_update", "plain", None)):
         if ours in results and theirs in results:
             ratios[f"{ours}_vs_{theirs}"] = {"ratio": round(results[ours] / results[theirs], 3),
                                              "target": target}
