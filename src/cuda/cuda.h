@@ -92,6 +92,13 @@ struct DeviceEncoder {
 // state on the device from one call to the next. The encoded array is copied in pieces as above.
 Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder,
                       size_t piece_bytes = 0);
+// StartToHost with each value encoded on its own device first, by the encoder of its index (as
+// MXNet's device store compresses each GPU's gradient on that GPU): only the encoded arrays
+// cross, one pinned host array each (encoders[i]'s shape and dtype). Every array must be on a
+// device; `encoders` has one per array. The encoders of one device run on dtrain's stream there,
+// in the order of the calls, so each may keep state on its device as above.
+Staged StartEachEncodedToHost(const std::vector<Array>& arrays,
+                              const std::vector<DeviceEncoder>& encoders);
 // The sum of `arrays` (device values of one layout; a single one is copied) in a buffer of
 // dtrain's on the first one's device, for work that stays there (an optimizer's update on the
 // GPU): queued on dtrain's stream of that device and not waited for. The returned Array names that

@@ -317,6 +317,21 @@ std::shared_ptr<void> SumOnDevice(const std::vector<Array>& arrays, cudaStream_t
   return sum;
 }
 
+// A pinned host array for what `encoder` makes.
+Array PinnedFor(const DeviceEncoder& encoder) {
+  return PinnedLike(Array::Wrap(nullptr, encoder.shape, encoder.dtype, nullptr));
+}
+
+// `encoder` run on `source` (a buffer of dtrain's on `device`, current) on `stream`, into a new
+// buffer of `bytes` there. `source`'s buffer is freed in `stream`'s order, after the kernels that
+// read it.
+std::shared_ptr<void> Encoded(const DeviceEncoder& encoder, const std::shared_ptr<void>& source,
+                              size_t bytes, int device, cudaStream_t stream) {
+  std::shared_ptr<void> encoded = DeviceBuffer(device, bytes, stream);
+  encoder.encode(source.get(), encoded.get(), stream);
+  return encoded;
+}
+
 // Both StartSumToHost: the sum on the first array's device, encoded there where `encoder` is
 // given, and copied to one pinned host array (in pieces of `piece_bytes`, if not 0).
 Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
@@ -326,16 +341,9 @@ Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
   const int device = arrays[0].device();
   cudaStream_t stream = CopyStream(device);
   std::shared_ptr<void> source = SumOnDevice(arrays, stream);
-  Array host = encoder == nullptr
-                   ? PinnedLike(arrays[0])
-                   : PinnedLike(Array::Wrap(nullptr, encoder->shape, encoder->dtype, nullptr));
+  Array host = encoder == nullptr ? PinnedLike(arrays[0]) : PinnedFor(*encoder);
   DeviceGuard guard(device);
-  if (encoder != nullptr) {
-    // `source`'s buffer is freed in `stream`'s order, after the kernels that read it.
-    std::shared_ptr<void> encoded = DeviceBuffer(device, host.nbytes(), stream);
-    encoder->encode(source.get(), encoded.get(), stream);
-    source = std::move(encoded);
-  }
+  if (encoder != nullptr) source = Encoded(*encoder, source, host.nbytes(), device, stream);
   std::vector<CopiedPrefix> prefixes = CopyToHost(host, source.get(), device, stream, piece_bytes);
   const char* what =
       encoder == nullptr ? "copy of a sum to the host" : "copy of an encoded sum to the host";
@@ -362,6 +370,31 @@ Staged StartSumToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
 Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder& encoder,
                       size_t piece_bytes) {
   return SumToHost(arrays, &encoder, piece_bytes);
+}
+
+Staged StartEachEncodedToHost(const std::vector<Array>& arrays,
+                              const std::vector<DeviceEncoder>& encoders) {
+  if (arrays.size() != encoders.size()) {
+    throw InvalidArgument("values encoded on their devices: " + std::to_string(arrays.size()) +
+                          " values, " + std::to_string(encoders.size()) + " encoders");
+  }
+  Staged staged;
+  std::map<int, cudaStream_t> used;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const Array& a = arrays[i];
+    RequireDevice(a, "a value encoded on its device");
+    cudaStream_t stream = CopyStream(a.device());
+    Array host = PinnedFor(encoders[i]);
+    std::shared_ptr<void> snapshot = Snapshot(a, stream);
+    DeviceGuard guard(a.device());
+    std::shared_ptr<void> encoded =
+        Encoded(encoders[i], snapshot, host.nbytes(), a.device(), stream);
+    CopyToHost(host, encoded.get(), a.device(), stream, 0);
+    used[a.device()] = stream;
+    staged.hosts.push_back(std::move(host));
+  }
+  staged.copied = FenceAfter(used, "copy of values encoded on their devices to the host");
+  return staged;
 }
 
 std::vector<Array> ToHost(const std::vector<Array>& arrays) {
@@ -407,19 +440,22 @@ void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
 }
 
 void Copy(const Array& from, const std::vector<Array>& to) {
-  std::vector<Array> hosts, devices;
+  bool any_on_device = false;
   for (const Array& t : to) {
     RequireSameLayout(from, t, "copy");
-    (t.on_device() ? devices : hosts).push_back(t);
+    any_on_device = any_on_device || t.on_device();
   }
   if (!from.on_device()) {
-    if (devices.empty()) {
-      for (const Array& h : hosts) h.CopyFrom(from);  // no stream involved: a plain copy
+    if (!any_on_device) {
+      // No stream involved: a plain copy (the local store's every pull, so nothing more).
+      for (const Array& t : to) t.CopyFrom(from);
     } else {
       CopyFromHost(from, to);  // host targets get a plain copy there
     }
     return;
   }
+  std::vector<Array> hosts, devices;
+  for (const Array& t : to) (t.on_device() ? devices : hosts).push_back(t);
   if (!hosts.empty()) {
     const Array staged = ToHost(from);
     for (const Array& h : hosts) h.CopyFrom(staged);

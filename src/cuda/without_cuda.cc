@@ -38,6 +38,12 @@ Staged StartSumToHost(const std::vector<Array>& arrays, const DeviceEncoder&, si
   }
   throw InvalidArgument("an encoded sum on a device, of host values");
 }
+Staged StartEachEncodedToHost(const std::vector<Array>& arrays, const std::vector<DeviceEncoder>&) {
+  for (const Array& a : arrays) {
+    if (a.on_device()) NotBuilt();
+  }
+  throw InvalidArgument("values encoded on their devices, of host values");
+}
 void CopyFromHost(const Array& host, const std::vector<Array>& devices) {
   for (const Array& d : devices) {
     if (d.on_device()) NotBuilt();

@@ -1,5 +1,6 @@
 #include "kvstore/array_checks.h"
 
+#include "compression/codec.h"
 #include "dtrain/common/error.h"
 #include "kvstore/key_names.h"
 
@@ -35,6 +36,34 @@ void CheckArrays(const char* call, Key key, const Array& expected, const std::ve
                             DescribeArray(a) + " but the key holds " + DescribeArray(expected) +
                             " (" + std::to_string(expected.size()) + " elements)");
     }
+  }
+}
+
+void CheckPackedValue(const char* call, Key key, const Array& expected,
+                      const CompressionSpec& packed_with, const CompressionSpec& store,
+                      const Array& packed) {
+  const std::string prefix = std::string(call) + " of key " + KeyLabel(key) + " compressed with " +
+                             packed_with.ToString() + ": ";
+  if (packed_with.type != store.type || packed_with.threshold != store.threshold) {
+    throw InvalidArgument(prefix + "the store compresses with " + store.ToString());
+  }
+  const int64_t n = expected.size();
+  if (expected.dtype() != DType::kFloat32) {
+    throw InvalidArgument(prefix + "gradient compression works on float32 values, the key holds " +
+                          std::string(DTypeName(expected.dtype())));
+  }
+  if (!store.AppliesTo(n)) {
+    throw InvalidArgument(prefix + "the store sends this key (" + std::to_string(n) +
+                          " elements) uncompressed");
+  }
+  const size_t bytes = CompressedBytes(store.type, n);
+  if (packed.defined() && packed.on_device()) {
+    throw InvalidArgument(prefix + "the packed bytes must be in host memory");
+  }
+  if (!packed.defined() || packed.nbytes() != bytes) {
+    throw InvalidArgument(prefix + "its " + std::to_string(n) + " values take " +
+                          std::to_string(bytes) + " bytes, the packed array holds " +
+                          std::to_string(packed.defined() ? packed.nbytes() : 0));
   }
 }
 

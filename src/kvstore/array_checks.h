@@ -1,11 +1,11 @@
-// Checks of the arrays a KVStore call is given, shared by the store types that hold a value per
-// key in this process (local, horovod).
+// Checks of the arrays a KVStore call is given, shared by the store types.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "dtrain/common/array.h"
+#include "dtrain/compression/compression_spec.h"
 #include "dtrain/kvstore/kvstore.h"
 
 namespace dtrain {
@@ -22,5 +22,13 @@ void CheckInitValue(const char* call, Key key, const Array& value);
 // "value" or "out". Throws InvalidArgument naming the call, the key and the array.
 void CheckArrays(const char* call, Key key, const Array& expected, const std::vector<Array>& arrays,
                  const char* what);
+
+// A value compressed by the caller (StagedCalls, PackedPushes) for a key holding `expected`'s
+// layout, in a store that compresses with `store`: throws InvalidArgument "<call> of key K
+// compressed with ...: ..." unless `packed_with` has the store's type and threshold, the key holds
+// float32 values that the store compresses, and `packed` is a host array of the compressed size.
+void CheckPackedValue(const char* call, Key key, const Array& expected,
+                      const CompressionSpec& packed_with, const CompressionSpec& store,
+                      const Array& packed);
 
 }  // namespace dtrain

@@ -45,6 +45,7 @@ DeviceStagingKVStore::DeviceStagingKVStore(std::unique_ptr<KVStore> inner)
     : inner_(std::move(inner)),
       staged_(dynamic_cast<StagedCalls*>(inner_.get())),
       device_updates_(dynamic_cast<DeviceUpdates*>(inner_.get())),
+      packed_pushes_(dynamic_cast<PackedPushes*>(inner_.get())),
       aggregate_on_device_(AggregatesOnDevice(inner_->type())),
       timeout_(Config::FromEnvironment().request_timeout),
       piece_bytes_(staged_ != nullptr ? Config::FromEnvironment().chunk_bytes : 0) {}
@@ -69,10 +70,11 @@ cuda::Staged DeviceStagingKVStore::StartStaging(const std::vector<Array>& values
   const bool same_layout = std::all_of(values.begin(), values.end(), [&](const Array& a) {
     return a.size() == values[0].size() && a.dtype() == values[0].dtype();
   });
-  // With compression a local or device store compresses each device's value before summing: keep
-  // them apart. (A dist store's compressed pushes of device values took StartCompressing.)
+  // Where compression applies, a local or device store compresses each device's value before
+  // summing: keep them apart. (Compressed pushes of device values to a dist store or "device"
+  // took StartCompressing.)
   if (aggregate_on_device_ && values.size() > 1 && all_on_device && same_layout &&
-      !inner_->gradient_compression().enabled()) {
+      !inner_->gradient_compression().AppliesTo(values[0].size())) {
     return cuda::StartSumToHost(values, piece_bytes_);
   }
   // Mismatched layouts of keys this store saw initialised were refused at the call (CheckLayout);
@@ -80,8 +82,13 @@ cuda::Staged DeviceStagingKVStore::StartStaging(const std::vector<Array>& values
   return cuda::StartToHost(values, piece_bytes_);
 }
 
-std::optional<CompressionSpec> DeviceStagingKVStore::CompressesOnDevice(
+std::optional<DeviceStagingKVStore::DeviceCompression> DeviceStagingKVStore::CompressesOnDevice(
     const std::vector<Array>& values) const {
+  if (packed_pushes_ != nullptr) {
+    std::optional<CompressionSpec> each = packed_pushes_->CompressesEachOnDevice(values);
+    if (!each) return std::nullopt;
+    return DeviceCompression{*each, true};
+  }
   if (staged_ == nullptr || values.empty()) return std::nullopt;
   const Array& first = values[0];
   const bool suitable = std::all_of(values.begin(), values.end(), [&](const Array& a) {
@@ -89,20 +96,21 @@ std::optional<CompressionSpec> DeviceStagingKVStore::CompressesOnDevice(
   });
   const CompressionSpec spec = inner_->gradient_compression();
   if (!suitable || !spec.AppliesTo(first.size())) return std::nullopt;
-  return spec;
+  return DeviceCompression{spec, false};
 }
 
-Array DeviceStagingKVStore::ResidualOn(Key key, const Array& like) {
+Array DeviceStagingKVStore::ResidualOn(Key key, size_t index, const Array& like) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = residuals_.find(key);
+    auto it = residuals_.find({key, index});
     if (it != residuals_.end()) {
       if (it->second.device() != like.device()) {
-        throw InvalidArgument("push of key " + KeyLabel(key) + ": its values are on GPU " +
-                              std::to_string(like.device()) + ", its compressed pushes so far " +
-                              "were summed on GPU " + std::to_string(it->second.device()) +
-                              ", where its residual (gradient compression's error feedback) "
-                              "lives: keep a key's first value on one GPU");
+        throw InvalidArgument(
+            "push of key " + KeyLabel(key) + ": its value " + std::to_string(index) +
+            " is on GPU " + std::to_string(like.device()) + ", its compressed pushes so far " +
+            "compressed it on GPU " + std::to_string(it->second.device()) +
+            ", where its residual (gradient compression's error feedback) lives: keep each of a "
+            "key's values on one GPU");
       }
       return it->second;
     }
@@ -110,26 +118,47 @@ Array DeviceStagingKVStore::ResidualOn(Key key, const Array& like) {
   // Zeroed on the stream the compression runs on, without waiting (this is autograd's thread).
   Array zeros = cuda::ZerosForEncoders(like.device(), like.shape(), DType::kFloat32);
   std::lock_guard<std::mutex> lock(mutex_);
-  return residuals_.emplace(key, std::move(zeros)).first->second;
+  return residuals_.emplace(std::make_pair(key, index), std::move(zeros)).first->second;
 }
 
-cuda::Staged DeviceStagingKVStore::StartCompressing(Key key, const std::vector<Array>& values,
-                                                    const CompressionSpec& spec) {
-  const int64_t n = values[0].size();
-  const int device = values[0].device();
-  Array residual = spec.type == Compression::kFp16 ? Array() : ResidualOn(key, values[0]);
+namespace {
+
+// `spec`'s compression of n floats on `device`, with `residual` (undefined for fp16, which keeps
+// none) as its error feedback there.
+cuda::DeviceEncoder CompressingEncoder(const CompressionSpec& spec, int64_t n, int device,
+                                       Array residual) {
   cuda::DeviceEncoder encoder;
   // Carried as 16-bit units (every compressed size is even): only its bytes are read.
   encoder.shape = {static_cast<int64_t>(CompressedBytes(spec.type, n) / 2)};
   encoder.dtype = DType::kFloat16;
-  encoder.encode = [spec, residual, n, device](const void* sum, void* out, void* stream) {
+  encoder.encode = [spec, residual, n, device](const void* value, void* out, void* stream) {
     auto* r = residual.defined() ? static_cast<float*>(residual.data()) : nullptr;
-    CompressOnDevice(spec, static_cast<const float*>(sum), r, n, out, device, stream);
+    CompressOnDevice(spec, static_cast<const float*>(value), r, n, out, device, stream);
   };
+  return encoder;
+}
+
+}  // namespace
+
+cuda::Staged DeviceStagingKVStore::StartCompressing(Key key, const std::vector<Array>& values,
+                                                    const DeviceCompression& how) {
+  const CompressionSpec& spec = how.spec;
+  const int64_t n = values[0].size();
+  auto residual = [&](size_t index) {
+    return spec.type == Compression::kFp16 ? Array() : ResidualOn(key, index, values[index]);
+  };
+  if (how.each) {
+    std::vector<cuda::DeviceEncoder> encoders;
+    for (size_t i = 0; i < values.size(); ++i) {
+      encoders.push_back(CompressingEncoder(spec, n, values[i].device(), residual(i)));
+    }
+    return cuda::StartEachEncodedToHost(values, encoders);
+  }
   // In pieces of the compressed size of a slot of floats, so that slots and pieces match.
   const size_t piece =
       CompressedBytes(spec.type, static_cast<int64_t>(piece_bytes_ / sizeof(float)));
-  return cuda::StartSumToHost(values, encoder, piece);
+  return cuda::StartSumToHost(values, CompressingEncoder(spec, n, values[0].device(), residual(0)),
+                              piece);
 }
 
 bool DeviceStagingKVStore::MustQueue(const std::vector<Array>& values) {
@@ -386,15 +415,19 @@ Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int pri
     Flush();
     return inner_->Push(key, cuda::ToHost(values), priority);
   }
-  std::optional<CompressionSpec> spec = CompressesOnDevice(values);
-  cuda::Staged staged = spec ? StartCompressing(key, values, *spec) : StartStaging(values);
+  std::optional<DeviceCompression> compressed = CompressesOnDevice(values);
+  cuda::Staged staged =
+      compressed ? StartCompressing(key, values, *compressed) : StartStaging(values);
   return Later(key, "push", std::move(staged),
-               [this, key, spec, priority](std::vector<Array> hosts, Awaited await) {
+               [this, key, compressed, priority](std::vector<Array> hosts, Awaited await) {
+                 if (compressed && compressed->each) {
+                   return packed_pushes_->PushPacked(key, compressed->spec, std::move(hosts), {});
+                 }
                  if (staged_ == nullptr || hosts.empty()) {
                    return inner_->Push(key, std::move(hosts), priority);
                  }
                  StagedCall call = StagedCall::Of(key, std::move(hosts), {}, priority);
-                 call.packed = spec;
+                 if (compressed) call.packed = compressed->spec;
                  call.await_value = std::move(await);
                  return staged_->IssueStaged(std::move(call));
                });
@@ -422,16 +455,20 @@ Operation DeviceStagingKVStore::Pull(Key key, std::vector<Array> outs, int prior
 
 Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
                                          std::vector<Array> outs, int priority) {
-  // `spec`: the staged value is the key's sum compressed on the GPU (StartCompressing).
-  auto pushpull = [this, key, outs, priority](std::optional<CompressionSpec> spec) {
-    return [this, key, outs, priority, spec](std::vector<Array> staged, Awaited await) {
+  // `compressed`: the staged values were compressed on their GPUs (StartCompressing).
+  auto pushpull = [this, key, outs, priority](std::optional<DeviceCompression> compressed) {
+    return [this, key, outs, priority, compressed](std::vector<Array> staged, Awaited await) {
       return IntoOutputs(key, outs, [&](std::vector<Array> hosts, OutputReady ready) {
+        if (compressed && compressed->each) {
+          return packed_pushes_->PushPacked(key, compressed->spec, std::move(staged),
+                                            std::move(hosts));
+        }
         // (Staged calls tell a pushpull from the others by its arrays: none may be missing.)
         if (staged_ == nullptr || staged.empty() || hosts.empty()) {
           return inner_->PushPull(key, std::move(staged), std::move(hosts), priority);
         }
         StagedCall call = StagedCall::Of(key, std::move(staged), std::move(hosts), priority);
-        call.packed = spec;
+        if (compressed) call.packed = compressed->spec;
         call.await_value = std::move(await);
         call.output_ready = std::move(ready);
         return staged_->IssueStaged(std::move(call));
@@ -449,9 +486,11 @@ Operation DeviceStagingKVStore::PushPull(Key key, std::vector<Array> values,
     return pushpull(std::nullopt)(cuda::ToHost(values), nullptr);
   }
   // (An empty `outs` goes the plain way, whose wrapped store names the mistake.)
-  std::optional<CompressionSpec> spec = outs.empty() ? std::nullopt : CompressesOnDevice(values);
-  cuda::Staged staged = spec ? StartCompressing(key, values, *spec) : StartStaging(values);
-  return Later(key, "pushpull", std::move(staged), pushpull(spec));
+  std::optional<DeviceCompression> compressed =
+      outs.empty() ? std::nullopt : CompressesOnDevice(values);
+  cuda::Staged staged =
+      compressed ? StartCompressing(key, values, *compressed) : StartStaging(values);
+  return Later(key, "pushpull", std::move(staged), pushpull(compressed));
 }
 
 void DeviceStagingKVStore::WaitAll() {

@@ -15,6 +15,12 @@
 //     on to the network. The key's residual stays on that GPU (a later push of the key whose
 //     first value is on another GPU is refused, naming both). The bits equal those the wrapped
 //     store would have sent from the same values on the host.
+//   - push with gradient compression to "device" (PackedPushes), which compresses each value
+//     before it sums them: each value is compressed on its own GPU, with a residual per key and
+//     value there, and only the compressed bytes cross (as MXNet's device store quantizes each
+//     GPU's gradient on that GPU); the store decompresses and sums them on the host, to the bits
+//     it gives host values. (A key pushed from host values too keeps the store's own residuals
+//     for those pushes.)
 //   - pull: into one pinned host array, copied to every device output once the wrapped pull is
 //     done, before the returned Operation is done.
 //   - in pieces, with the dist stores (StagedCalls): a value that crosses to the host as one array
@@ -53,6 +59,7 @@
 #include "cuda/cuda.h"
 #include "dtrain/kvstore/kvstore.h"
 #include "kvstore/device_updates.h"
+#include "kvstore/packed_pushes.h"
 #include "kvstore/staged_calls.h"
 
 namespace dtrain {
@@ -113,17 +120,25 @@ class DeviceStagingKVStore final : public KVStore {
   // Starts copying `values` to the host (host ones pass as they are), summed on a GPU first where
   // the store aggregates on devices (above).
   cuda::Staged StartStaging(const std::vector<Array>& values) const;
+  // How a push's device values are compressed on their GPUs.
+  struct DeviceCompression {
+    CompressionSpec spec;
+    // Each value apart, for a store that sums them (PackedPushes); else their sum, for a store
+    // that sends it (StagedCalls).
+    bool each = false;
+  };
   // The compression the wrapped store would give a push of `values`, where it can be applied on
-  // their GPU instead: the store takes packed pushes and `values` are float32 device values of
-  // one layout, which that compression applies to. Otherwise none.
-  std::optional<CompressionSpec> CompressesOnDevice(const std::vector<Array>& values) const;
-  // Starts summing `values` on the first one's GPU, compressing the sum there with `spec` and
-  // copying the compressed bytes to the host (one host array).
+  // their GPU instead: a store that takes packed pushes, or values packed one by one, and
+  // `values` are float32 device values of one layout, which that compression applies to.
+  // Otherwise none.
+  std::optional<DeviceCompression> CompressesOnDevice(const std::vector<Array>& values) const;
+  // Starts compressing `values` as `how` says (their sum on the first one's GPU, or each on its
+  // own) and copying the compressed bytes to the host (one host array, or one per value).
   cuda::Staged StartCompressing(Key key, const std::vector<Array>& values,
-                                const CompressionSpec& spec);
-  // `key`'s residual for compression on `like`'s device (zeros at first). Throws InvalidArgument
-  // if the key's pushes were compressed on another device before.
-  Array ResidualOn(Key key, const Array& like);
+                                const DeviceCompression& how);
+  // The residual of value `index` of `key`'s pushes for compression on `like`'s device (zeros at
+  // first). Throws InvalidArgument if that value was compressed on another device before.
+  Array ResidualOn(Key key, size_t index, const Array& like);
   // Whether the wrapped store takes a push of `values` as they are (DeviceUpdates), once the calls
   // queued before it have reached that store.
   bool UpdatedOnDevice(const std::vector<Array>& values);
@@ -166,6 +181,7 @@ class DeviceStagingKVStore final : public KVStore {
   const std::unique_ptr<KVStore> inner_;
   StagedCalls* const staged_;            // inner_, where it takes staged calls; else null
   DeviceUpdates* const device_updates_;  // inner_, where it updates on devices; else null
+  PackedPushes* const packed_pushes_;    // inner_, where it takes values packed one by one
   const bool aggregate_on_device_;       // "device" and "dist_*_device"
   const Duration timeout_;               // DTRAIN_REQUEST_TIMEOUT_MS
   const size_t piece_bytes_;  // DTRAIN_CHUNK_BYTES with staged_, else 0 (copies made whole)
@@ -173,8 +189,9 @@ class DeviceStagingKVStore final : public KVStore {
   std::vector<Operation> in_flight_;  // operations of staged calls, possibly not done
   // Each initialised key's layout: an Array header without data (CheckArrays reads its shape).
   std::map<Key, Array> layouts_;
-  // Error feedback of the keys compressed on a GPU, in that GPU's memory (device_codec.h).
-  std::map<Key, Array> residuals_;
+  // Error feedback of the keys compressed on a GPU, per key and value (only value 0 where their
+  // sum is compressed), in that GPU's memory (device_codec.h).
+  std::map<std::pair<Key, size_t>, Array> residuals_;
   // Made on the first device call, so a store that never sees one runs no extra thread.
   std::unique_ptr<SerialQueue> staging_;
   std::unique_ptr<SerialQueue> copying_back_;

@@ -501,34 +501,6 @@ std::shared_ptr<OperationState> DistKVStore::Track(std::string what, int parts) 
   return state;
 }
 
-void DistKVStore::CheckPacked(Key key, const KeyInfo& info, const char* op,
-                              const CompressionSpec& packed_with, const CompressionSpec& store,
-                              const Array& packed) const {
-  const std::string prefix = std::string(op) + " of key " + KeyLabel(key) + " compressed with " +
-                             packed_with.ToString() + ": ";
-  if (packed_with.type != store.type || packed_with.threshold != store.threshold) {
-    throw InvalidArgument(prefix + "the store compresses with " + store.ToString());
-  }
-  const int64_t n = NumElements(info.shape);
-  if (info.dtype != DType::kFloat32) {
-    throw InvalidArgument(prefix + "gradient compression works on float32 values, the key holds " +
-                          std::string(DTypeName(info.dtype)));
-  }
-  if (!store.AppliesTo(n)) {
-    throw InvalidArgument(prefix + "the store sends this key (" + std::to_string(n) +
-                          " elements) uncompressed");
-  }
-  const size_t expected = CompressedBytes(store.type, n);
-  if (packed.defined() && packed.on_device()) {
-    throw InvalidArgument(prefix + "the packed bytes must be in host memory");
-  }
-  if (!packed.defined() || packed.nbytes() != expected) {
-    throw InvalidArgument(prefix + "its " + std::to_string(n) + " values take " +
-                          std::to_string(expected) + " bytes, the packed array holds " +
-                          std::to_string(packed.defined() ? packed.nbytes() : 0));
-  }
-}
-
 Operation DistKVStore::Issue(Command command, const StagedCall& call) {
   const char* op = command == Command::kPush   ? "push"
                    : command == Command::kPull ? "pull"
@@ -549,7 +521,10 @@ Operation DistKVStore::Issue(Command command, const StagedCall& call) {
   CompressionSpec compression;
   if (command != Command::kPull) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (packed) CheckPacked(key, info, op, *call.packed, compression_, values[0]);
+    if (packed) {
+      CheckPackedValue(op, key, Array::Wrap(nullptr, info.shape, info.dtype, nullptr), *call.packed,
+                       compression_, values[0]);
+    }
     pushed_ = true;
     compression = compression_;
   }

@@ -100,10 +100,6 @@ class DistKVStore : public KVStore, public StagedCalls {
   // `source` (the key's float32 values) compressed as a whole, residual updated.
   transport::Body Compressed(const KeyInfo& info, const transport::Body& source,
                              const CompressionSpec& spec) const;
-  // Throws InvalidArgument unless `packed` (compressed with `packed_with`) suits the store's
-  // compression `store` and the key (staged_calls.h).
-  void CheckPacked(Key key, const KeyInfo& info, const char* op, const CompressionSpec& packed_with,
-                   const CompressionSpec& store, const Array& packed) const;
   // Sends `command` for `call.key` to the servers of its slots (staged_calls.h; Push, Pull and
   // PushPull leave the staging hooks null).
   Operation Issue(transport::Command command, const StagedCall& call);

@@ -121,6 +121,26 @@ Operation LocalKVStore::Push(Key key, std::vector<Array> values, int /*priority*
   return Operation();
 }
 
+Operation LocalKVStore::PushPacked(Key key, const CompressionSpec& spec, std::vector<Array> packed,
+                                   std::vector<Array> outs) {
+  const char* call = outs.empty() ? "Push" : "PushPull";
+  std::shared_ptr<Optimizer> optimizer;
+  CompressionSpec compression;
+  Slot& slot = Find(key, call, &optimizer, &compression);
+  if (packed.empty()) {
+    throw InvalidArgument(std::string(call) + " of key " + KeyLabel(key) +
+                          ": no compressed values given");
+  }
+  for (const Array& p : packed) CheckPackedValue(call, key, slot.layout, spec, compression, p);
+  if (!outs.empty()) CheckArrays(call, key, slot.layout, outs, "out");
+  pushed_.store(true, std::memory_order_relaxed);
+  std::shared_lock<std::shared_mutex> updating(updates_);
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  Apply(key, slot, packed, optimizer.get(), &compression, /*packed=*/true);
+  if (!outs.empty()) cuda::Copy(slot.value, outs);  // wherever each is
+  return Operation();
+}
+
 Operation LocalKVStore::Pull(Key key, std::vector<Array> outs, int /*priority*/) {
   Slot& slot = Find(key, "Pull", nullptr);
   CheckArrays("Pull", key, slot.layout, outs, "out");
@@ -175,6 +195,19 @@ bool LocalKVStore::UpdatesOnDevice(const std::vector<Array>& values) const {
   return UpdatedOnDevice(type_, values, optimizer_.get(), compressed);
 }
 
+std::optional<CompressionSpec> LocalKVStore::CompressesEachOnDevice(
+    const std::vector<Array>& values) const {
+  if (type_ != "device" || values.size() < 2) return std::nullopt;
+  const bool float_values_on_devices =
+      std::all_of(values.begin(), values.end(), [&](const Array& a) {
+        return a.defined() && a.on_device() && a.dtype() == DType::kFloat32 &&
+               a.size() == values[0].size();
+      });
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (!float_values_on_devices || !compression_.AppliesTo(values[0].size())) return std::nullopt;
+  return compression_;
+}
+
 bool LocalKVStore::HoldsOnDevice(Key key) const {
   Slot* slot = nullptr;
   {
@@ -188,8 +221,9 @@ bool LocalKVStore::HoldsOnDevice(Key key) const {
 }
 
 void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
-                         Optimizer* optimizer, const CompressionSpec* compression) const {
-  if (UpdatedOnDevice(type_, values, optimizer, compression != nullptr)) {
+                         Optimizer* optimizer, const CompressionSpec* compression,
+                         bool packed) const {
+  if (!packed && UpdatedOnDevice(type_, values, optimizer, compression != nullptr)) {
     // A key's first update on this GPU copies its weight there (waiting for that copy only).
     const Array weight = MovedToDevice(slot.value, values[0].device());
     const Array grad = cuda::StartSumOnDevice(values);
@@ -204,11 +238,11 @@ void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
   if (std::any_of(values.begin(), values.end(), [](const Array& a) { return a.on_device(); })) {
     // Not summed on a GPU (several values to "local", compression between them, no optimizer;
     // DeviceStagingKVStore stages these, a direct caller may not): through the host.
-    Apply(key, slot, cuda::ToHost(values), optimizer, compression);
+    Apply(key, slot, cuda::ToHost(values), optimizer, compression, packed);
     return;
   }
-  std::vector<std::vector<float>>* residuals = nullptr;
-  if (compression != nullptr) {
+  std::vector<std::vector<float>>* residuals = nullptr;  // none for packed values: the caller's
+  if (compression != nullptr && !packed) {
     residuals = &slot.residuals;
     if (residuals->size() < values.size()) residuals->resize(values.size());
     for (auto& r : *residuals) r.resize(static_cast<size_t>(slot.value.size()), 0.0f);
@@ -218,7 +252,7 @@ void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
     return;
   }
   Array grad = values[0];  // one device: update straight from the caller's array, no copy
-  if (values.size() > 1) {
+  if (values.size() > 1 || packed) {
     if (!slot.merged.defined()) slot.merged = Array(slot.value.shape(), slot.value.dtype());
     Sum(slot.merged, values, residuals, compression);
     grad = slot.merged;
@@ -236,6 +270,14 @@ void LocalKVStore::Sum(const Array& dst, const std::vector<Array>& values,
     const size_t offset = static_cast<size_t>(begin) * elem;
     const int64_t n = end - begin;
     if (n <= 0) return;
+    if (compression != nullptr && residuals == nullptr) {
+      // Compressed by the caller: the range's words (it starts at a word, see below).
+      const size_t at = CompressedBytes(compression->type, begin);
+      for (size_t d = 0; d < values.size(); ++d) {
+        Decompress(*compression, values[d].bytes() + at, n, dst.floats().data() + begin, d > 0);
+      }
+      return;
+    }
     if (residuals != nullptr) {
       // Element-wise, so ranges compress alone: each device's values, as they would cross.
       std::vector<char> packed(CompressedBytes(compression->type, n));
@@ -257,8 +299,10 @@ void LocalKVStore::Sum(const Array& dst, const std::vector<Array>& values,
     sum_range(0, size);
     return;
   }
-  // Ranges start on 64-byte boundaries so that no two threads write one cache line.
-  const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(elem));
+  // Ranges start on 64-byte boundaries so that no two threads write one cache line, and compressed
+  // ones at a word of every format (a 1-bit word holds 32 values).
+  int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(elem));
+  if (compression != nullptr) align = std::max(align, kCompressionAlignment);
   const int64_t per_thread = (size / threads + align - 1) / align * align;
   std::vector<std::jthread> workers;
   workers.reserve(threads - 1);

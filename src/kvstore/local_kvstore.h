@@ -42,10 +42,11 @@
 #include "compression/codec.h"
 #include "dtrain/kvstore/kvstore.h"
 #include "kvstore/device_updates.h"
+#include "kvstore/packed_pushes.h"
 
 namespace dtrain {
 
-class LocalKVStore final : public KVStore, public DeviceUpdates {
+class LocalKVStore final : public KVStore, public DeviceUpdates, public PackedPushes {
  public:
   // `type` is "local" or "device"; anything else is an InvalidArgument. Of `config` only the
   // reduction settings (reduction_threads, bigarray_bound) are used.
@@ -75,6 +76,8 @@ class LocalKVStore final : public KVStore, public DeviceUpdates {
   void SetOptimizer(const OptimizerSpec& spec) override;
   // Compresses each device's value when a push sums several (as MXNet's device store does
   // between GPUs), with a residual per key and device; a push of one value is not compressed.
+  // (CUDA values pushed to "device" come compressed on their GPUs, with their residuals there:
+  // PushPacked.)
   void SetGradientCompression(const std::map<std::string, std::string>& params) override;
   CompressionSpec gradient_compression() const override;
   std::string SaveOptimizerState() override;
@@ -83,6 +86,11 @@ class LocalKVStore final : public KVStore, public DeviceUpdates {
   bool UpdatesOnDevice(const std::vector<Array>& values) const override;
   bool HoldsOnDevice(Key key) const override;
 
+  std::optional<CompressionSpec> CompressesEachOnDevice(
+      const std::vector<Array>& values) const override;
+  Operation PushPacked(Key key, const CompressionSpec& spec, std::vector<Array> packed,
+                       std::vector<Array> outs) override;
+
  private:
   struct Slot;
 
@@ -90,11 +98,13 @@ class LocalKVStore final : public KVStore, public DeviceUpdates {
   Slot& Find(Key key, const char* call, std::shared_ptr<Optimizer>* optimizer,
              CompressionSpec* compression = nullptr) const;
   // Adds `values` to the slot: sum, then update or assign, on the host or (UpdatesOnDevice) on
-  // their GPU. The slot's mutex is held.
+  // their GPU. `packed`: they are compressed with `compression` already (PushPacked). The slot's
+  // mutex is held.
   void Apply(Key key, Slot& slot, const std::vector<Array>& values, Optimizer* optimizer,
-             const CompressionSpec* compression) const;
+             const CompressionSpec* compression, bool packed = false) const;
   // dst = the sum of `values`, on several threads for big arrays. With compression (and several
-  // values) each value goes through its compressed form, with its residual in `residuals`.
+  // values) each value goes through its compressed form: compressed here, with its residual in
+  // `residuals`, or, where `residuals` is null, by the caller (the values are its words).
   void Sum(const Array& dst, const std::vector<Array>& values,
            std::vector<std::vector<float>>* residuals, const CompressionSpec* compression) const;
 

@@ -29,10 +29,7 @@ constexpr Key kKey = 7;
 constexpr int64_t kSize = 3001;  // not a multiple of any kernel's block
 
 std::vector<float> Random(std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0.f, scale);
-  std::vector<float> v(kSize);
-  for (float& x : v) x = normal(rng);
-  return v;
+  return RandomFloats(rng, kSize, scale);
 }
 
 std::vector<float> Read(const Array& a) {

@@ -5,9 +5,21 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
+#include <vector>
+
 #include "cuda/cuda.h"
 
 namespace dtrain {
+
+// `n` normally distributed values of standard deviation `scale`: gradients and weights.
+inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float scale) {
+  std::normal_distribution<float> normal(0.f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return v;
+}
 
 class OnGpuTest : public ::testing::Test {
  protected:

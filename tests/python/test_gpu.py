@@ -68,8 +68,8 @@ def test_store_types_on_cuda_through_dtrain_launch(spawn, kind, workers, servers
     ("device", 1, 0),
 ])
 def test_gradient_compression_on_cuda_gives_mxnets_sums(spawn, kind, workers, servers):
-    # The dist stores compress on the GPU (only the compressed bytes reach the host); the device
-    # store compresses each replica's value on the host, as MXNet's does.
+    # The dist stores compress their sum on the GPU, the device store each replica's value on its
+    # GPU, as MXNet's does: only the compressed bytes reach the host.
     argv = program("gc_worker.py", kind, "--cuda")
     if kind.startswith("dist"):
         argv = launch_argv(workers, servers, argv)
