@@ -30,11 +30,12 @@
 //     a pulled value is copied on to the devices once it has arrived, while the store waits for
 //     the rest. The copies then hide behind the network instead of adding to it. Slots of a key
 //     split over several servers need not end where pieces do: a slot may wait for one piece more.
-//   - with an optimizer on a local store (DeviceUpdates): pushes the store updates on their GPU
-//     go to it as they are, and pulls of keys it holds there are copied on the GPU; nothing is
-//     staged for them. Such a push first waits until the calls queued before it have reached the
-//     store (only calls staged meanwhile are), and a key's first update there waits for its
-//     weight's copy to the GPU.
+//   - a local store's pushes that it sums and applies on their GPU (DeviceUpdates: device values
+//     to "device", a single one to "local", with or without an optimizer) go to it as they are,
+//     and pulls of keys it holds there are copied on the GPU; nothing is staged for them. (So the
+//     staged sums above are the dist *_device stores', and "device"'s only where it declines.) Such
+//     a push first waits until the calls queued before it have reached the store (only calls staged
+//     meanwhile are), and a key's first update there waits for its weight's copy to the GPU.
 // Copies are ordered after the work queued on each array's stream (cuda.h).
 //
 // Nothing else waits for the GPU on the caller's thread, which is often autograd's (a pull into

@@ -42,15 +42,16 @@ void CheckPushable(const char* call, Key key, const Array& value, const Optimize
   }
 }
 
-// Whether an optimizer updates a push of `values` on their GPU (DeviceUpdates::UpdatesOnDevice);
-// `compressed`: the store's compression applies to them.
+// Whether a push of `values` is summed and applied (assigned, or the optimizer's update) on their
+// GPU (DeviceUpdates::UpdatesOnDevice); `compressed`: the store's compression applies to them.
 bool UpdatedOnDevice(const std::string& type, const std::vector<Array>& values,
                      const Optimizer* optimizer, bool compressed) {
-  if (optimizer == nullptr || values.empty()) return false;
-  const bool float_values_on_devices = std::all_of(
-      values.begin(), values.end(),
-      [](const Array& a) { return a.defined() && a.on_device() && a.dtype() == DType::kFloat32; });
-  if (!float_values_on_devices) return false;
+  if (values.empty()) return false;
+  const bool on_devices = std::all_of(values.begin(), values.end(), [&](const Array& a) {
+    return a.defined() && a.on_device() &&
+           (optimizer == nullptr || a.dtype() == DType::kFloat32);  // what optimizers update
+  });
+  if (!on_devices) return false;
   if (values.size() == 1) return true;
   return type == "device" && !compressed;
 }
@@ -224,6 +225,12 @@ void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
                          Optimizer* optimizer, const CompressionSpec* compression,
                          bool packed) const {
   if (!packed && UpdatedOnDevice(type_, values, optimizer, compression != nullptr)) {
+    if (optimizer == nullptr) {
+      // The sum is the key's value from now on, on its GPU and named as made on dtrain's stream
+      // there (as MXNet's local store takes the merged array as it is): pulls copy from it there.
+      slot.value = cuda::StartSumOnDevice(values);
+      return;
+    }
     // A key's first update on this GPU copies its weight there (waiting for that copy only).
     const Array weight = MovedToDevice(slot.value, values[0].device());
     const Array grad = cuda::StartSumOnDevice(values);
@@ -234,7 +241,12 @@ void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
     optimizer->UpdateOnDevice(static_cast<uint64_t>(key), slot.value, grad);
     return;
   }
-  if (slot.value.on_device()) slot.value = cuda::ToHost(slot.value).Clone();  // back to the host
+  if (slot.value.on_device()) {
+    // Back to the host: the weight, which an update changes; without an optimizer the sum below
+    // replaces the value whole.
+    slot.value = optimizer != nullptr ? cuda::ToHost(slot.value).Clone()
+                                      : Array(slot.layout.shape(), slot.layout.dtype());
+  }
   if (std::any_of(values.begin(), values.end(), [](const Array& a) { return a.on_device(); })) {
     // Not summed on a GPU (several values to "local", compression between them, no optimizer;
     // DeviceStagingKVStore stages these, a direct caller may not): through the host.

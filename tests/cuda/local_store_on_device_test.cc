@@ -1,8 +1,9 @@
 // A local store's own optimizer on a real GPU (KVStore::Create's "device" and "local" with CUDA
-// values): the pushes that MXNet's local stores update on the GPU move the key's weight there and
-// give, round after round, exactly the weights, pulls and saved optimizer state that the same calls
-// on host values give; a push of host values moves it back without changing a bit; pulls reach
-// host and device outputs alike, in the order of the user's streams. Skipped, with the reason,
+// values), and without one the sum kept there: the pushes that MXNet's local stores update on the
+// GPU move the key's weight (or value) there and give, round after round, exactly the weights,
+// pulls and saved optimizer state that the same calls on host values give; a push of host values
+// moves it back without changing a bit; pulls reach host and device outputs alike, in the order
+// of the user's streams. Skipped, with the reason,
 // where no CUDA device is usable (CI has the toolkit but no GPU).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -115,6 +116,51 @@ TEST_F(LocalStoreOnDeviceTest, DeviceStoreUpdatesOnTheGpuAsOnTheHost) {
   EXPECT_EQ(stores.gpu->SaveOptimizerState(), stores.host->SaveOptimizerState());
 }
 
+TEST_F(LocalStoreOnDeviceTest, WithoutAnOptimizerTheSumStaysOnTheGpu) {
+  for (const char* type : {"device", "local"}) {
+    SCOPED_TRACE(type);
+    std::mt19937 rng(3);
+    auto local = std::make_unique<LocalKVStore>(type);
+    LocalKVStore* gpu_local = local.get();
+    DeviceStagingKVStore gpu(std::move(local));
+    std::unique_ptr<KVStore> host = KVStore::Create(type);
+    for (KVStore* kv : {static_cast<KVStore*>(&gpu), host.get()}) {
+      kv->Init(kKey, Array::FromFloats(Random(rng, 1.f)));
+    }
+    // "device" sums two replicas on the GPU; "local" takes one as it is (several go to the host).
+    const size_t replicas = std::string(type) == "device" ? 2 : 1;
+    for (int round = 0; round < 3; ++round) {
+      std::vector<Array> on_gpu, on_host;
+      for (size_t r = 0; r < replicas; ++r) {
+        const std::vector<float> g = Random(rng, 0.3f);
+        on_gpu.push_back(OnDevice(g));
+        on_host.push_back(Array::FromFloats(g));
+      }
+      const Array out_a = OnDevice(std::vector<float>(kSize)), out_b = OnDevice(Random(rng, 1.f));
+      const Array expected = Array::FromFloats(std::vector<float>(kSize));
+      if (round == 1) {
+        gpu.Push(kKey, on_gpu);
+        gpu.Pull(kKey, {out_a, out_b}).Wait();
+        host->Push(kKey, on_host);
+        host->Pull(kKey, {expected}).Wait();
+      } else {
+        gpu.PushPull(kKey, on_gpu, {out_a, out_b}).Wait();
+        host->PushPull(kKey, on_host, {expected}).Wait();
+      }
+      ASSERT_TRUE(SameBits(Read(out_a), Read(expected))) << "round " << round;
+      ASSERT_TRUE(SameBits(Read(out_b), Read(expected))) << "round " << round;
+      ASSERT_TRUE(gpu_local->HoldsOnDevice(kKey)) << "the sum was staged to the host";
+    }
+    // Host values replace it on the host; a pull into host memory reads it from either place.
+    const std::vector<float> g = Random(rng, 0.3f);
+    gpu.Push(kKey, {Array::FromFloats(g)});
+    EXPECT_FALSE(gpu_local->HoldsOnDevice(kKey));
+    const Array pulled = Array::FromFloats(std::vector<float>(kSize));
+    gpu.Pull(kKey, {pulled}).Wait();
+    EXPECT_TRUE(SameBits(Read(pulled), g));
+  }
+}
+
 TEST_F(LocalStoreOnDeviceTest, PushesAndPullsKeepToTheUsersStreams) {
   std::mt19937 rng(21);
   const std::vector<float> weight = Random(rng, 1.f);
@@ -202,7 +248,8 @@ TEST_F(LocalStoreOnDeviceTest, LocalStoreUpdatesOneGpuValueThereAndSumsSeveralOn
   const std::vector<float> weight = Random(rng, 1.f);
   LocalKVStore local("local");
   local.Init(kKey, Array::FromFloats(weight));
-  EXPECT_FALSE(local.UpdatesOnDevice({OnDevice(weight)})) << "no optimizer: the value is assigned";
+  EXPECT_TRUE(local.UpdatesOnDevice({OnDevice(weight)}))
+      << "without an optimizer the value is kept on the GPU";
   local.SetOptimizer(Adam());
   EXPECT_TRUE(local.UpdatesOnDevice({OnDevice(weight)}));
   EXPECT_FALSE(local.UpdatesOnDevice({OnDevice(weight), OnDevice(weight)}))
