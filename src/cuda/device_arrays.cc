@@ -204,6 +204,24 @@ Fence FenceAfter(const DeviceStreams& used, const char* what) {
   return Fence(std::move(state));
 }
 
+// Runs `queue`, which queues copies on dtrain's streams and names each stream in `used` before it
+// queues anything there. If it throws, the copies it had queued may still read or write host
+// buffers that the caller lets go on the error (pinned ones go back to their pool for the next
+// round): they are waited for first (bounded by the job's timeout; if that wait fails too, the
+// GPU itself has failed), then the error goes on.
+template <typename Queue>
+void QueueCopies(std::map<int, cudaStream_t>& used, Queue&& queue) {
+  try {
+    queue();
+  } catch (...) {
+    try {
+      FenceAfter(used, "copies queued before an error").Wait("copies queued before an error");
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
 // A copy of `a`'s device value in a buffer of dtrain's, made on `a`'s own stream: in order after
 // the work that produced it and before anything queued there later, so the producer may overwrite
 // `a` at once. `stream` (dtrain's, on any device) is made to wait for the copy; the buffer is
@@ -268,20 +286,24 @@ Staged StartToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
   // Pieces only where one array crosses: Staged::pieces describes hosts[0].
   const size_t piece = arrays.size() == 1 ? piece_bytes : 0;
   std::vector<CopiedPrefix> prefixes;
-  for (const Array& a : arrays) {
-    if (!a.on_device()) {
-      staged.hosts.push_back(a);
-      continue;
+  QueueCopies(used, [&] {
+    for (const Array& a : arrays) {
+      if (!a.on_device()) {
+        staged.hosts.push_back(a);
+        continue;
+      }
+      // Kept in `staged` before any copy into it is queued, so that it outlives QueueCopies's
+      // wait on an error.
+      staged.hosts.push_back(PinnedLike(a));
+      const Array host = staged.hosts.back();
+      cudaStream_t stream = CopyStream(a.device());
+      used[a.device()] = stream;
+      // Freed in `stream`'s order, after the copy below.
+      std::shared_ptr<void> snapshot = Snapshot(a, stream);
+      DeviceGuard guard(a.device());
+      prefixes = CopyToHost(host, snapshot.get(), a.device(), stream, piece);
     }
-    Array host = PinnedLike(a);
-    cudaStream_t stream = CopyStream(a.device());
-    // Freed in `stream`'s order, after the copy below.
-    std::shared_ptr<void> snapshot = Snapshot(a, stream);
-    DeviceGuard guard(a.device());
-    prefixes = CopyToHost(host, snapshot.get(), a.device(), stream, piece);
-    used[a.device()] = stream;
-    staged.hosts.push_back(std::move(host));
-  }
+  });
   staged.copied = FenceAfter(used, "copy to the host");
   AddPieces(staged, std::move(prefixes));
   return staged;
@@ -344,10 +366,13 @@ Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
   Array host = encoder == nullptr ? PinnedLike(arrays[0]) : PinnedFor(*encoder);
   DeviceGuard guard(device);
   if (encoder != nullptr) source = Encoded(*encoder, source, host.nbytes(), device, stream);
-  std::vector<CopiedPrefix> prefixes = CopyToHost(host, source.get(), device, stream, piece_bytes);
+  std::map<int, cudaStream_t> used{{device, stream}};
+  std::vector<CopiedPrefix> prefixes;
+  QueueCopies(used,
+              [&] { prefixes = CopyToHost(host, source.get(), device, stream, piece_bytes); });
   const char* what =
       encoder == nullptr ? "copy of a sum to the host" : "copy of an encoded sum to the host";
-  Staged staged{{host}, FenceAfter(std::map<int, cudaStream_t>{{device, stream}}, what), {}};
+  Staged staged{{host}, FenceAfter(used, what), {}};
   AddPieces(staged, std::move(prefixes));
   return staged;
 }
@@ -380,19 +405,21 @@ Staged StartEachEncodedToHost(const std::vector<Array>& arrays,
   }
   Staged staged;
   std::map<int, cudaStream_t> used;
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    const Array& a = arrays[i];
-    RequireDevice(a, "a value encoded on its device");
-    cudaStream_t stream = CopyStream(a.device());
-    Array host = PinnedFor(encoders[i]);
-    std::shared_ptr<void> snapshot = Snapshot(a, stream);
-    DeviceGuard guard(a.device());
-    std::shared_ptr<void> encoded =
-        Encoded(encoders[i], snapshot, host.nbytes(), a.device(), stream);
-    CopyToHost(host, encoded.get(), a.device(), stream, 0);
-    used[a.device()] = stream;
-    staged.hosts.push_back(std::move(host));
-  }
+  QueueCopies(used, [&] {
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      const Array& a = arrays[i];
+      RequireDevice(a, "a value encoded on its device");
+      cudaStream_t stream = CopyStream(a.device());
+      used[a.device()] = stream;
+      staged.hosts.push_back(PinnedFor(encoders[i]));  // as in StartToHost
+      const Array host = staged.hosts.back();
+      std::shared_ptr<void> snapshot = Snapshot(a, stream);
+      DeviceGuard guard(a.device());
+      std::shared_ptr<void> encoded =
+          Encoded(encoders[i], snapshot, host.nbytes(), a.device(), stream);
+      CopyToHost(host, encoded.get(), a.device(), stream, 0);
+    }
+  });
   staged.copied = FenceAfter(used, "copy of values encoded on their devices to the host");
   return staged;
 }
@@ -418,20 +445,22 @@ Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, si
                           std::to_string(host.nbytes()));
   }
   std::map<int, cudaStream_t> used;
-  for (const Array& d : devices) {
-    RequireSameLayout(host, d, "copy from the host");
-    if (!d.on_device()) {
-      std::memcpy(d.bytes() + begin, host.bytes() + begin, end - begin);
-      continue;
+  QueueCopies(used, [&] {
+    for (const Array& d : devices) {
+      RequireSameLayout(host, d, "copy from the host");
+      if (!d.on_device()) {
+        std::memcpy(d.bytes() + begin, host.bytes() + begin, end - begin);
+        continue;
+      }
+      cudaStream_t stream = CopyStream(d.device());
+      used[d.device()] = stream;
+      DeviceGuard guard(d.device());
+      OrderAfterProducer(d, stream);  // the user's queued work may still read the old values
+      Check(cudaMemcpyAsync(d.bytes() + begin, host.bytes() + begin, end - begin,
+                            cudaMemcpyHostToDevice, stream),
+            "copy to the device");
     }
-    cudaStream_t stream = CopyStream(d.device());
-    DeviceGuard guard(d.device());
-    OrderAfterProducer(d, stream);  // the user's queued work may still read the old values
-    Check(cudaMemcpyAsync(d.bytes() + begin, host.bytes() + begin, end - begin,
-                          cudaMemcpyHostToDevice, stream),
-          "copy to the device");
-    used[d.device()] = stream;
-  }
+  });
   return FenceAfter(used, "copy to the device");
 }
 
