@@ -403,16 +403,20 @@ Staged StartEachEncodedToHost(const std::vector<Array>& arrays,
     throw InvalidArgument("values encoded on their devices: " + std::to_string(arrays.size()) +
                           " values, " + std::to_string(encoders.size()) + " encoders");
   }
+  // What can be checked or made before any encoder runs (an encoder may change state on its device,
+  // a residual, for a value that then never crosses if a later one fails): first.
   Staged staged;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    RequireDevice(arrays[i], "a value encoded on its device");
+    staged.hosts.push_back(PinnedFor(encoders[i]));
+  }
   std::map<int, cudaStream_t> used;
   QueueCopies(used, [&] {
     for (size_t i = 0; i < arrays.size(); ++i) {
       const Array& a = arrays[i];
-      RequireDevice(a, "a value encoded on its device");
+      const Array& host = staged.hosts[i];
       cudaStream_t stream = CopyStream(a.device());
       used[a.device()] = stream;
-      staged.hosts.push_back(PinnedFor(encoders[i]));  // as in StartToHost
-      const Array host = staged.hosts.back();
       std::shared_ptr<void> snapshot = Snapshot(a, stream);
       DeviceGuard guard(a.device());
       std::shared_ptr<void> encoded =

@@ -99,18 +99,23 @@ std::optional<DeviceStagingKVStore::DeviceCompression> DeviceStagingKVStore::Com
   return DeviceCompression{spec, false};
 }
 
-Array DeviceStagingKVStore::ResidualOn(Key key, size_t index, const Array& like) {
+Array DeviceStagingKVStore::ResidualOn(Key key, size_t index, const Array& like, bool each) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = residuals_.find({key, index});
     if (it != residuals_.end()) {
       if (it->second.device() != like.device()) {
-        throw InvalidArgument(
-            "push of key " + KeyLabel(key) + ": its value " + std::to_string(index) +
-            " is on GPU " + std::to_string(like.device()) + ", its compressed pushes so far " +
-            "compressed it on GPU " + std::to_string(it->second.device()) +
-            ", where its residual (gradient compression's error feedback) lives: keep each of a "
-            "key's values on one GPU");
+        const std::string where = " on GPU " + std::to_string(it->second.device()) +
+                                  ", where its residual (gradient compression's error feedback) "
+                                  "lives: keep ";
+        throw InvalidArgument("push of key " + KeyLabel(key) + ": " +
+                              (each ? "its value " + std::to_string(index) + " is on GPU " +
+                                          std::to_string(like.device()) +
+                                          ", its compressed pushes so far compressed it" + where +
+                                          "each of a key's values on one GPU"
+                                    : "its values are on GPU " + std::to_string(like.device()) +
+                                          ", its compressed pushes so far were summed" + where +
+                                          "a key's first value on one GPU"));
       }
       return it->second;
     }
@@ -145,7 +150,8 @@ cuda::Staged DeviceStagingKVStore::StartCompressing(Key key, const std::vector<A
   const CompressionSpec& spec = how.spec;
   const int64_t n = values[0].size();
   auto residual = [&](size_t index) {
-    return spec.type == Compression::kFp16 ? Array() : ResidualOn(key, index, values[index]);
+    return spec.type == Compression::kFp16 ? Array()
+                                           : ResidualOn(key, index, values[index], how.each);
   };
   if (how.each) {
     std::vector<cuda::DeviceEncoder> encoders;

@@ -3,12 +3,13 @@
 // Wraps the store KVStore::Create made. Calls whose arrays are all on the host go straight
 // through. Device arrays are staged through pinned host memory (src/cuda):
 //   - push: for "device", "dist_sync_device" and "dist_async_device" with several device values and
-//     no gradient compression, the values are summed on the first value's GPU (peer copies for
-//     values on other GPUs) and only that sum is staged, once per key, as MXNet's *_device stores
-//     aggregate on the GPU before the network; otherwise (MXNet's "local" and "dist_sync" stage
-//     every device's value through the CPU) each value is staged and the wrapped store sums them.
-//     The wrapped store then does exactly what it does for host values, so results equal the
-//     host path's (float sums on the GPU are plain rounded adds, in the same order).
+//     no gradient compression that applies to the key, the values are summed on the first value's
+//     GPU (peer copies for values on other GPUs) and only that sum is staged, once per key, as
+//     MXNet's *_device stores aggregate on the GPU before the network; otherwise (MXNet's "local"
+//     and "dist_sync" stage every device's value through the CPU) each value is staged and the
+//     wrapped store sums them. The wrapped store then does exactly what it does for host values, so
+//     results equal the host path's (float sums on the GPU are plain rounded adds, in the same
+//     order).
 //   - push with gradient compression, to a store that sends compressed values (StagedCalls: the
 //     dist stores): the values are summed on the first one's GPU and compressed there
 //     (compression/kernels/device_codec.h), and only the compressed bytes cross to the host and
@@ -19,8 +20,8 @@
 //     before it sums them: each value is compressed on its own GPU, with a residual per key and
 //     value there, and only the compressed bytes cross (as MXNet's device store quantizes each
 //     GPU's gradient on that GPU); the store decompresses and sums them on the host, to the bits
-//     it gives host values. (A key pushed from host values too keeps the store's own residuals
-//     for those pushes.)
+//     it gives host values. (A push of the key with any host value among its values is staged
+//     whole and uses the store's own residuals.)
 //   - pull: into one pinned host array, copied to every device output once the wrapped pull is
 //     done, before the returned Operation is done.
 //   - in pieces, with the dist stores (StagedCalls): a value that crosses to the host as one array
@@ -137,9 +138,10 @@ class DeviceStagingKVStore final : public KVStore {
   // own) and copying the compressed bytes to the host (one host array, or one per value).
   cuda::Staged StartCompressing(Key key, const std::vector<Array>& values,
                                 const DeviceCompression& how);
-  // The residual of value `index` of `key`'s pushes for compression on `like`'s device (zeros at
-  // first). Throws InvalidArgument if that value was compressed on another device before.
-  Array ResidualOn(Key key, size_t index, const Array& like);
+  // The residual of value `index` of `key`'s pushes (`each`: compressed one by one; else 0, their
+  // sum) for compression on `like`'s device (zeros at first). Throws InvalidArgument if that value
+  // was compressed on another device before.
+  Array ResidualOn(Key key, size_t index, const Array& like, bool each);
   // Whether the wrapped store takes a push of `values` as they are (DeviceUpdates), once the calls
   // queued before it have reached that store.
   bool UpdatedOnDevice(const std::vector<Array>& values);

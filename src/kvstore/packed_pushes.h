@@ -28,7 +28,8 @@ class PackedPushes {
   // array each of CompressedBytes(spec.type, n) bytes for the key's n values, as Push would
   // compress them itself (codec.h's Compress, with the caller's residuals: the store's own are
   // neither read nor changed). They are decompressed and summed in order, as Push sums the values
-  // it compresses, and the sum is applied as Push applies it. Refused with InvalidArgument,
+  // it compresses, and the sum is applied as Push applies it. The words are the caller's own, not
+  // checked for 2-bit's unused code (codec.h's WellFormed; Decompress reads it as 0). Refused with InvalidArgument,
   // changing nothing, unless `spec` is the store's compression and applies to the key, which
   // holds float32 values, and every array has that byte count in host memory.
   virtual Operation PushPacked(Key key, const CompressionSpec& spec, std::vector<Array> packed,
