@@ -7,7 +7,8 @@
 #
 # Builds what the GPU tests need against that python3's torch, on every core, into build-gpu/;
 # runs the CUDA unit tests (ctest label gpu), the Python GPU tests (tests/python/test_gpu.py), the
-# pushpull benchmark (bench/gpu_pushpull.py) and ResNet-18 training against plain PyTorch and DDP
+# pushpull benchmark (bench/gpu_pushpull.py), the device store on two replicas
+# (bench/gpu_device_store.py) and ResNet-18 training against plain PyTorch and DDP
 # (bench/gpu_train_bench.py); writes OUT_DIR/gpu-check.log (everything) and
 # OUT_DIR/results.jsonl (one JSON line per step: what ran, its exit code, seconds, and the
 # benchmark's figures). Exits non-zero if any step failed.
@@ -100,6 +101,10 @@ cat "$bench_out" >>"$results" 2>/dev/null
 [ "$bench" = 0 ] || step gpu_pushpull_2bit_bench timeout 60 bash -c "build-gpu/src/tools/dtrain launch -n 1 -s 1 -- \
   '$python' bench/gpu_pushpull.py --compression 2bit | grep -o '{.*' >'$bench_out.2bit'"
 cat "$bench_out.2bit" >>"$results" 2>/dev/null
+# The device store on two CUDA replicas, against torch's own sum on the GPU (no job needed).
+[ "$bench" = 0 ] || step gpu_device_store_bench timeout 60 bash -c "'$python' bench/gpu_device_store.py \
+  | grep -o '{.*' >'$out/gpu_device_store.jsonl'"
+cat "$out/gpu_device_store.jsonl" >>"$results" 2>/dev/null
 train_out=$out/gpu_train.jsonl
 [ "$bench" = 0 ] || step gpu_train_bench timeout 180 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 \
   ${GPU_TRAIN_JOBS:+--jobs $GPU_TRAIN_JOBS} >'$train_out'"
