@@ -5,15 +5,16 @@
 (scripts/gpu-check.sh runs it.) Two replicas on the one GPU stand in for several GPUs of a
 worker. In the same run, for one key of --mb MB of float32 per replica, each a median of
 --rounds after 3 warm-up rounds, in seconds:
-  torch          `s = a + b` then `a.copy_(s)`, `b.copy_(s)` (what the store must do at least:
+  torch          `s = a + b` then `c.copy_(s)`, `d.copy_(s)` (what the store must do at least:
                  memory-rate work on the GPU; its bound);
-  device         `kv.pushpull(key, [a, b])` on a `device` store without an optimizer (the Gluon
+  device         `kv.pushpull(key, [a, b], out=[c, d])` on a `device` store without an optimizer (the Gluon
                  Trainer's update_on_kvstore=False): summed on the GPU and kept there, so no
                  byte crosses the bus;
   device_2bit    the same with 2-bit compression: each replica compressed on the GPU, only the
                  compressed bytes copied to the host, summed there and copied back;
   local          the same on a `local` store, which stages every replica through the host, as
-                 MXNet's does (the path the device store took before it kept its sum on the GPU).
+                 MXNet's does (for scale: the device store used to stage its GPU sum instead,
+                 one copy each way less than this).
 One JSON line, with device / torch (the store's overhead over the bound).
 """
 
@@ -44,7 +45,8 @@ def store_seconds(kind, replicas, n, rounds, compression=None):
         kv.set_gradient_compression({"type": compression})
     kv.init(0, torch.zeros(n))
     values = [torch.ones(n, device="cuda") for _ in range(replicas)]
-    seconds = median_seconds(lambda: kv.pushpull(0, values).wait(), rounds)
+    outs = [torch.empty(n, device="cuda") for _ in range(replicas)]
+    seconds = median_seconds(lambda: kv.pushpull(0, values, out=outs).wait(), rounds)
     kv.close()
     return seconds
 
@@ -58,13 +60,14 @@ def main():
     n = (args.mb << 20) // 4
 
     values = [torch.ones(n, device="cuda") for _ in range(args.replicas)]
+    outs = [torch.empty(n, device="cuda") for _ in range(args.replicas)]
 
     def by_torch():
         s = values[0] + values[1] if len(values) > 1 else values[0].clone()
         for v in values[2:]:
             s += v
-        for v in values:
-            v.copy_(s)
+        for out in outs:
+            out.copy_(s)
 
     torch_s = median_seconds(by_torch, args.rounds)
     device_s = store_seconds("device", args.replicas, n, args.rounds)

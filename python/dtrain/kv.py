@@ -8,9 +8,10 @@ Calls return at once so that communication overlaps computation: ``push``, ``pul
 ``out``), ``pushpull`` and ``broadcast`` return a :class:`Handle`; ``handle.wait()`` or
 :func:`waitall` waits. A tensor passed as ``out`` is written when the call is done, and a tensor
 passed as a value must not be changed before then. CPU tensors cross into the core without copies;
-CUDA tensors (where dtrain was built with CUDA) are staged through pinned host memory, after the
-work queued on torch's current stream, and ``device``/``dist_*_device`` stores first sum a key's
-values on the GPU, as MXNet's do. Tensors must be contiguous, of float32, float64, float16 or
+CUDA tensors (where dtrain was built with CUDA) are read after the work queued on torch's current
+stream and staged through pinned host memory, except where the store keeps the key on the GPU as
+MXNet's does (a ``device`` store's sum, a ``local`` store's single GPU value, and their optimizer's
+updates of those); ``dist_*_device`` stores first sum a key's values on the GPU. Tensors must be contiguous, of float32, float64, float16 or
 bfloat16.
 
 Keys are ints in ``[0, 2**43)`` or strs; every worker must init the same keys. A value is a tensor,

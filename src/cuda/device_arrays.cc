@@ -205,14 +205,16 @@ Fence FenceAfter(const DeviceStreams& used, const char* what) {
 }
 
 // Runs `queue`, which queues copies on dtrain's streams and names each stream in `used` before it
-// queues anything there. If it throws, the copies it had queued may still read or write host
-// buffers that the caller lets go on the error (pinned ones go back to their pool for the next
-// round): they are waited for first (bounded by the job's timeout; if that wait fails too, the
-// GPU itself has failed), then the error goes on.
+// queues anything there, and returns the fence after them (FenceAfter, naming `what`). If either
+// throws, the copies queued may still read or write host buffers that the caller lets go on the
+// error (pinned ones go back to their pool for the next round): they are waited for first
+// (bounded by the job's timeout; if that wait fails too, the GPU itself has failed), then the
+// error goes on.
 template <typename Queue>
-void QueueCopies(std::map<int, cudaStream_t>& used, Queue&& queue) {
+Fence QueueCopies(std::map<int, cudaStream_t>& used, const char* what, Queue&& queue) {
   try {
     queue();
+    return FenceAfter(used, what);
   } catch (...) {
     try {
       FenceAfter(used, "copies queued before an error").Wait("copies queued before an error");
@@ -286,7 +288,7 @@ Staged StartToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
   // Pieces only where one array crosses: Staged::pieces describes hosts[0].
   const size_t piece = arrays.size() == 1 ? piece_bytes : 0;
   std::vector<CopiedPrefix> prefixes;
-  QueueCopies(used, [&] {
+  staged.copied = QueueCopies(used, "copy to the host", [&] {
     for (const Array& a : arrays) {
       if (!a.on_device()) {
         staged.hosts.push_back(a);
@@ -304,7 +306,6 @@ Staged StartToHost(const std::vector<Array>& arrays, size_t piece_bytes) {
       prefixes = CopyToHost(host, snapshot.get(), a.device(), stream, piece);
     }
   });
-  staged.copied = FenceAfter(used, "copy to the host");
   AddPieces(staged, std::move(prefixes));
   return staged;
 }
@@ -368,11 +369,13 @@ Staged SumToHost(const std::vector<Array>& arrays, const DeviceEncoder* encoder,
   if (encoder != nullptr) source = Encoded(*encoder, source, host.nbytes(), device, stream);
   std::map<int, cudaStream_t> used{{device, stream}};
   std::vector<CopiedPrefix> prefixes;
-  QueueCopies(used,
-              [&] { prefixes = CopyToHost(host, source.get(), device, stream, piece_bytes); });
   const char* what =
       encoder == nullptr ? "copy of a sum to the host" : "copy of an encoded sum to the host";
-  Staged staged{{host}, FenceAfter(used, what), {}};
+  Staged staged{
+      {host},
+      QueueCopies(used, what,
+                  [&] { prefixes = CopyToHost(host, source.get(), device, stream, piece_bytes); }),
+      {}};
   AddPieces(staged, std::move(prefixes));
   return staged;
 }
@@ -411,7 +414,7 @@ Staged StartEachEncodedToHost(const std::vector<Array>& arrays,
     staged.hosts.push_back(PinnedFor(encoders[i]));
   }
   std::map<int, cudaStream_t> used;
-  QueueCopies(used, [&] {
+  staged.copied = QueueCopies(used, "copy of values encoded on their devices to the host", [&] {
     for (size_t i = 0; i < arrays.size(); ++i) {
       const Array& a = arrays[i];
       const Array& host = staged.hosts[i];
@@ -424,7 +427,6 @@ Staged StartEachEncodedToHost(const std::vector<Array>& arrays,
       CopyToHost(host, encoded.get(), a.device(), stream, 0);
     }
   });
-  staged.copied = FenceAfter(used, "copy of values encoded on their devices to the host");
   return staged;
 }
 
@@ -449,7 +451,7 @@ Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, si
                           std::to_string(host.nbytes()));
   }
   std::map<int, cudaStream_t> used;
-  QueueCopies(used, [&] {
+  return QueueCopies(used, "copy to the device", [&] {
     for (const Array& d : devices) {
       RequireSameLayout(host, d, "copy from the host");
       if (!d.on_device()) {
@@ -465,7 +467,6 @@ Fence StartCopyFromHost(const Array& host, const std::vector<Array>& devices, si
             "copy to the device");
     }
   });
-  return FenceAfter(used, "copy to the device");
 }
 
 void CopyFromHost(const Array& host, const std::vector<Array>& devices) {

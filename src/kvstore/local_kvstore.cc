@@ -241,17 +241,18 @@ void LocalKVStore::Apply(Key key, Slot& slot, const std::vector<Array>& values,
     optimizer->UpdateOnDevice(static_cast<uint64_t>(key), slot.value, grad);
     return;
   }
+  if (std::any_of(values.begin(), values.end(), [](const Array& a) { return a.on_device(); })) {
+    // Not summed on a GPU (several values to "local", compression between them, values mixed
+    // with host ones, non-float32 ones for an optimizer; DeviceStagingKVStore stages these, a
+    // direct caller may not): through the host, copied there before the slot changes at all.
+    Apply(key, slot, cuda::ToHost(values), optimizer, compression, packed);
+    return;
+  }
   if (slot.value.on_device()) {
     // Back to the host: the weight, which an update changes; without an optimizer the sum below
     // replaces the value whole.
     slot.value = optimizer != nullptr ? cuda::ToHost(slot.value).Clone()
                                       : Array(slot.layout.shape(), slot.layout.dtype());
-  }
-  if (std::any_of(values.begin(), values.end(), [](const Array& a) { return a.on_device(); })) {
-    // Not summed on a GPU (several values to "local", compression between them, no optimizer;
-    // DeviceStagingKVStore stages these, a direct caller may not): through the host.
-    Apply(key, slot, cuda::ToHost(values), optimizer, compression, packed);
-    return;
   }
   std::vector<std::vector<float>>* residuals = nullptr;  // none for packed values: the caller's
   if (compression != nullptr && !packed) {

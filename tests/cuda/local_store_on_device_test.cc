@@ -140,9 +140,11 @@ TEST_F(LocalStoreOnDeviceTest, WithoutAnOptimizerTheSumStaysOnTheGpu) {
       const Array expected = Array::FromFloats(std::vector<float>(kSize));
       if (round == 1) {
         gpu.Push(kKey, on_gpu);
-        gpu.Pull(kKey, {out_a, out_b}).Wait();
+        const Array host_out = Array::FromFloats(std::vector<float>(kSize));
+        gpu.Pull(kKey, {out_a, host_out, out_b}).Wait();  // a host output among them
         host->Push(kKey, on_host);
         host->Pull(kKey, {expected}).Wait();
+        ASSERT_TRUE(SameBits(Read(host_out), Read(expected)));
       } else {
         gpu.PushPull(kKey, on_gpu, {out_a, out_b}).Wait();
         host->PushPull(kKey, on_host, {expected}).Wait();
