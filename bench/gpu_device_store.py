@@ -7,9 +7,9 @@ worker. In the same run, for one key of --mb MB of float32 per replica, each a m
 --rounds after 3 warm-up rounds, in seconds:
   torch          `s = a + b` then `c.copy_(s)`, `d.copy_(s)` (what the store must do at least:
                  memory-rate work on the GPU; its bound);
-  device         `kv.pushpull(key, [a, b], out=[c, d])` on a `device` store without an optimizer (the Gluon
-                 Trainer's update_on_kvstore=False): summed on the GPU and kept there, so no
-                 byte crosses the bus;
+  device         `kv.pushpull(key, [a, b], out=[c, d])` on a `device` store without an
+                 optimizer (the Gluon Trainer's update_on_kvstore=False): summed on the GPU
+                 and kept there, so no byte crosses to the host;
   device_2bit    the same with 2-bit compression: each replica compressed on the GPU, only the
                  compressed bytes copied to the host, summed there and copied back;
   local          the same on a `local` store, which stages every replica through the host, as

@@ -102,8 +102,8 @@ cat "$bench_out" >>"$results" 2>/dev/null
   '$python' bench/gpu_pushpull.py --compression 2bit | grep -o '{.*' >'$bench_out.2bit'"
 cat "$bench_out.2bit" >>"$results" 2>/dev/null
 # The device store on two CUDA replicas, against torch's own sum on the GPU (no job needed).
-[ "$bench" = 0 ] || step gpu_device_store_bench timeout 60 bash -c "'$python' bench/gpu_device_store.py \
-  | grep -o '{.*' >'$out/gpu_device_store.jsonl'"
+[ "$bench" = 0 ] || step gpu_device_store_bench timeout 60 \
+  bash -c "'$python' bench/gpu_device_store.py | grep -o '{.*' >'$out/gpu_device_store.jsonl'"
 cat "$out/gpu_device_store.jsonl" >>"$results" 2>/dev/null
 train_out=$out/gpu_train.jsonl
 [ "$bench" = 0 ] || step gpu_train_bench timeout 180 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 \

@@ -1,6 +1,7 @@
 """MXNet's KVStore on torch tensors: ``dtrain.kv.create('dist_sync')``.
 
-Types: ``local`` and ``device`` (one process; ``device`` sums CUDA tensors on their GPU),
+Types: ``local`` and ``device`` (one process; ``device`` sums CUDA tensors on their GPU or, with
+compression, compresses each there),
 ``dist_sync``, ``dist_async``, ``dist_sync_device``, ``dist_async_device`` (parameter servers;
 ``dist`` means ``dist_sync``), and ``horovod`` (allreduce among the workers, no servers).
 
@@ -10,9 +11,10 @@ Calls return at once so that communication overlaps computation: ``push``, ``pul
 passed as a value must not be changed before then. CPU tensors cross into the core without copies;
 CUDA tensors (where dtrain was built with CUDA) are read after the work queued on torch's current
 stream and staged through pinned host memory, except where the store keeps the key on the GPU as
-MXNet's does (a ``device`` store's sum, a ``local`` store's single GPU value, and their optimizer's
-updates of those); ``dist_*_device`` stores first sum a key's values on the GPU. Tensors must be contiguous, of float32, float64, float16 or
-bfloat16.
+MXNet's does (a ``device`` store's sum without compression, a ``local`` store's single GPU value,
+and their optimizer's updates of those: a model-sized copy in that GPU's memory);
+``dist_*_device`` stores first sum a key's values on the GPU. Tensors must be contiguous, of
+float32, float64, float16 or bfloat16.
 
 Keys are ints in ``[0, 2**43)`` or strs; every worker must init the same keys. A value is a tensor,
 or a list of tensors from several local devices (summed before they leave the worker). A key may

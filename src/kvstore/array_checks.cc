@@ -1,5 +1,7 @@
 #include "kvstore/array_checks.h"
 
+#include <algorithm>
+
 #include "compression/codec.h"
 #include "dtrain/common/error.h"
 #include "kvstore/key_names.h"
@@ -37,6 +39,13 @@ void CheckArrays(const char* call, Key key, const Array& expected, const std::ve
                             " (" + std::to_string(expected.size()) + " elements)");
     }
   }
+}
+
+bool FloatValuesOnDevices(const std::vector<Array>& values) {
+  return !values.empty() && std::all_of(values.begin(), values.end(), [&](const Array& a) {
+    return a.defined() && a.on_device() && a.dtype() == DType::kFloat32 &&
+           a.size() == values[0].size();
+  });
 }
 
 void CheckPackedValue(const char* call, Key key, const Array& expected,

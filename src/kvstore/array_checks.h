@@ -23,6 +23,10 @@ void CheckInitValue(const char* call, Key key, const Array& value);
 void CheckArrays(const char* call, Key key, const Array& expected, const std::vector<Array>& arrays,
                  const char* what);
 
+// Whether `values` are float32 arrays in device memory, all of one size: what gradient compression
+// on a GPU takes (compression/kernels/device_codec.h). False for none.
+bool FloatValuesOnDevices(const std::vector<Array>& values);
+
 // A value compressed by the caller (StagedCalls, PackedPushes) for a key holding `expected`'s
 // layout, in a store that compresses with `store`: throws InvalidArgument "<call> of key K
 // compressed with ...: ..." unless `packed_with` has the store's type and threshold, the key holds

@@ -89,13 +89,9 @@ std::optional<DeviceStagingKVStore::DeviceCompression> DeviceStagingKVStore::Com
     if (!each) return std::nullopt;
     return DeviceCompression{*each, true};
   }
-  if (staged_ == nullptr || values.empty()) return std::nullopt;
-  const Array& first = values[0];
-  const bool suitable = std::all_of(values.begin(), values.end(), [&](const Array& a) {
-    return a.on_device() && a.dtype() == DType::kFloat32 && a.size() == first.size();
-  });
+  if (staged_ == nullptr || !FloatValuesOnDevices(values)) return std::nullopt;
   const CompressionSpec spec = inner_->gradient_compression();
-  if (!suitable || !spec.AppliesTo(first.size())) return std::nullopt;
+  if (!spec.AppliesTo(values[0].size())) return std::nullopt;
   return DeviceCompression{spec, false};
 }
 

@@ -198,14 +198,9 @@ bool LocalKVStore::UpdatesOnDevice(const std::vector<Array>& values) const {
 
 std::optional<CompressionSpec> LocalKVStore::CompressesEachOnDevice(
     const std::vector<Array>& values) const {
-  if (type_ != "device" || values.size() < 2) return std::nullopt;
-  const bool float_values_on_devices =
-      std::all_of(values.begin(), values.end(), [&](const Array& a) {
-        return a.defined() && a.on_device() && a.dtype() == DType::kFloat32 &&
-               a.size() == values[0].size();
-      });
+  if (type_ != "device" || values.size() < 2 || !FloatValuesOnDevices(values)) return std::nullopt;
   std::shared_lock<std::shared_mutex> lock(mutex_);
-  if (!float_values_on_devices || !compression_.AppliesTo(values[0].size())) return std::nullopt;
+  if (!compression_.AppliesTo(values[0].size())) return std::nullopt;
   return compression_;
 }
 

@@ -8,7 +8,8 @@
 // Values in GPU memory (CUDA builds; DeviceStagingKVStore passes them on where UpdatesOnDevice
 // says so, and stages every other call through the host): a push of device values to "device" is
 // summed on the first one's GPU, and a single one to "local" is taken as it is (float32 ones where
-// an optimizer is in place), as MXNet's local stores do. Without an optimizer that sum becomes the
+// an optimizer is in place; without gradient compression between several), as MXNet's local
+// stores do. Without an optimizer that sum becomes the
 // key's value, on its GPU; with one, the key's weight moves to that GPU, with the optimizer's
 // state, and the update runs there (Optimizer::UpdateOnDevice, bit for bit as on the host). A
 // later push of host values moves the key back. A pull copies the value wherever its outputs are:
@@ -77,8 +78,8 @@ class LocalKVStore final : public KVStore, public DeviceUpdates, public PackedPu
   void SetOptimizer(const OptimizerSpec& spec) override;
   // Compresses each device's value when a push sums several (as MXNet's device store does
   // between GPUs), with a residual per key and device; a push of one value is not compressed.
-  // (CUDA values pushed to "device" come compressed on their GPUs, with their residuals there:
-  // PushPacked.)
+  // (CUDA values pushed to "device" through DeviceStagingKVStore come compressed on their GPUs,
+  // with their residuals there: PushPacked.)
   void SetGradientCompression(const std::map<std::string, std::string>& params) override;
   CompressionSpec gradient_compression() const override;
   std::string SaveOptimizerState() override;

@@ -2,8 +2,8 @@
 // store it wraps compresses each pushed value apart before it sums them, so that each value can be
 // compressed on its own GPU and only the compressed bytes cross to the host: MXNet's device store
 // quantizes each GPU's gradient on that GPU, with a residual per GPU
-// (CommDevice::ReduceCompressed), and sums the dequantized values. Implemented by LocalKVStore
-// ("device").
+// (CommDevice::ReduceCompressed), and sums the dequantized values. Implemented by LocalKVStore:
+// only "device" asks for packed values, though either type takes them.
 #pragma once
 
 #include <optional>
@@ -29,9 +29,9 @@ class PackedPushes {
   // compress them itself (codec.h's Compress, with the caller's residuals: the store's own are
   // neither read nor changed). They are decompressed and summed in order, as Push sums the values
   // it compresses, and the sum is applied as Push applies it. The words are the caller's own, not
-  // checked for 2-bit's unused code (codec.h's WellFormed; Decompress reads it as 0). Refused with InvalidArgument,
-  // changing nothing, unless `spec` is the store's compression and applies to the key, which
-  // holds float32 values, and every array has that byte count in host memory.
+  // checked for 2-bit's unused code (codec.h's WellFormed; Decompress reads it as 0). Refused with
+  // InvalidArgument, changing nothing, unless `spec` is the store's compression and applies to
+  // the key, which holds float32 values, and every array has that byte count in host memory.
   virtual Operation PushPacked(Key key, const CompressionSpec& spec, std::vector<Array> packed,
                                std::vector<Array> outs) = 0;
 };

@@ -139,7 +139,8 @@ TEST(LocalPackedPushRefusalTest, WhatDoesNotFitIsRefusedAndChangesNothing) {
   kv.SetGradientCompression({{"type", "fp16"}});
 }
 
-TEST(LocalPackedPushRefusalTest, OnlyADeviceStoresCompressedPushesOfDeviceValuesQualify) {
+// (Which device values qualify needs a GPU: tests/cuda/device_store_compression_test.cc.)
+TEST(LocalPackedPushRefusalTest, HostValuesNeverQualify) {
   LocalKVStore device("device"), local("local");
   const std::vector<Array> host_values = {Array({kN}), Array({kN})};
   for (LocalKVStore* kv : {&device, &local}) {

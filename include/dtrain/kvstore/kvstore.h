@@ -12,10 +12,13 @@
 // the workers sum their pushes among themselves through the collectives engine (OpenMPI or Gloo).
 //
 // Arrays may be in GPU memory (Array::WrapDevice) where dtrain is built with CUDA: "device" and the
-// *_device types sum a key's device values on the GPU and stage the sum once through pinned host
-// memory; the other types stage every value (src/kvstore/device_staging_kvstore.h). With an
-// optimizer set, "device" (and "local" given one device value) keeps the key's weight on that GPU
-// and updates it there, as MXNet's local stores do. Results equal the host path's.
+// *_device types sum a key's device values on the GPU. "device" keeps that sum on the GPU as the
+// key's value (or, with an optimizer set, updates the key's weight there), and so does "local"
+// given one device value, as MXNet's local stores do; pulls copy it on the GPU. The *_device types
+// stage the sum once through pinned host memory, and "local" (with several values) and the other
+// types stage every value (src/kvstore/device_staging_kvstore.h). With gradient compression
+// "device" compresses each value on its GPU and sums them on the host. Results equal the host
+// path's.
 //
 // Calls are asynchronous: Push/Pull/PushPull return an Operation at once; the arrays passed must
 // stay untouched until it is done (wait on it, or call WaitAll). Operations on the same key run in
