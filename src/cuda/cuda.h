@@ -102,10 +102,9 @@ Staged StartEachEncodedToHost(const std::vector<Array>& arrays,
 // The sum of `arrays` (device values of one layout; a single one is copied) in a buffer of
 // dtrain's on the first one's device, for work that stays there (an optimizer's update on the
 // GPU, or a local store's value kept there): queued on dtrain's stream of that device and not
-// waited for. The returned Array names that
-// stream, so only work queued there or ordered after it (OrderAfter) may read it; its memory goes
-// back in that stream's order. As with StartToHost, each value is copied on its producer's stream
-// first, so the producer may overwrite it at once.
+// waited for. The returned Array names that stream, so only work queued there or ordered after it
+// (OrderAfter) may read it; its memory goes back in that stream's order. As with StartToHost, each
+// value is copied on its producer's stream first, so the producer may overwrite it at once.
 Array StartSumOnDevice(const std::vector<Array>& arrays);
 // Copies `from` into every array of `to` (same size and dtype), wherever each lives. Into a device
 // array from a device: queued on `from`'s stream after the work queued so far on the target's

@@ -9,12 +9,12 @@
 // says so, and stages every other call through the host): a push of device values to "device" is
 // summed on the first one's GPU, and a single one to "local" is taken as it is (float32 ones where
 // an optimizer is in place; without gradient compression between several), as MXNet's local
-// stores do. Without an optimizer that sum becomes the
-// key's value, on its GPU; with one, the key's weight moves to that GPU, with the optimizer's
-// state, and the update runs there (Optimizer::UpdateOnDevice, bit for bit as on the host). A
-// later push of host values moves the key back. A pull copies the value wherever its outputs are:
-// into device outputs on the GPU, queued after their streams' work and before their streams' later
-// work, without waiting. The rest of the time the store works on the host.
+// stores do. Without an optimizer that sum becomes the key's value, on its GPU; with one, the
+// key's weight moves to that GPU, with the optimizer's state, and the update runs there
+// (Optimizer::UpdateOnDevice, bit for bit as on the host). A later push of host values moves the
+// key back. A pull copies the value wherever its outputs are: into device outputs on the GPU,
+// queued after their streams' work and before their streams' later work, without waiting. The
+// rest of the time the store works on the host.
 //
 // Completion: every call has finished when it returns, so the Operation returned is already done
 // (in one process there is no communication to overlap); work queued on a GPU is ordered by its

@@ -3,8 +3,8 @@
 // GPU move the key's weight (or value) there and give, round after round, exactly the weights,
 // pulls and saved optimizer state that the same calls on host values give; a push of host values
 // moves it back without changing a bit; pulls reach host and device outputs alike, in the order
-// of the user's streams. Skipped, with the reason,
-// where no CUDA device is usable (CI has the toolkit but no GPU).
+// of the user's streams. Skipped, with the reason, where no CUDA device is usable (CI has the
+// toolkit but no GPU).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -30,23 +30,7 @@ constexpr Key kKey = 7;
 constexpr int64_t kSize = 3001;  // not a multiple of any kernel's block
 
 std::vector<float> Random(std::mt19937& rng, float scale) {
-  return RandomFloats(rng, kSize, scale);
-}
-
-std::vector<float> Read(const Array& a) {
-  const Array host = a.on_device() ? cuda::ToHost(a) : a;
-  const float* p = static_cast<const float*>(host.data());
-  return std::vector<float>(p, p + host.size());
-}
-
-::testing::AssertionResult SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " and " << b[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
+  return RandomVector(rng, kSize, scale);
 }
 
 OptimizerSpec Adam() {

@@ -5,21 +5,23 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cstdint>
-#include <random>
 #include <vector>
 
 #include "cuda/cuda.h"
+#include "optim/optim_test_util.h"
 
 namespace dtrain {
 
-// `n` normally distributed values of standard deviation `scale`: gradients and weights.
-inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float scale) {
-  std::normal_distribution<float> normal(0.f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = normal(rng);
-  return v;
+// A float32 array's values, wherever it is (a device array is copied to the host first).
+inline std::vector<float> Read(const Array& a) {
+  const Array host = a.on_device() ? cuda::ToHost(a) : a;
+  const float* p = static_cast<const float*>(host.data());
+  return std::vector<float>(p, p + host.size());
 }
+
+// Bit-for-bit comparison and random values, as the optimizer tests have them.
+using optim_test::RandomVector;
+using optim_test::SameBits;
 
 class OnGpuTest : public ::testing::Test {
  protected:

@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -18,27 +17,6 @@
 
 namespace dtrain {
 namespace {
-
-// Bit-for-bit equality, with the first difference in the message.
-::testing::AssertionResult SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) {
-    return ::testing::AssertionFailure() << "sizes " << a.size() << " and " << b.size();
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": " << a[i] << " and " << b[i] << " differ in their bits";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-std::vector<float> Random(std::mt19937& rng, size_t n, float scale) {
-  std::normal_distribution<float> normal(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
 
 // Float32 values in device memory, written and read synchronously; the Array names `stream`.
 class DeviceFloats {
@@ -119,13 +97,13 @@ TEST_F(OptimizerOnDeviceTest, EveryRuleMatchesTheHostBitForBit) {
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.label);
     std::mt19937 rng(7);
-    std::vector<float> host_weight = Random(rng, kElements, 1.f);
+    std::vector<float> host_weight = RandomVector(rng, kElements, 1.f);
     DeviceFloats weight(host_weight, stream_);
     DeviceFloats grad(std::vector<float>(kElements), stream_);
     auto on_host = CreateOptimizer(c.spec);
     auto on_device = CreateOptimizer(c.spec);
     for (int step = 0; step < kSteps; ++step) {
-      const std::vector<float> g = Random(rng, kElements, 2.f);
+      const std::vector<float> g = RandomVector(rng, kElements, 2.f);
       grad.Set(g);
       on_host->Update(3, host_weight, g);
       on_device->UpdateOnDevice(3, weight.array(), grad.array());
@@ -145,14 +123,14 @@ TEST_F(OptimizerOnDeviceTest, BigIndexesTakeSeveralRoundsOfTheGridAndAnotherStre
   ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
   const OptimizerSpec spec{"adam", {{"learning_rate", 0.01}, {"wd", 1e-3}}};
   std::mt19937 rng(5);
-  std::vector<float> host_weight = Random(rng, kBig, 1.f);
+  std::vector<float> host_weight = RandomVector(rng, kBig, 1.f);
   DeviceFloats weight(host_weight, stream_);
   DeviceFloats grad(std::vector<float>(kBig), stream_);
   DeviceFloats weight_other(host_weight, other);
   auto on_host = CreateOptimizer(spec);
   auto on_device = CreateOptimizer(spec);
   for (int step = 0; step < 4; ++step) {
-    const std::vector<float> g = Random(rng, kBig, 2.f);
+    const std::vector<float> g = RandomVector(rng, kBig, 2.f);
     grad.Set(g);
     on_host->Update(0, host_weight, g);
     const bool on_other = step % 2 == 1;
@@ -168,7 +146,7 @@ TEST_F(OptimizerOnDeviceTest, BigIndexesTakeSeveralRoundsOfTheGridAndAnotherStre
 TEST_F(OptimizerOnDeviceTest, StateMovesBetweenHostAndDeviceUnchanged) {
   const OptimizerSpec spec{"adam", {{"learning_rate", 0.01}, {"wd", 1e-3}}};
   std::mt19937 rng(11);
-  std::vector<float> reference_weight = Random(rng, kElements, 1.f);
+  std::vector<float> reference_weight = RandomVector(rng, kElements, 1.f);
   std::vector<float> moving_weight = reference_weight;
   DeviceFloats weight(moving_weight, stream_);
   DeviceFloats grad(std::vector<float>(kElements), stream_);
@@ -177,7 +155,7 @@ TEST_F(OptimizerOnDeviceTest, StateMovesBetweenHostAndDeviceUnchanged) {
   // Host, host, device, device, host, device: the weights follow the state where it goes.
   const bool on_device[] = {false, false, true, true, false, true};
   for (bool device : on_device) {
-    const std::vector<float> g = Random(rng, kElements, 2.f);
+    const std::vector<float> g = RandomVector(rng, kElements, 2.f);
     reference->Update(0, reference_weight, g);
     if (device) {
       weight.Set(moving_weight);
@@ -194,7 +172,7 @@ TEST_F(OptimizerOnDeviceTest, StateMovesBetweenHostAndDeviceUnchanged) {
   // A state loaded from bytes goes to the device with the next device update.
   auto restored = CreateOptimizer(spec);
   restored->LoadState(reference->SaveState());
-  const std::vector<float> g = Random(rng, kElements, 2.f);
+  const std::vector<float> g = RandomVector(rng, kElements, 2.f);
   reference->Update(0, reference_weight, g);
   weight.Set(moving_weight);
   grad.Set(g);
