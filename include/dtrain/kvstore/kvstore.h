@@ -111,9 +111,9 @@ class KVStore {
   // stores compress what this worker pushes to the servers, after summing its local devices (init
   // values and pulls are not compressed); local and device stores compress each device's value
   // where several devices' values are summed (a device store's CUDA values on their own GPUs).
-  // Call it before the first push. Throws InvalidArgument
-  // for a bad type or threshold, a call after a push, a type of store that does not compress
-  // (horovod: use DTRAIN_FP16_ALLREDUCE), and, at the push, a key that is not float32.
+  // Call it before the first push. Throws InvalidArgument for a bad type or threshold, a call
+  // after a push, a type of store that does not compress (horovod: use DTRAIN_FP16_ALLREDUCE),
+  // and, at the push, a key that is not float32.
   virtual void SetGradientCompression(const std::map<std::string, std::string>& params) = 0;
   // What SetGradientCompression set (type none if nothing), so that callers can plan around it.
   virtual CompressionSpec gradient_compression() const { return {}; }
