@@ -76,6 +76,7 @@ CollectivesConfig CollectivesConfig::FromConfig(const Config& config) {
         "reduce CUDA tensors through host memory");
   }
   c.nccl = a.gpu_operations.empty() ? NcclBuilt() : a.gpu_operations == "nccl";
+  c.nccl_hierarchical = c.nccl && a.hierarchical_allreduce;
   c.job_secret = config.job_secret;
   static_cast<CollectiveTuning&>(c) = a.tuning;
   c.connect_timeout = config.connect_timeout;
@@ -105,7 +106,8 @@ std::string CollectivesConfig::Describe() const {
       << " DTRAIN_COLLECTIVE_TIMEOUT_MS=" << collective_timeout.count()
       << " DTRAIN_CONNECT_TIMEOUT_MS=" << connect_timeout.count()
       << " DTRAIN_FP16_ALLREDUCE=" << fp16_allreduce
-      << " HOROVOD_GPU_OPERATIONS=" << (nccl ? "NCCL" : "host staging");
+      << " HOROVOD_GPU_OPERATIONS=" << (nccl ? "NCCL" : "host staging")
+      << " HOROVOD_HIERARCHICAL_ALLREDUCE=" << nccl_hierarchical;
   return out.str();
 }
 

@@ -50,6 +50,9 @@ struct CollectivesConfig : CollectiveTuning {
   // HOROVOD_GPU_OPERATIONS: CUDA arrays go over NCCL (NCCL, the default where NCCL was built);
   // with GLOO or MPI the front ends copy them to host memory and the backend reduces them there.
   bool nccl = false;
+  // HOROVOD_HIERARCHICAL_ALLREDUCE: NCCL allreduces reduce within each host over NCCL, across
+  // hosts over this backend in host memory, and gather back within each host (nccl/hierarchy.h).
+  bool nccl_hierarchical = false;
 
   // --- engine: the tuning above (CollectiveTuning), and ---
   Duration connect_timeout{30000};  // DTRAIN_CONNECT_TIMEOUT_MS: rendezvous

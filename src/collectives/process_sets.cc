@@ -4,6 +4,7 @@
 #include <span>
 #include <string>
 
+#include "collectives/nccl/hierarchy.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
 
@@ -104,6 +105,11 @@ int ProcessSetTable::Add(std::vector<int> ranks) {
       }
     }
     while (sets_.count(id)) ++id;
+  }
+  if (generation_ + 1 >= kCrossHostGenerations) {
+    // Every rank counts the same, so every rank refuses alike.
+    throw InvalidArgument("add_process_set " + RanksText(ranks) + ": this job has added " +
+                          std::to_string(generation_) + " process sets, the most it can");
   }
   const int generation = ++generation_;
   Set set{ranks, nullptr};

@@ -67,7 +67,9 @@ class ProcessSetTable {
 
   std::mutex change_mutex_;  // one Add or Remove at a time, as every rank makes them in order
   int changes_ = 0;          // Add and Remove calls so far: names their agreement
-  int generation_ = 0;       // sets added so far: keeps their rendezvous apart
+  // Sets added so far: keeps their rendezvous apart. Below kCrossHostGenerations
+  // (nccl/hierarchy.h), which the hierarchical NCCL allreduce uses.
+  int generation_ = 0;
 
   mutable std::mutex mutex_;  // guards sets_
   std::map<int, Set> sets_;

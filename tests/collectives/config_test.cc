@@ -107,6 +107,8 @@ TEST(CollectivesConfig, BadValuesNameTheVariableAndTheValue) {
       {GlooJobWith({{"DTRAIN_COLLECTIVE_TIMEOUT_MS", "0"}}), "DTRAIN_COLLECTIVE_TIMEOUT_MS=0"},
       {GlooJobWith({{"DTRAIN_FP16_ALLREDUCE", "maybe"}}), "DTRAIN_FP16_ALLREDUCE='maybe'"},
       {GlooJobWith({{"DTRAIN_GLOO_ALGORITHM", "tree"}}), "DTRAIN_GLOO_ALGORITHM='tree'"},
+      {GlooJobWith({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "on"}}),
+       "HOROVOD_HIERARCHICAL_ALLREDUCE='on'"},
       {GlooJobWith({{"DTRAIN_NODE_RANK", "3"}}), "DTRAIN_NODE_RANK=3"},
       {GlooJobWith({{"DMLC_PS_ROOT_PORT", "70000"}}), "DMLC_PS_ROOT_PORT=70000"},
       {{{"DTRAIN_NODE_RANK", "0"}}, "DMLC_NUM_WORKER is not set"},
@@ -119,6 +121,17 @@ TEST(CollectivesConfig, BadValuesNameTheVariableAndTheValue) {
     EXPECT_NE(error.find(c.expected), std::string::npos)
         << "expected '" << c.expected << "' in '" << error << "'";
   }
+}
+
+TEST(CollectivesConfig, HierarchicalAllreduceIsNcclsWhereNcclIsUsed) {
+  EXPECT_FALSE(Read(kGlooJob).nccl_hierarchical);
+  // Host arrays are hierarchical already (DTRAIN_GLOO_SHM); Horovod's variable is about NCCL.
+  EXPECT_EQ(Read(GlooJobWith({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}})).nccl_hierarchical,
+            NcclBuilt());
+  EXPECT_FALSE(Read(GlooJobWith({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                                 {"HOROVOD_GPU_OPERATIONS", "GLOO"}}))
+                   .nccl_hierarchical);
+  EXPECT_FALSE(Read(GlooJobWith({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}})).nccl_hierarchical);
 }
 
 TEST(CollectivesConfig, MpiIgnoresTheGlooLayout) {

@@ -3,19 +3,22 @@ the CPU path gives (programs/kv_worker.py --cuda: D replicas on the one GPU stan
 per worker, worker processes sharing it for hosts), and Horovod's collectives on CUDA tensors
 (host staging over Gloo with 2 ranks, NCCL with 1) equal the CPU results (programs/hvd_worker.py,
 hvd_collectives_worker.py, hvd_process_sets_worker.py and hvd_adasum_worker.py with --cuda:
-process sets, SyncBatchNorm and Adasum too), and two ranks on one GPU over NCCL fail saying why; a
-local store's own optimizer updates CUDA values on the GPU as the host path does; the Trainer on
-CUDA parameters reaches what one process reaches on the whole batch (programs/train_check.py
---cuda), and dtrain-train --gpus trains as its CPU replicas do.
+process sets, SyncBatchNorm and Adasum too), and two ranks on one GPU over NCCL fail saying why;
+Horovod's hierarchical allreduce over NCCL works on one host and across two emulated hosts
+(programs/hvd_hierarchical_worker.py: pid namespaces stand in for hosts); a local store's own
+optimizer updates CUDA values on the GPU as the host path does; the Trainer on CUDA parameters
+reaches what one process reaches on the whole batch (programs/train_check.py --cuda), and
+dtrain-train --gpus trains as its CPU replicas do.
 
 Skipped, with the reason, where there is no GPU, where torch has no CUDA, or where dtrain was built
 without CUDA (CI: the toolkit but no GPU). scripts/gpu-check.sh runs them on a GPU machine.
 """
 
+import re
+import subprocess
+
 import pytest
 import torch
-
-import re
 
 from conftest import TRAIN, job_env, launch_argv, program, run_ok
 from test_horovod import relative_difference
@@ -105,6 +108,44 @@ def test_two_ranks_on_one_gpu_over_nccl_fail_saying_why(spawn):
     assert code != 0, out
     assert "NCCL needs one GPU per rank, but ranks 0 and 1 both use the GPU" in out, out
     assert "HOROVOD_GPU_OPERATIONS=GLOO" in out, out
+
+
+def pid_namespaces_allowed():
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "true"],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+HIERARCHICAL = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "PS_VERBOSE": "1"}
+
+
+@needs_nccl
+def test_hierarchical_allreduce_over_nccl_on_one_host(spawn):
+    """HOROVOD_HIERARCHICAL_ALLREDUCE=1 with one rank: the host's communicator alone, no shards
+    to cross."""
+    out = run_ok(spawn, launch_argv(1, 0, program("hvd_hierarchical_worker.py")),
+                 env=job_env(HIERARCHICAL))
+    assert "hvd_hierarchical allreduces OK rank 0 of 1" in out, out
+    assert "rank 0 is local rank 0 of 1 on one of 1 hosts" in out, out
+
+
+@needs_nccl
+@pytest.mark.skipif(not pid_namespaces_allowed(),
+                    reason="unshare --pid is not allowed here (it needs root or user namespaces)")
+def test_hierarchical_allreduce_over_nccl_across_two_emulated_hosts(spawn):
+    """Two ranks on the one GPU, each in a pid namespace of its own, which dtrain counts as a host
+    of its own: each host's NCCL communicator has one rank, and every allreduce's shard crosses
+    between them in host memory over Gloo. NCCL's communicator of every rank, which the first
+    allgather needs, is refused then, saying why, and allreduces go on."""
+    unshare = ["unshare", "--pid", "--fork", "--kill-child"]
+    argv = launch_argv(2, 0, unshare + program("hvd_hierarchical_worker.py", "--shared-gpu"))
+    out = run_ok(spawn, argv, env=job_env(HIERARCHICAL))
+    for r in range(2):
+        assert "hvd_hierarchical allreduces OK rank %d of 2" % r in out, out
+        assert "rank %d is local rank 0 of 1 on one of 2 hosts" % r in out, out
+        assert "hvd_hierarchical OK rank %d" % r in out, out
 
 
 def test_rest_of_horovods_collectives_on_cuda_through_host_memory(spawn):

@@ -35,6 +35,9 @@
 //   DTRAIN_FP16_ALLREDUCE=1: float32 allreduces of host arrays are sent as float16 (compression).
 //   HOROVOD_GPU_OPERATIONS   NCCL (default where built): CUDA arrays are reduced over NCCL; GLOO
 //                            or MPI: front ends stage CUDA tensors through host memory.
+//   HOROVOD_HIERARCHICAL_ALLREDUCE=1: NCCL allreduces reduce-scatter within each host, allreduce
+//                            each shard across hosts in host memory over the backend, and
+//                            allgather within each host (as many ranks on every host).
 #pragma once
 
 #include <cstdint>

@@ -321,7 +321,8 @@ DeviceCommunicator& Engine::Impl::Nccl() {
         throw InvalidArgument("NCCL: this rank has no CUDA device (" + cuda::Unavailable() + ")");
       device = backend->local_rank() % count;
     }
-    nccl = CreateNcclCommunicator(*backend, device, config.collective_timeout, nccl_abort);
+    nccl = CreateNcclCommunicator(backend, device, config.collective_timeout, nccl_abort,
+                                  config.nccl_hierarchical);
   }
   return *nccl;
 }

@@ -10,7 +10,9 @@
 // reaches it at the same point of the agreed order): rank 0's NCCL id travels over the host
 // backend, and the ranks first compare their GPUs, because NCCL refuses two ranks on one GPU: that
 // is an InvalidArgument naming the ranks, the host and the GPU, and suggesting host staging
-// (HOROVOD_GPU_OPERATIONS=GLOO).
+// (HOROVOD_GPU_OPERATIONS=GLOO). With HOROVOD_HIERARCHICAL_ALLREDUCE (hierarchy.h) allreduces use
+// a communicator per host and a group of the host backend across hosts instead; the communicator
+// of every rank is then made by the first allgather or broadcast.
 //
 // Every call returns once NCCL's work has finished on the GPU (the handle is then done, as with
 // the host backend). Waits are bounded by DTRAIN_COLLECTIVE_TIMEOUT_MS (TimeoutError) and end at
@@ -51,10 +53,13 @@ class DeviceCommunicator {
 // NcclBuilt() is in collectives.h; it is defined beside the communicator.
 
 // Collective over `host` (every rank calls it at the same point): makes this rank's NCCL
-// communicator on `device`. Throws InvalidArgument when NCCL is not built or two ranks share a
-// GPU, and TimeoutError/PeerError when NCCL's setup fails. `abort` must outlive the communicator.
-std::unique_ptr<DeviceCommunicator> CreateNcclCommunicator(Communicator& host, int device,
-                                                           Duration timeout,
-                                                           const std::atomic<bool>& abort);
+// communicator on `device`, hierarchical (hierarchy.h) when asked and every host holds as many
+// ranks (else flat, with a warning). Throws InvalidArgument when NCCL is not built or two ranks
+// that would share a communicator share a GPU, and TimeoutError/PeerError when NCCL's setup
+// fails. `abort` must outlive the communicator; the communicator keeps `host`.
+std::unique_ptr<DeviceCommunicator> CreateNcclCommunicator(std::shared_ptr<Communicator> host,
+                                                           int device, Duration timeout,
+                                                           const std::atomic<bool>& abort,
+                                                           bool hierarchical);
 
 }  // namespace dtrain::collectives

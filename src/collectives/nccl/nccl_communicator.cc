@@ -8,11 +8,15 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "collectives/nccl/device_communicator.h"
+#include "collectives/nccl/hierarchy.h"
 #include "common/elementwise.h"
+#include "common/host_id.h"
+#include "common/logging.h"
 #include "cuda/cuda_check.h"
 #include "cuda/stream_order.h"
 #include "dtrain/common/error.h"
@@ -58,10 +62,12 @@ ncclRedOp_t NcclOp(ReduceOp op) {
 // What names a GPU across the job: its host and its PCI bus id. Fixed size: one allgather.
 struct GpuIdentity {
   char host[64] = {};
+  char host_id[192] = {};  // HostId(): which ranks share a host, as the host backend counts them
   char bus_id[32] = {};
 };
 
-// Rank 0's NCCL id, or why it could not make one (the others must hear either way).
+// A communicator's NCCL id from its first member, or that it could not make one (the others must
+// hear either way).
 struct IdMessage {
   int32_t ok = 0;
   ncclUniqueId id = {};
@@ -69,28 +75,62 @@ struct IdMessage {
 
 std::string NcclText(ncclResult_t result) { return ncclGetErrorString(result); }
 
+// Every rank sees the same list, so every rank throws the same error (or none). Compares the ranks
+// of `ranks` only.
+void RequireOneRankPerGpu(const std::vector<GpuIdentity>& gpus, const std::vector<int>& ranks);
+
 class NcclCommunicator final : public DeviceCommunicator {
  public:
-  NcclCommunicator(int rank, int size, int device, Duration timeout, const std::atomic<bool>& abort)
-      : rank_(rank), size_(size), device_(device), timeout_(timeout), abort_(abort) {}
+  // `gpus`: every rank's, from one allgather over `host`.
+  NcclCommunicator(std::shared_ptr<Communicator> host, std::vector<GpuIdentity> gpus, int device,
+                   Duration timeout, const std::atomic<bool>& abort)
+      : host_(std::move(host)),
+        gpus_(std::move(gpus)),
+        rank_(host_->rank()),
+        size_(host_->size()),
+        device_(device),
+        timeout_(timeout),
+        abort_(abort) {
+    DeviceGuard guard(device_);
+    Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate for NCCL");
+    Check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate for NCCL");
+  }
 
   ~NcclCommunicator() override {
     DeviceGuard guard(device_);
     // Abort rather than destroy: every operation has finished by now (each call waits), and
     // ncclCommDestroy may wait for peers that have already left; ncclCommAbort never does.
-    if (comm_) ncclCommAbort(comm_);
+    if (world_) ncclCommAbort(world_);
+    if (local_) ncclCommAbort(local_);
+    cross_.reset();
+    if (pinned_) cudaFreeHost(pinned_);
     if (fusion_) cudaFree(fusion_);
     if (done_) cudaEventDestroy(done_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  void Start(const ncclUniqueId& id) {
-    DeviceGuard guard(device_);
-    Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate for NCCL");
-    Check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate for NCCL");
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    Enqueued(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "setup");
+  // Collective over the host backend: the communicator of every rank.
+  void StartFlat() { World(); }
+
+  // Collective over the host backend: this host's communicator and the cross-host group of this
+  // rank's shard (hierarchy.h). The communicator of every rank waits for the first allgather or
+  // broadcast, which need it.
+  void StartHierarchical(NcclHierarchy plan) {
+    RequireOneRankPerGpu(gpus_, plan.local_ranks);
+    hierarchy_ = std::move(plan);
+    local_ = Join(hierarchy_->local_ranks, "this host's ranks");
+    if (hierarchy_->cross_ranks.size() > 1) {
+      try {
+        cross_ =
+            host_->Subset(hierarchy_->cross_ranks, kCrossHostGenerations + hierarchy_->local_index);
+      } catch (const ConfigError& e) {  // an MPI without MPI_THREAD_MULTIPLE: on every rank
+        throw ConfigError(std::string("HOROVOD_HIERARCHICAL_ALLREDUCE=1: ") + e.what());
+      }
+    }
+    DTRAIN_LOG(kConnections) << "collectives: hierarchical NCCL allreduce, rank " << rank_
+                             << " is local rank " << hierarchy_->local_index << " of "
+                             << hierarchy_->local_ranks.size() << " on one of " << hierarchy_->hosts
+                             << " hosts";
   }
 
   void Allreduce(const std::vector<Array>& ins, const std::vector<Array>& outs,
@@ -105,32 +145,20 @@ class NcclCommunicator final : public DeviceCommunicator {
     }
     if (total == 0) return;
     const DType dtype = ins[0].dtype();
-    const ncclRedOp_t nccl_op = NcclOp(op);
     const std::string what = "allreduce of " + std::to_string(ins.size()) + " tensor(s)";
+    if (hierarchy_) return HierarchicalAllreduce(ins, outs, op, total, what);
     if (ins.size() == 1) {
-      Enqueued(ncclAllReduce(ins[0].data(), outs[0].data(), total, NcclType(dtype), nccl_op, comm_,
-                             stream_),
+      Enqueued(ncclAllReduce(ins[0].data(), outs[0].data(), total, NcclType(dtype), NcclOp(op),
+                             World(), stream_),
                what);
       Finish(what);
       return;
     }
-    const size_t element = DTypeSize(dtype);
-    char* fusion = static_cast<char*>(Fusion(total * element));
-    size_t offset = 0;
-    for (const Array& in : ins) {
-      Check(cudaMemcpyAsync(fusion + offset, in.data(), in.nbytes(), cudaMemcpyDeviceToDevice,
-                            stream_),
-            "copy into the fusion buffer");
-      offset += in.nbytes();
-    }
-    Enqueued(ncclAllReduce(fusion, fusion, total, NcclType(dtype), nccl_op, comm_, stream_), what);
-    offset = 0;
-    for (const Array& out : outs) {
-      Check(cudaMemcpyAsync(out.data(), fusion + offset, out.nbytes(), cudaMemcpyDeviceToDevice,
-                            stream_),
-            "copy out of the fusion buffer");
-      offset += out.nbytes();
-    }
+    char* fusion = static_cast<char*>(Fusion(total * DTypeSize(dtype)));
+    Pack(ins, fusion);
+    Enqueued(ncclAllReduce(fusion, fusion, total, NcclType(dtype), NcclOp(op), World(), stream_),
+             what);
+    Unpack(fusion, outs);
     Finish(what);
   }
 
@@ -143,13 +171,14 @@ class NcclCommunicator final : public DeviceCommunicator {
     Array result = NewArray(shape, in.dtype());
     void* memory = result.data();
     // One broadcast from each rank, grouped: NCCL's allgather needs equal parts.
+    ncclComm_t world = World();
     Enqueued(ncclGroupStart(), "allgather");
     size_t offset = 0;
     for (int r = 0; r < size_; ++r) {
       if (bytes[r] > 0) {
         char* part = static_cast<char*>(memory) + offset;
         ncclResult_t status = ncclBroadcast(r == rank_ ? in.data() : part, part, bytes[r],
-                                            ncclUint8, r, comm_, stream_);
+                                            ncclUint8, r, world, stream_);
         if (status != ncclSuccess && status != ncclInProgress) {
           ncclGroupEnd();
           Enqueued(status, "allgather");
@@ -183,8 +212,9 @@ class NcclCommunicator final : public DeviceCommunicator {
     DeviceGuard guard(device_);
     Order(inout);
     if (inout.nbytes() == 0) return;
+    ncclComm_t world = World();
     Enqueued(
-        ncclBroadcast(inout.data(), inout.data(), inout.nbytes(), ncclUint8, root, comm_, stream_),
+        ncclBroadcast(inout.data(), inout.data(), inout.nbytes(), ncclUint8, root, world, stream_),
         "broadcast");
     Finish("broadcast");
   }
@@ -193,6 +223,115 @@ class NcclCommunicator final : public DeviceCommunicator {
   // Throws the error that broke the communicator, if one did.
   void Usable() const {
     if (broken_) std::rethrow_exception(broken_);
+  }
+
+  // The communicator of every rank; made on first use (a collective over the host backend, which
+  // every rank reaches at the same point of the agreed order).
+  ncclComm_t World() {
+    if (!world_) {
+      std::vector<int> everyone(static_cast<size_t>(size_));
+      for (int r = 0; r < size_; ++r) everyone[r] = r;
+      RequireOneRankPerGpu(gpus_, everyone);
+      world_ = Join(everyone, "the job");
+    }
+    return world_;
+  }
+
+  // Collective over the host backend (every rank of the job calls it, each in the group it belongs
+  // to): an NCCL communicator among `members` (ranks of the job, ascending, this one among them),
+  // whose first member makes the id. One allgather carries every group's id.
+  ncclComm_t Join(const std::vector<int>& members, const std::string& what) {
+    IdMessage mine;
+    std::string why;
+    if (members.front() == rank_) {
+      const ncclResult_t status = ncclGetUniqueId(&mine.id);
+      mine.ok = status == ncclSuccess ? 1 : 0;
+      if (!mine.ok) why = NcclText(status);
+    }
+    std::vector<IdMessage> ids(static_cast<size_t>(size_));
+    host_->Allgatherv(&mine, ids.data(), std::vector<size_t>(ids.size(), sizeof(IdMessage)));
+    const IdMessage& first = ids[members.front()];
+    if (!first.ok) {
+      throw Error("NCCL: rank " + std::to_string(members.front()) +
+                  " could not make the NCCL id of " + what +
+                  (why.empty() ? std::string() : ": " + why));
+    }
+    const int index =
+        static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    const ncclResult_t status =
+        ncclCommInitRankConfig(&comm, static_cast<int>(members.size()), first.id, index, &config);
+    setting_up_ = comm;  // polled (and aborted on failure) until it is ready
+    Enqueued(status, "setup of the communicator of " + what);
+    setting_up_ = nullptr;
+    return comm;
+  }
+
+  // Horovod's hierarchical allreduce (hierarchy.h), in the fusion buffer padded to whole shards:
+  // an NCCL reduce-scatter within the host, this rank's shard allreduced in host memory with the
+  // ranks holding it on the other hosts, an NCCL allgather within the host. An average is one
+  // within the host and one across: hosts hold equal numbers of ranks.
+  void HierarchicalAllreduce(const std::vector<Array>& ins, const std::vector<Array>& outs,
+                             ReduceOp op, size_t total, const std::string& what) {
+    const DType dtype = ins[0].dtype();
+    const size_t element = DTypeSize(dtype);
+    const int local_size = static_cast<int>(hierarchy_->local_ranks.size());
+    const size_t shard = ShardElements(total, local_size);
+    const size_t padded = shard * static_cast<size_t>(local_size);
+    char* fusion = static_cast<char*>(Fusion(padded * element));
+    Pack(ins, fusion);
+    if (padded > total) {
+      Check(cudaMemsetAsync(fusion + total * element, 0, (padded - total) * element, stream_),
+            "cudaMemset of the fusion buffer's padding");
+    }
+    char* mine = fusion + static_cast<size_t>(hierarchy_->local_index) * shard * element;
+    const std::string within = what + " within the host";
+    if (local_size > 1) {
+      Enqueued(ncclReduceScatter(fusion, mine, shard, NcclType(dtype), NcclOp(op), local_, stream_),
+               within);
+    }
+    if (cross_) {
+      void* staged = Pinned(shard * element);
+      Check(cudaMemcpyAsync(staged, mine, shard * element, cudaMemcpyDeviceToHost, stream_),
+            "copy of the host's shard to host memory");
+      Finish(within);
+      try {
+        cross_->Allreduce(staged, staged, shard, dtype, op);
+      } catch (...) {
+        Break(std::current_exception());
+      }
+      Check(cudaMemcpyAsync(mine, staged, shard * element, cudaMemcpyHostToDevice, stream_),
+            "copy of the reduced shard back to the GPU");
+    }
+    if (local_size > 1) {
+      Enqueued(ncclAllGather(mine, fusion, shard, NcclType(dtype), local_, stream_), within);
+    }
+    Unpack(fusion, outs);
+    Finish(what);
+  }
+
+  // Queues the copies of `ins`, end to end, into `fusion`.
+  void Pack(const std::vector<Array>& ins, char* fusion) {
+    size_t offset = 0;
+    for (const Array& in : ins) {
+      Check(cudaMemcpyAsync(fusion + offset, in.data(), in.nbytes(), cudaMemcpyDeviceToDevice,
+                            stream_),
+            "copy into the fusion buffer");
+      offset += in.nbytes();
+    }
+  }
+
+  // Queues the copies out of `fusion` into `outs`, end to end.
+  void Unpack(const char* fusion, const std::vector<Array>& outs) {
+    size_t offset = 0;
+    for (const Array& out : outs) {
+      Check(cudaMemcpyAsync(out.data(), fusion + offset, out.nbytes(), cudaMemcpyDeviceToDevice,
+                            stream_),
+            "copy out of the fusion buffer");
+      offset += out.nbytes();
+    }
   }
 
   // NCCL's stream waits for the work queued on `a`'s producer stream.
@@ -216,6 +355,19 @@ class NcclCommunicator final : public DeviceCommunicator {
       cudaFree(p);
     });
     return Array::WrapDevice(memory, shape, dtype, device_, stream_, owner);
+  }
+
+  // Pinned host memory for a shard's trip across hosts; reused, grown when too small. Only the
+  // engine's thread uses it, and each call waits for its copies.
+  void* Pinned(size_t bytes) {
+    if (bytes > pinned_bytes_) {
+      if (pinned_) Check(cudaFreeHost(pinned_), "cudaFreeHost of the staging buffer");
+      pinned_ = nullptr;
+      pinned_bytes_ = 0;
+      Check(cudaMallocHost(&pinned_, bytes), "cudaMallocHost of the staging buffer");
+      pinned_bytes_ = bytes;
+    }
+    return pinned_;
   }
 
   void* Fusion(size_t bytes) {
@@ -258,11 +410,16 @@ class NcclCommunicator final : public DeviceCommunicator {
     const Deadline deadline(timeout_);
     const auto spin_until = Clock::now() + std::chrono::milliseconds(2);
     for (;;) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t asked = ncclCommGetAsyncError(comm_, &state);
-      if (asked != ncclSuccess) Fail(asked, what);
-      if (state != ncclSuccess && state != ncclInProgress) Fail(state, what);
-      if (state == ncclSuccess && done()) return;
+      bool settled = true;
+      for (ncclComm_t comm : {world_, local_, setting_up_}) {
+        if (!comm) continue;
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
+        if (asked != ncclSuccess) Fail(asked, what);
+        if (state != ncclSuccess && state != ncclInProgress) Fail(state, what, comm);
+        if (state == ncclInProgress) settled = false;
+      }
+      if (settled && done()) return;
       if (abort_.load(std::memory_order_relaxed)) {
         Break(std::make_exception_ptr(PeerError(
             "NCCL " + what + " was abandoned: a rank left the job (see the error naming it)")));
@@ -281,10 +438,11 @@ class NcclCommunicator final : public DeviceCommunicator {
     }
   }
 
-  [[noreturn]] void Fail(ncclResult_t status, const std::string& what) {
+  // `comm`: the communicator that reported it, whose last error is added.
+  [[noreturn]] void Fail(ncclResult_t status, const std::string& what, ncclComm_t comm = nullptr) {
     std::string text = "NCCL " + what + " failed: " + NcclText(status);
-    if (comm_) {
-      const char* last = ncclGetLastError(comm_);
+    if (comm) {
+      const char* last = ncclGetLastError(comm);
       if (last && *last) text += " (" + std::string(last) + ")";
     }
     // A remote or system error is a rank gone or unreachable; the rest are this process's.
@@ -294,47 +452,56 @@ class NcclCommunicator final : public DeviceCommunicator {
     Break(std::make_exception_ptr(Error(text)));
   }
 
-  // Aborts the communicator (so nothing stays queued waiting for a peer) and throws `error` now
+  // Aborts the communicators (so nothing stays queued waiting for a peer) and throws `error` now
   // and from every later call.
   [[noreturn]] void Break(std::exception_ptr error) {
     broken_ = error;
-    if (comm_) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
+    for (ncclComm_t* comm : {&world_, &local_, &setting_up_}) {
+      if (*comm) ncclCommAbort(*comm);
+      *comm = nullptr;
     }
     std::rethrow_exception(error);
   }
 
+  const std::shared_ptr<Communicator> host_;
+  const std::vector<GpuIdentity> gpus_;
   const int rank_;
   const int size_;
   const int device_;
   const Duration timeout_;
   const std::atomic<bool>& abort_;
-  ncclComm_t comm_ = nullptr;
+  ncclComm_t world_ = nullptr;       // every rank's; lazy under a hierarchy
+  ncclComm_t local_ = nullptr;       // this host's ranks' (hierarchy only)
+  ncclComm_t setting_up_ = nullptr;  // one being made by Join
+  std::optional<NcclHierarchy> hierarchy_;
+  std::unique_ptr<Communicator> cross_;  // the hierarchy's group across hosts; null on one host
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* fusion_ = nullptr;
   size_t fusion_bytes_ = 0;
+  void* pinned_ = nullptr;
+  size_t pinned_bytes_ = 0;
   std::exception_ptr broken_;
 };
 
 GpuIdentity IdentityOf(int device) {
   GpuIdentity me;
   gethostname(me.host, sizeof(me.host) - 1);
+  std::strncpy(me.host_id, HostId().c_str(), sizeof(me.host_id) - 1);
   Check(cudaDeviceGetPCIBusId(me.bus_id, sizeof(me.bus_id) - 1, device), "cudaDeviceGetPCIBusId");
   return me;
 }
 
-// Every rank sees the same list, so every rank throws the same error (or none).
-void RequireOneRankPerGpu(const std::vector<GpuIdentity>& gpus) {
-  for (size_t a = 0; a < gpus.size(); ++a) {
-    for (size_t b = a + 1; b < gpus.size(); ++b) {
-      if (std::strcmp(gpus[a].host, gpus[b].host) == 0 &&
-          std::strcmp(gpus[a].bus_id, gpus[b].bus_id) == 0) {
+void RequireOneRankPerGpu(const std::vector<GpuIdentity>& gpus, const std::vector<int>& ranks) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    for (size_t j = i + 1; j < ranks.size(); ++j) {
+      const GpuIdentity& a = gpus[ranks[i]];
+      const GpuIdentity& b = gpus[ranks[j]];
+      if (std::strcmp(a.host, b.host) == 0 && std::strcmp(a.bus_id, b.bus_id) == 0) {
         throw InvalidArgument(
-            "NCCL needs one GPU per rank, but ranks " + std::to_string(a) + " and " +
-            std::to_string(b) + " both use the GPU at PCI " + gpus[a].bus_id + " of host " +
-            gpus[a].host +
+            "NCCL needs one GPU per rank, but ranks " + std::to_string(ranks[i]) + " and " +
+            std::to_string(ranks[j]) + " both use the GPU at PCI " + a.bus_id + " of host " +
+            a.host +
             ": give each rank its own GPU (torch.cuda.set_device(hvd.local_rank())), or set "
             "HOROVOD_GPU_OPERATIONS=GLOO to reduce CUDA tensors through host memory");
       }
@@ -346,30 +513,32 @@ void RequireOneRankPerGpu(const std::vector<GpuIdentity>& gpus) {
 
 bool NcclBuilt() { return true; }
 
-std::unique_ptr<DeviceCommunicator> CreateNcclCommunicator(Communicator& host, int device,
-                                                           Duration timeout,
-                                                           const std::atomic<bool>& abort) {
-  const int rank = host.rank();
-  const int size = host.size();
+std::unique_ptr<DeviceCommunicator> CreateNcclCommunicator(std::shared_ptr<Communicator> host,
+                                                           int device, Duration timeout,
+                                                           const std::atomic<bool>& abort,
+                                                           bool hierarchical) {
+  const int size = host->size();
   const GpuIdentity mine = IdentityOf(device);
   std::vector<GpuIdentity> gpus(static_cast<size_t>(size));
-  host.Allgatherv(&mine, gpus.data(), std::vector<size_t>(size, sizeof(GpuIdentity)));
-  RequireOneRankPerGpu(gpus);
-
-  IdMessage message;
-  std::string why;
-  if (rank == 0) {
-    const ncclResult_t status = ncclGetUniqueId(&message.id);
-    message.ok = status == ncclSuccess ? 1 : 0;
-    if (!message.ok) why = NcclText(status);
+  host->Allgatherv(&mine, gpus.data(), std::vector<size_t>(size, sizeof(GpuIdentity)));
+  std::optional<NcclHierarchy> plan;
+  if (hierarchical) {
+    std::vector<std::string> host_ids;
+    for (const GpuIdentity& gpu : gpus) host_ids.emplace_back(gpu.host_id);
+    std::string why;
+    plan = PlanHierarchy(host_ids, host->rank(), &why);
+    if (!plan && host->rank() == 0) {
+      DTRAIN_LOG(kWarning) << "collectives: " << why
+                           << "; NCCL allreduces use one communicator of every rank instead";
+    }
   }
-  host.Broadcast(&message, sizeof(message), 0);
-  if (!message.ok) {
-    throw Error("NCCL: rank 0 could not make the job's NCCL id" +
-                (why.empty() ? std::string() : ": " + why));
+  auto communicator =
+      std::make_unique<NcclCommunicator>(std::move(host), std::move(gpus), device, timeout, abort);
+  if (plan) {
+    communicator->StartHierarchical(std::move(*plan));
+  } else {
+    communicator->StartFlat();
   }
-  auto communicator = std::make_unique<NcclCommunicator>(rank, size, device, timeout, abort);
-  communicator->Start(message.id);
   return communicator;
 }
 

@@ -7,8 +7,9 @@ namespace dtrain::collectives {
 
 bool NcclBuilt() { return false; }
 
-std::unique_ptr<DeviceCommunicator> CreateNcclCommunicator(Communicator&, int, Duration,
-                                                           const std::atomic<bool>&) {
+std::unique_ptr<DeviceCommunicator> CreateNcclCommunicator(std::shared_ptr<Communicator>, int,
+                                                           Duration, const std::atomic<bool>&,
+                                                           bool) {
   throw InvalidArgument(
       "this dtrain was built without NCCL (no nccl.h and libnccl were found with the CUDA "
       "toolkit or PyTorch's nvidia packages): CUDA tensors are reduced through host memory; set "

@@ -91,6 +91,7 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
   if (auto v = r.Choice("HOROVOD_GPU_OPERATIONS", {"NCCL", "GLOO", "MPI", "nccl", "gloo", "mpi"})) {
     a.gpu_operations = (*v == "NCCL" || *v == "nccl") ? "nccl" : "host";
   }
+  if (auto v = r.Boolean("HOROVOD_HIERARCHICAL_ALLREDUCE")) a.hierarchical_allreduce = *v;
   if (auto v = r.Integer("DTRAIN_FUSION_THRESHOLD_MB", 0, 1 << 16)) {
     a.tuning.fusion_threshold_bytes = static_cast<size_t>(*v) << 20;
   } else if (auto v = r.Integer("HOROVOD_FUSION_THRESHOLD", 0, int64_t{1} << 36)) {

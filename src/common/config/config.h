@@ -67,6 +67,9 @@ struct AllreduceSettings {
   // HOROVOD_GPU_OPERATIONS: "nccl", "host" (Horovod's GLOO or MPI: CUDA tensors staged through
   // host memory) or "" (unset: NCCL where it was built).
   std::string gpu_operations;
+  // HOROVOD_HIERARCHICAL_ALLREDUCE=1: NCCL allreduces go within each host, across hosts through
+  // host memory, and back (nccl/hierarchy.h).
+  bool hierarchical_allreduce = false;
   CollectiveTuning tuning;
 };
 

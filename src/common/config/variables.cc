@@ -68,6 +68,7 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_ELASTIC", true},
     Variable{"DTRAIN_ELASTIC_TIMEOUT_S", true},
     Variable{"HOROVOD_GPU_OPERATIONS"},
+    Variable{"HOROVOD_HIERARCHICAL_ALLREDUCE"},
     // what a process tells its launcher
     Variable{"DTRAIN_TIMELINE"},
     Variable{"HOROVOD_TIMELINE"},
