@@ -32,6 +32,8 @@ TEST(NcclHierarchy, InterleavedHostsGiveEveryMemberTheSameGroups) {
   const NcclHierarchy p1 = PlanOf(hosts, 1);
   const NcclHierarchy p2 = PlanOf(hosts, 2);
   const NcclHierarchy p3 = PlanOf(hosts, 3);
+  EXPECT_EQ(p0.host_ranks, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(p3.host_ranks, p0.host_ranks);
   EXPECT_EQ(p0.local_ranks, (std::vector<int>{0, 2}));
   EXPECT_EQ(p2.local_ranks, p0.local_ranks);
   EXPECT_EQ(p1.local_ranks, (std::vector<int>{1, 3}));

@@ -21,6 +21,7 @@ std::optional<NcclHierarchy> PlanHierarchy(const std::vector<std::string>& host_
     }
   }
   NcclHierarchy plan;
+  plan.host_ranks = layout.host_ranks;
   plan.local_ranks = layout.mine();
   plan.local_index = layout.local_rank;
   plan.hosts = layout.hosts();

@@ -24,6 +24,7 @@ namespace dtrain::collectives {
 constexpr int kCrossHostGenerations = 20000;
 
 struct NcclHierarchy {
+  std::vector<std::vector<int>> host_ranks;  // every host's ranks, ascending; hosts by first rank
   std::vector<int> local_ranks;  // this host's ranks, ascending; NCCL's local rank is the index
   int local_index = 0;           // this rank's index in local_ranks: the shard it carries across
   std::vector<int> cross_ranks;  // the ranks at local_index on every host, ascending

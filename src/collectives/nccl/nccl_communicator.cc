@@ -66,11 +66,12 @@ struct GpuIdentity {
   char bus_id[32] = {};
 };
 
-// A communicator's NCCL id from its first member, or that it could not make one (the others must
-// hear either way).
+// A communicator's NCCL id from its first member, or why it could not make one (every rank must
+// hear either way). Fixed size: one allgather.
 struct IdMessage {
   int32_t ok = 0;
   ncclUniqueId id = {};
+  char why[96] = {};
 };
 
 std::string NcclText(ncclResult_t result) { return ncclGetErrorString(result); }
@@ -93,7 +94,11 @@ class NcclCommunicator final : public DeviceCommunicator {
         abort_(abort) {
     DeviceGuard guard(device_);
     Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate for NCCL");
-    Check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate for NCCL");
+    const cudaError_t event = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+    if (event != cudaSuccess) {
+      cudaStreamDestroy(stream_);  // no destructor runs for a constructor that throws
+      Check(event, "cudaEventCreate for NCCL");
+    }
   }
 
   ~NcclCommunicator() override {
@@ -116,9 +121,9 @@ class NcclCommunicator final : public DeviceCommunicator {
   // rank's shard (hierarchy.h). The communicator of every rank waits for the first allgather or
   // broadcast, which need it.
   void StartHierarchical(NcclHierarchy plan) {
-    RequireOneRankPerGpu(gpus_, plan.local_ranks);
+    for (const auto& ranks : plan.host_ranks) RequireOneRankPerGpu(gpus_, ranks);
     hierarchy_ = std::move(plan);
-    local_ = Join(hierarchy_->local_ranks, "this host's ranks");
+    local_ = Join(hierarchy_->host_ranks, "each host's ranks");
     if (hierarchy_->cross_ranks.size() > 1) {
       try {
         cross_ =
@@ -168,10 +173,10 @@ class NcclCommunicator final : public DeviceCommunicator {
     Order(in);
     size_t total = 0;
     for (size_t b : bytes) total += b;
+    ncclComm_t world = World();  // first: a collective every rank makes, whatever fails after
     Array result = NewArray(shape, in.dtype());
     void* memory = result.data();
     // One broadcast from each rank, grouped: NCCL's allgather needs equal parts.
-    ncclComm_t world = World();
     Enqueued(ncclGroupStart(), "allgather");
     size_t offset = 0;
     for (int r = 0; r < size_; ++r) {
@@ -232,30 +237,38 @@ class NcclCommunicator final : public DeviceCommunicator {
       std::vector<int> everyone(static_cast<size_t>(size_));
       for (int r = 0; r < size_; ++r) everyone[r] = r;
       RequireOneRankPerGpu(gpus_, everyone);
-      world_ = Join(everyone, "the job");
+      world_ = Join({everyone}, "the job");
     }
     return world_;
   }
 
-  // Collective over the host backend (every rank of the job calls it, each in the group it belongs
-  // to): an NCCL communicator among `members` (ranks of the job, ascending, this one among them),
-  // whose first member makes the id. One allgather carries every group's id.
-  ncclComm_t Join(const std::vector<int>& members, const std::string& what) {
+  // Collective over the host backend: an NCCL communicator for each of `groups` (ranks of the job,
+  // each ascending; every rank in one), whose first member makes its id; returns this rank's. One
+  // allgather carries every group's id, and every rank checks them all, so that all fail alike.
+  ncclComm_t Join(const std::vector<std::vector<int>>& groups, const std::string& what) {
+    const std::vector<int>* found = nullptr;
+    for (const auto& group : groups) {
+      if (std::binary_search(group.begin(), group.end(), rank_)) found = &group;
+    }
+    if (!found) throw Error("NCCL: rank " + std::to_string(rank_) + " is in none of " + what);
+    const std::vector<int>& members = *found;
     IdMessage mine;
-    std::string why;
     if (members.front() == rank_) {
       const ncclResult_t status = ncclGetUniqueId(&mine.id);
       mine.ok = status == ncclSuccess ? 1 : 0;
-      if (!mine.ok) why = NcclText(status);
+      if (!mine.ok) std::strncpy(mine.why, NcclText(status).c_str(), sizeof(mine.why) - 1);
     }
     std::vector<IdMessage> ids(static_cast<size_t>(size_));
     host_->Allgatherv(&mine, ids.data(), std::vector<size_t>(ids.size(), sizeof(IdMessage)));
-    const IdMessage& first = ids[members.front()];
-    if (!first.ok) {
-      throw Error("NCCL: rank " + std::to_string(members.front()) +
-                  " could not make the NCCL id of " + what +
-                  (why.empty() ? std::string() : ": " + why));
+    for (const auto& group : groups) {
+      const IdMessage& message = ids[group.front()];
+      if (!message.ok) {
+        const std::string why(message.why, strnlen(message.why, sizeof(message.why)));
+        throw Error("NCCL: rank " + std::to_string(group.front()) +
+                    " could not make the NCCL id of " + what + (why.empty() ? "" : ": " + why));
+      }
     }
+    const IdMessage& first = ids[members.front()];
     const int index =
         static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
