@@ -2,6 +2,7 @@
 //
 //   mpirun -np 2 dtrain-horovod-example                 # OpenMPI
 //   dtrain launch -n 2 -s 0 -- dtrain-horovod-example   # Gloo, no mpirun
+//   dtrain launch -n 2 -s 0 -- dtrain-horovod-example --gpus   # each rank on its local rank's GPU
 //
 // Every step takes the next global batch; each rank trains on its slice of it, and the
 // DistributedOptimizer averages the gradients, so N ranks follow the same path as one process
@@ -24,7 +25,9 @@ namespace coll = dtrain::collectives;
 
 struct Flags {
   std::string network = "lenet";
+  std::string dataset = "fashion-mnist";
   std::string data_dir;
+  bool gpus = false;  // train on the GPU of this rank's local rank
   int64_t global_batch = 64;
   int64_t steps = 500;
   double lr = 0.05;
@@ -32,18 +35,29 @@ struct Flags {
   std::string out;  // raw float32 parameters after training (rank 0)
 };
 
-double Accuracy(dtrain::train::Network& net, const dtrain::train::ImageDataset& test) {
+double Accuracy(dtrain::train::Network& net, const dtrain::train::ImageDataset& test,
+                const torch::Device& device) {
   torch::NoGradGuard no_grad;
   net.eval();
-  auto logits = net.forward(test.images);
+  auto logits = net.forward(test.images.to(device)).cpu();
   net.train();
   return logits.argmax(1).eq(test.labels).to(torch::kFloat64).mean().item<double>();
+}
+
+// The CPU, or with --gpus the GPU of this rank's local rank (as Horovod's examples pick it).
+torch::Device DeviceOf(const Flags& f) {
+  if (!f.gpus) return torch::Device(torch::kCPU);
+  if (!torch::cuda::is_available()) {
+    throw dtrain::InvalidArgument("--gpus, but torch sees no CUDA device here");
+  }
+  const int count = static_cast<int>(torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(coll::LocalRank() % count));
 }
 
 void WriteParameters(dtrain::train::Network& net, const std::string& path) {
   std::ofstream out(path, std::ios::binary);
   for (const auto& p : net.parameters()) {
-    const torch::Tensor t = p.detach().contiguous();
+    const torch::Tensor t = p.detach().cpu().contiguous();
     out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
   }
 }
@@ -56,13 +70,16 @@ int Run(const Flags& f) {
                                   " does not split over " + std::to_string(size) + " ranks");
   }
   torch::set_num_threads(1);
+  const torch::Device device = DeviceOf(f);
   const std::string dir =
-      f.data_dir.empty() ? dtrain::train::DefaultDataDir("fashion-mnist") : f.data_dir;
-  auto train = dtrain::train::LoadDataset("fashion-mnist", dir, dtrain::train::Split::kTrain);
-  auto test = dtrain::train::LoadDataset("fashion-mnist", dir, dtrain::train::Split::kTest);
+      f.data_dir.empty() ? dtrain::train::DefaultDataDir(f.dataset) : f.data_dir;
+  auto train = dtrain::train::LoadDataset(f.dataset, dir, dtrain::train::Split::kTrain);
+  auto test = dtrain::train::LoadDataset(f.dataset, dir, dtrain::train::Split::kTest);
+  const auto sizes = train.images.sizes();
 
   torch::manual_seed(1000 + rank);  // different on purpose: rank 0's weights must win
-  auto net = dtrain::train::MakeNetwork(f.network, {1, 28, 28}, 10);
+  auto net = dtrain::train::MakeNetwork(f.network, {sizes[1], sizes[2], sizes[3]}, 10);
+  net->to(device);
   hvd::BroadcastParameters(*net, 0);
   hvd::DistributedOptimizer optimizer(
       std::make_unique<torch::optim::SGD>(net->parameters(),
@@ -76,26 +93,29 @@ int Run(const Flags& f) {
     const int64_t start = (step * f.global_batch) % (train.size() - f.global_batch);
     const torch::Tensor idx = order.narrow(0, start + rank * local, local);
     optimizer.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(net->forward(train.images.index({idx})),
-                                                     train.labels.index({idx}));
+    auto loss = torch::nn::functional::cross_entropy(
+        net->forward(train.images.index({idx}).to(device)), train.labels.index({idx}).to(device));
     loss.backward();
     optimizer.step();
   }
-  const double acc = Accuracy(*net, test);
+  const double acc = Accuracy(*net, test, device);
   // Every rank holds the same weights, so the average of the accuracies is each one's, and the
-  // gathered ranks are 0..size-1: a check of Allreduce and Allgather on tensors.
-  torch::Tensor mean_acc = torch::full({1}, acc, torch::kFloat64);
+  // gathered ranks are 0..size-1: a check of Allreduce and Allgather on tensors where training ran.
+  torch::Tensor mean_acc = torch::full({1}, acc, torch::dtype(torch::kFloat64).device(device));
   hvd::Allreduce("accuracy", mean_acc, coll::ReduceOp::kAverage);
-  const torch::Tensor ranks = hvd::Allgather("ranks", torch::full({1}, rank, torch::kFloat32));
+  const torch::Tensor ranks =
+      hvd::Allgather("ranks", torch::full({1}, rank, torch::dtype(torch::kFloat32).device(device)))
+          .cpu();
   if (std::abs(mean_acc.item<double>() - acc) > 1e-9 ||
       !torch::equal(ranks, torch::arange(size, torch::kFloat32))) {
     throw dtrain::Error("ranks disagree after training: mean accuracy " +
                         std::to_string(mean_acc.item<double>()) + ", this rank's " +
                         std::to_string(acc));
   }
-  std::printf("rank %d of %d (%s): %lld steps of global batch %lld, Test_acc %.4f\n", rank, size,
-              coll::Backend() == coll::BackendKind::kMpi ? "mpi" : "gloo",
-              static_cast<long long>(f.steps), static_cast<long long>(f.global_batch), acc);
+  std::printf("rank %d of %d (%s, %s): %lld steps of global batch %lld, Test_acc %.4f\n", rank,
+              size, coll::Backend() == coll::BackendKind::kMpi ? "mpi" : "gloo",
+              device.str().c_str(), static_cast<long long>(f.steps),
+              static_cast<long long>(f.global_batch), acc);
   if (!f.out.empty() && rank == 0) WriteParameters(*net, f.out);
   coll::Shutdown();
   return 0;
@@ -107,7 +127,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Horovod-style training on Fashion-MNIST with dtrain's collectives"};
   Flags f;
   app.add_option("--network", f.network, "mlp, lenet, ...");
+  app.add_option("--dataset", f.dataset, "fashion-mnist, mnist, cifar10 or synthetic");
   app.add_option("--data-dir", f.data_dir);
+  app.add_flag("--gpus", f.gpus, "train on the GPU of this rank's local rank");
   app.add_option("--global-batch", f.global_batch, "examples per step over all ranks");
   app.add_option("--steps", f.steps);
   app.add_option("--lr", f.lr);

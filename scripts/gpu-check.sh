@@ -85,7 +85,10 @@ configure() {
     -DCMAKE_CUDA_ARCHITECTURES=native -DDTRAIN_CUDA=ON -DDTRAIN_BUILD_BENCH=OFF \
     -DCMAKE_BUILD_RPATH="$root/usr/lib;$root/usr/lib/x86_64-linux-gnu" "${link_flags[@]}"
 }
-build() { ninja -C build-gpu -j "$(nproc)" dtrain_python dtrain dtrain-train dtrain_cuda_tests; }
+build() {
+  ninja -C build-gpu -j "$(nproc)" dtrain_python dtrain dtrain-train dtrain-horovod-example \
+    dtrain_cuda_tests
+}
 step configure configure && step build build || { echo "gpu-check: the build failed"; exit 1; }
 
 export DTRAIN_BUILD_DIR=$PWD/build-gpu PYTHONPATH=$PWD/build-gpu/python

@@ -2,6 +2,7 @@
 
 #include "dtrain/common/error.h"
 #include "train/tensor_dtype.h"
+#include "train/torch_cuda.h"
 
 namespace dtrain::train::horovod {
 namespace {
@@ -12,29 +13,49 @@ DType DTypeOf(const torch::Tensor& t) {
                         std::string(c10::toString(t.scalar_type())));
 }
 
-// What travels for `grad`: a float16 copy with compression, a contiguous float copy otherwise
-// (the caller's tensor belongs to autograd and may be reused).
+// Whether the engine takes `t` where it is: host tensors always, CUDA tensors when they go over
+// NCCL. Otherwise they are staged through host memory, as Horovod's host path does.
+bool EngineTakes(const torch::Tensor& t) { return !t.is_cuda() || collectives::NcclEnabled(); }
+
+// Where the engine takes a copy of `t`: its own device, or the host.
+torch::Device EngineDevice(const torch::Tensor& t) {
+  return EngineTakes(t) ? t.device() : torch::Device(torch::kCPU);
+}
+
+// What travels for `grad`: a contiguous copy (the caller's tensor belongs to autograd and may be
+// reused), float16 with compression, where the engine takes it.
 torch::Tensor SendBuffer(const torch::Tensor& grad, Compression compression) {
-  if (compression == Compression::kFp16) return grad.detach().to(torch::kFloat16).contiguous();
-  return grad.detach().clone().contiguous();
+  const auto dtype = compression == Compression::kFp16 ? torch::kFloat16 : grad.scalar_type();
+  return grad.detach()
+      .to(EngineDevice(grad), dtype, /*non_blocking=*/false, /*copy=*/true)
+      .contiguous();
 }
 
 }  // namespace
 
 Array ArrayView(const torch::Tensor& tensor) {
-  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
-    throw InvalidArgument("collectives need contiguous CPU tensors");
+  if (!(tensor.device().is_cpu() || tensor.is_cuda()) || !tensor.is_contiguous()) {
+    throw InvalidArgument("collectives need contiguous CPU or CUDA tensors, not a" +
+                          std::string(tensor.is_contiguous() ? "" : " non-contiguous") +
+                          " tensor on " + tensor.device().str());
   }
   auto keep = std::make_shared<torch::Tensor>(tensor);
-  return Array::Wrap(tensor.data_ptr(), Shape(tensor.sizes().begin(), tensor.sizes().end()),
-                     DTypeOf(tensor), std::shared_ptr<void>(keep, keep.get()));
+  Shape shape(tensor.sizes().begin(), tensor.sizes().end());
+  if (tensor.is_cuda()) {
+    return Array::WrapDevice(tensor.data_ptr(), std::move(shape), DTypeOf(tensor),
+                             tensor.device().index(), CurrentCudaStream(tensor.device()),
+                             std::shared_ptr<void>(keep, keep.get()));
+  }
+  return Array::Wrap(tensor.data_ptr(), std::move(shape), DTypeOf(tensor),
+                     std::shared_ptr<void>(keep, keep.get()));
 }
 
 void BroadcastParameters(torch::nn::Module& module, int root) {
   torch::NoGradGuard no_grad;
   auto broadcast = [root](const std::string& name, torch::Tensor& t) {
-    // A non-contiguous parameter (rare) travels through a contiguous copy.
-    torch::Tensor buffer = t.is_contiguous() ? t : t.contiguous();
+    // A non-contiguous parameter (rare), or a CUDA one staged through the host, travels through a
+    // contiguous copy.
+    torch::Tensor buffer = t.to(EngineDevice(t)).contiguous();
     collectives::Broadcast("param." + name, ArrayView(buffer), root);
     if (!buffer.is_same(t)) t.copy_(buffer);
   };
@@ -45,8 +66,10 @@ void BroadcastParameters(torch::nn::Module& module, int root) {
 void Allreduce(const std::string& name, torch::Tensor& tensor, collectives::ReduceOp op,
                Compression compression) {
   torch::NoGradGuard no_grad;
-  // Uncompressed, a contiguous tensor is reduced in its own memory; otherwise through a copy.
-  const bool in_place = compression == Compression::kNone && tensor.is_contiguous();
+  // Uncompressed, a contiguous tensor the engine takes is reduced in its own memory; otherwise
+  // through a copy.
+  const bool in_place =
+      compression == Compression::kNone && tensor.is_contiguous() && EngineTakes(tensor);
   torch::Tensor buffer = in_place ? tensor : SendBuffer(tensor, compression);
   const Array view = ArrayView(buffer);
   collectives::Allreduce(name, view, view, op);
@@ -54,12 +77,16 @@ void Allreduce(const std::string& name, torch::Tensor& tensor, collectives::Redu
 }
 
 torch::Tensor Allgather(const std::string& name, const torch::Tensor& tensor) {
-  const torch::Tensor input = tensor.detach().contiguous();
+  const torch::Tensor input = tensor.detach().to(EngineDevice(tensor)).contiguous();
   const Array gathered = collectives::Allgather(name, ArrayView(input));
-  return torch::from_blob(gathered.data(),
-                          std::vector<int64_t>(gathered.shape().begin(), gathered.shape().end()),
-                          torch::TensorOptions().dtype(train::ScalarTypeOf(gathered.dtype())))
-      .clone();
+  auto options = torch::TensorOptions().dtype(train::ScalarTypeOf(gathered.dtype()));
+  if (gathered.on_device()) options = options.device(torch::kCUDA, gathered.device());
+  // The result's memory stays the Array's (host, or the GPU's from NCCL) for as long as the
+  // tensor lives.
+  const torch::Tensor result = torch::from_blob(
+      gathered.data(), std::vector<int64_t>(gathered.shape().begin(), gathered.shape().end()),
+      [owner = gathered.owner()](void*) {}, options);
+  return result.to(tensor.device());
 }
 
 struct DistributedOptimizer::Param {
@@ -76,9 +103,9 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<torch::optim::Optimiz
   for (auto& item : module.named_parameters(true)) {
     const torch::Tensor& w = item.value();
     if (!w.requires_grad()) continue;
-    if (w.scalar_type() != torch::kFloat32 || !w.device().is_cpu()) {
+    if (w.scalar_type() != torch::kFloat32 || !(w.device().is_cpu() || w.is_cuda())) {
       throw InvalidArgument("DistributedOptimizer: parameter " + item.key() +
-                            " is not a float32 CPU tensor");
+                            " is not a float32 CPU or CUDA tensor");
     }
     auto p = std::make_unique<Param>();
     p->name = "grad." + item.key();
@@ -123,7 +150,7 @@ void DistributedOptimizer::step() {
   for (auto& p : params_) {
     p->handle.Wait();
     p->submitted = false;
-    torch::Tensor averaged = p->buffer.to(torch::kFloat32);
+    torch::Tensor averaged = p->buffer.to(p->weight.device(), torch::kFloat32);
     if (p->weight.grad().defined()) {
       p->weight.mutable_grad().copy_(averaged);
     } else {

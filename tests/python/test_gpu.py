@@ -7,20 +7,22 @@ process sets, SyncBatchNorm and Adasum too), and two ranks on one GPU over NCCL 
 Horovod's hierarchical allreduce over NCCL works on one host and across two emulated hosts
 (programs/hvd_hierarchical_worker.py: pid namespaces stand in for hosts); a local store's own
 optimizer updates CUDA values on the GPU as the host path does; the Trainer on CUDA parameters
-reaches what one process reaches on the whole batch (programs/train_check.py --cuda), and
-dtrain-train --gpus trains as its CPU replicas do.
+reaches what one process reaches on the whole batch (programs/train_check.py --cuda),
+dtrain-train --gpus trains as its CPU replicas do, and so does the C++ Horovod API
+(dtrain-horovod-example --gpus).
 
 Skipped, with the reason, where there is no GPU, where torch has no CUDA, or where dtrain was built
 without CUDA (CI: the toolkit but no GPU). scripts/gpu-check.sh runs them on a GPU machine.
 """
 
+import os
 import re
 import subprocess
 
 import pytest
 import torch
 
-from conftest import TRAIN, job_env, launch_argv, program, run_ok
+from conftest import BUILD, TRAIN, job_env, launch_argv, program, run_ok
 from test_horovod import relative_difference
 
 import dtrain
@@ -267,6 +269,38 @@ def test_dtrain_train_on_gpus_learns_as_on_cpu_replicas(spawn):
         accuracy[where[0]] = float(re.findall(r"Test_acc ([0-9.]+)", out)[-1])
     assert accuracy["--gpus"] > 0.5, accuracy  # ten classes: learnt well beyond chance
     assert abs(accuracy["--gpus"] - accuracy["--devices"]) < 0.03, accuracy
+
+
+EXAMPLE = os.path.join(BUILD, "examples", "dtrain-horovod-example")
+
+
+@pytest.mark.skipif(not os.path.exists(EXAMPLE), reason="the C++ examples were not built here")
+def test_cpp_horovod_api_on_cuda_trains_as_on_the_cpu(spawn, tmp_path):
+    """dtrain/train/horovod.h on CUDA tensors (dtrain-horovod-example --gpus): one rank (over NCCL
+    where built, flat and hierarchical) and two ranks sharing the GPU through host memory end with
+    the CPU job's weights, to the rounding of different kernels."""
+    flags = ["--dataset", "synthetic", "--network", "mlp", "--steps", "30", "--global-batch", "32"]
+
+    def weights(name, ranks, extra, env):
+        path = str(tmp_path / (name + ".bin"))
+        argv = [EXAMPLE, *flags, "--out", path, *extra]
+        if ranks > 1:
+            argv = launch_argv(ranks, 0, argv)
+        out = run_ok(spawn, argv, env=job_env(env), timeout=180)
+        device = "cuda:0" if extra else "cpu"
+        assert "rank 0 of %d (gloo, %s)" % (ranks, device) in out, out
+        with open(path, "rb") as f:
+            return torch.frombuffer(bytearray(f.read()), dtype=torch.float32)
+
+    cpu = weights("cpu", 1, [], {})
+    jobs = [("staged", 2, {"HOROVOD_GPU_OPERATIONS": "GLOO"})]
+    if dtrain._dtrain.nccl_built():
+        jobs += [("nccl", 1, {}), ("hierarchical", 1, {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"})]
+    for name, ranks, env in jobs:
+        got = weights(name, ranks, ["--gpus"], env)
+        assert got.shape == cpu.shape, name
+        difference = ((got - cpu).abs().max() / cpu.abs().max()).item()
+        assert difference < 1e-3, (name, difference)
 
 
 @pytest.mark.parametrize("gpus", ["0,", ",0", "0,,0", "x", "99"])

@@ -16,6 +16,11 @@
 // Compression::kFp16 sends float16 copies of the gradients (half the bytes; the sum is computed in
 // float16 by the backend, so expect about 3 significant digits).
 //
+// CUDA tensors (a CUDA build of torch, and dtrain built with the CUDA toolkit) go over NCCL where
+// collectives::NcclEnabled() (one GPU per rank: the launcher's local rank picks it), reading them
+// after the work queued on torch's current stream; otherwise they are copied to host memory,
+// reduced there and copied back, as Horovod's host path does (which lets ranks share a GPU).
+//
 // Threads: call from the training thread; hooks run on autograd's threads.
 #pragma once
 
@@ -32,7 +37,8 @@ namespace dtrain::train::horovod {
 
 enum class Compression { kNone, kFp16 };
 
-// A dtrain Array viewing a contiguous CPU tensor's memory (kept alive by the Array).
+// A dtrain Array viewing a contiguous CPU or CUDA tensor's memory (kept alive by the Array); a
+// CUDA one records torch's current stream on its device, which collectives wait for.
 Array ArrayView(const torch::Tensor& tensor);
 
 // Copies root's parameters and buffers into every rank's, by name. Call on every rank.
@@ -49,7 +55,8 @@ torch::Tensor Allgather(const std::string& name, const torch::Tensor& tensor);
 class DistributedOptimizer {
  public:
   // `module` names the parameters (their collective names); `inner` must optimise those same
-  // parameters. Throws InvalidArgument for non-float32 or non-CPU parameters.
+  // parameters. Throws InvalidArgument for parameters that are not float32, or neither on the CPU
+  // nor on a GPU.
   DistributedOptimizer(std::unique_ptr<torch::optim::Optimizer> inner, torch::nn::Module& module,
                        Compression compression = Compression::kNone);
   ~DistributedOptimizer();
