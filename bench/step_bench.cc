@@ -36,6 +36,7 @@
 
 #include "dtrain/common/error.h"
 #include "dtrain/kvstore/kvstore.h"
+#include "dtrain/optim/optimizer.h"
 #include "model_shapes.h"
 #include "percentile.h"
 
@@ -131,6 +132,10 @@ int main(int argc, char** argv) {
   bool overlap = true;
   app.add_flag("--overlap,!--no-overlap", overlap,
                "start each layer's next forward when its value is back (default), or wait for all");
+  std::string optimizer;
+  app.add_option("--optimizer", optimizer,
+                 "the servers update the weights with this (OptimizerSpec JSON, e.g. "
+                 "'{\"name\": \"sgd\", \"params\": {\"momentum\": 0.9}}'); default: they only sum");
   bool print_shapes = false;
   app.add_flag("--print-shapes", print_shapes,
                "print the scaled tensors as JSON and exit (bench/ddp_step.py uses them)");
@@ -161,6 +166,7 @@ int main(int argc, char** argv) {
       grads.back().Fill(1e-3f);
       kv->Init(static_cast<dtrain::Key>(k), params.back());
     }
+    if (!optimizer.empty()) kv->SetOptimizer(dtrain::OptimizerSpec::FromJson(optimizer));
     kv->Barrier();
     const double forward_ms = compute_ms / 3;
     const double backward_ms = compute_ms - forward_ms;
@@ -219,6 +225,8 @@ int main(int argc, char** argv) {
           {"bytes", bytes},
           {"compute_ms", compute_ms},
           {"overlap", overlap},
+          {"optimizer",
+           optimizer.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(optimizer)},
           {"step_ms", median},
           {"p90_ms", Percentile(step_ms, 0.9)},
           {"idle_ms", idle_ms.empty() ? 0 : Percentile(idle_ms, 0.5)},

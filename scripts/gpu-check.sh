@@ -113,7 +113,7 @@ cat "$bench_out.2bit" >>"$results" 2>/dev/null
   bash -c "'$python' bench/gpu_device_store.py | grep -o '{.*' >'$out/gpu_device_store.jsonl'"
 cat "$out/gpu_device_store.jsonl" >>"$results" 2>/dev/null
 train_out=$out/gpu_train.jsonl
-[ "$bench" = 0 ] || step gpu_train_bench timeout 180 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 \
+[ "$bench" = 0 ] || step gpu_train_bench timeout 240 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 \
   ${GPU_TRAIN_JOBS:+--jobs $GPU_TRAIN_JOBS} >'$train_out'"
 cat "$train_out" >>"$results" 2>/dev/null
 [ "$tests" = 0 ] || (cd tests/python && step python_gpu_tests timeout 480 "$python" -m pytest -q -rs -p no:cacheprovider \
