@@ -12,6 +12,8 @@ their average and postscale factor after the sum, each cast back toward zero, as
 allgather, broadcast and alltoall move any dtype's bytes unchanged. CUDA tensors go over NCCL where
 dtrain was built with it (HOROVOD_GPU_OPERATIONS=NCCL, one GPU per rank), else through host memory
 (alltoall, reducescatter and Adasum always stage through host memory).
+HOROVOD_HIERARCHICAL_ALLREDUCE=1 makes NCCL allreduces hierarchical, as Horovod's: within each host
+over NCCL, across hosts in host memory over Gloo or MPI.
 
 op=Adasum (adaptive summation, the engine's src/collectives/adasum.h) takes float tensors
 (bfloat16 in float32) and a power-of-two number of ranks, in any process set; CUDA tensors are
