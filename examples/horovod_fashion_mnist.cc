@@ -78,7 +78,8 @@ int Run(const Flags& f) {
   const auto sizes = train.images.sizes();
 
   torch::manual_seed(1000 + rank);  // different on purpose: rank 0's weights must win
-  auto net = dtrain::train::MakeNetwork(f.network, {sizes[1], sizes[2], sizes[3]}, 10);
+  auto net =
+      dtrain::train::MakeNetwork(f.network, {sizes[1], sizes[2], sizes[3]}, train.num_classes);
   net->to(device);
   hvd::BroadcastParameters(*net, 0);
   hvd::DistributedOptimizer optimizer(
@@ -112,9 +113,11 @@ int Run(const Flags& f) {
                         std::to_string(mean_acc.item<double>()) + ", this rank's " +
                         std::to_string(acc));
   }
-  std::printf("rank %d of %d (%s, %s): %lld steps of global batch %lld, Test_acc %.4f\n", rank,
+  // CUDA tensors go over NCCL where it is enabled, else through host memory.
+  const bool nccl = device.is_cuda() && coll::NcclEnabled();
+  std::printf("rank %d of %d (%s, %s%s): %lld steps of global batch %lld, Test_acc %.4f\n", rank,
               size, coll::Backend() == coll::BackendKind::kMpi ? "mpi" : "gloo",
-              device.str().c_str(), static_cast<long long>(f.steps),
+              device.str().c_str(), nccl ? ", nccl" : "", static_cast<long long>(f.steps),
               static_cast<long long>(f.global_batch), acc);
   if (!f.out.empty() && rank == 0) WriteParameters(*net, f.out);
   coll::Shutdown();

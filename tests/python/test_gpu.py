@@ -287,15 +287,20 @@ def test_cpp_horovod_api_on_cuda_trains_as_on_the_cpu(spawn, tmp_path):
         if ranks > 1:
             argv = launch_argv(ranks, 0, argv)
         out = run_ok(spawn, argv, env=job_env(env), timeout=180)
-        device = "cuda:0" if extra else "cpu"
+        device = "cpu"
+        if extra:  # over NCCL where asked, else staged through host memory
+            device = "cuda:0, nccl" if name in ("nccl", "hierarchical") else "cuda:0"
         assert "rank 0 of %d (gloo, %s)" % (ranks, device) in out, out
+        if name == "hierarchical":
+            assert "rank 0 is local rank 0 of 1 on one of 1 hosts" in out, out
         with open(path, "rb") as f:
             return torch.frombuffer(bytearray(f.read()), dtype=torch.float32)
 
     cpu = weights("cpu", 1, [], {})
     jobs = [("staged", 2, {"HOROVOD_GPU_OPERATIONS": "GLOO"})]
     if dtrain._dtrain.nccl_built():
-        jobs += [("nccl", 1, {}), ("hierarchical", 1, {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"})]
+        jobs += [("nccl", 1, {"HOROVOD_GPU_OPERATIONS": "NCCL"}),
+                 ("hierarchical", 1, {"HOROVOD_GPU_OPERATIONS": "NCCL", **HIERARCHICAL})]
     for name, ranks, env in jobs:
         got = weights(name, ranks, ["--gpus"], env)
         assert got.shape == cpu.shape, name

@@ -49,7 +49,9 @@ void Allreduce(const std::string& name, torch::Tensor& tensor,
                collectives::ReduceOp op = collectives::ReduceOp::kAverage,
                Compression compression = Compression::kNone);
 
-// Concatenates every rank's tensor along the first dimension, in rank order.
+// Concatenates every rank's tensor along the first dimension, in rank order, on the tensor's
+// device. The result keeps the memory the collective wrote (NCCL's is outside torch's caching
+// allocator and freed with cudaFree), so it cannot be resized; clone() it for that.
 torch::Tensor Allgather(const std::string& name, const torch::Tensor& tensor);
 
 class DistributedOptimizer {
