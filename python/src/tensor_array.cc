@@ -7,6 +7,7 @@
 
 #include "cuda/cuda.h"
 #include "dtrain/common/error.h"
+#include "train/tensor_array.h"
 #include "train/tensor_dtype.h"
 
 namespace dtrain::python {
@@ -51,25 +52,10 @@ Array ArrayView(const at::Tensor& tensor, const std::string& what) {
     throw pybind11::type_error(what + " is " + TorchDtypeName(tensor) +
                                "; dtrain moves float32, float64, float16 and bfloat16 tensors");
   }
-  auto keep = std::make_shared<at::Tensor>(tensor);
-  if (on_cuda) {
-    const int device = tensor.device().index();
-    return Array::WrapDevice(tensor.data_ptr(), Shape(tensor.sizes().begin(), tensor.sizes().end()),
-                             *dtype, device, CurrentStream(device),
-                             std::shared_ptr<void>(keep, keep.get()));
-  }
-  return Array::Wrap(tensor.data_ptr(), Shape(tensor.sizes().begin(), tensor.sizes().end()), *dtype,
-                     std::shared_ptr<void>(keep, keep.get()));
+  return train::ArrayOverTensor(tensor, *dtype,
+                                on_cuda ? CurrentStream(tensor.device().index()) : nullptr);
 }
 
-at::Tensor TensorView(const Array& array) {
-  auto owner = array.owner();
-  std::vector<int64_t> shape(array.shape().begin(), array.shape().end());
-  auto options = at::TensorOptions().dtype(train::ScalarTypeOf(array.dtype()));
-  if (array.on_device()) options = options.device(at::kCUDA, array.device());
-  if (!array.defined()) return at::empty(shape, options);
-  return at::from_blob(
-      array.data(), shape, [owner](void*) {}, options);
-}
+at::Tensor TensorView(const Array& array) { return train::TensorOverArray(array); }
 
 }  // namespace dtrain::python

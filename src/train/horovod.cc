@@ -1,6 +1,7 @@
 #include "dtrain/train/horovod.h"
 
 #include "dtrain/common/error.h"
+#include "train/tensor_array.h"
 #include "train/tensor_dtype.h"
 #include "train/torch_cuda.h"
 
@@ -39,15 +40,8 @@ Array ArrayView(const torch::Tensor& tensor) {
                           std::string(tensor.is_contiguous() ? "" : " non-contiguous") +
                           " tensor on " + tensor.device().str());
   }
-  auto keep = std::make_shared<torch::Tensor>(tensor);
-  Shape shape(tensor.sizes().begin(), tensor.sizes().end());
-  if (tensor.is_cuda()) {
-    return Array::WrapDevice(tensor.data_ptr(), std::move(shape), DTypeOf(tensor),
-                             tensor.device().index(), CurrentCudaStream(tensor.device()),
-                             std::shared_ptr<void>(keep, keep.get()));
-  }
-  return Array::Wrap(tensor.data_ptr(), std::move(shape), DTypeOf(tensor),
-                     std::shared_ptr<void>(keep, keep.get()));
+  return train::ArrayOverTensor(tensor, DTypeOf(tensor),
+                                tensor.is_cuda() ? CurrentCudaStream(tensor.device()) : nullptr);
 }
 
 void BroadcastParameters(torch::nn::Module& module, int root) {
@@ -79,14 +73,8 @@ void Allreduce(const std::string& name, torch::Tensor& tensor, collectives::Redu
 torch::Tensor Allgather(const std::string& name, const torch::Tensor& tensor) {
   const torch::Tensor input = tensor.detach().to(EngineDevice(tensor)).contiguous();
   const Array gathered = collectives::Allgather(name, ArrayView(input));
-  auto options = torch::TensorOptions().dtype(train::ScalarTypeOf(gathered.dtype()));
-  if (gathered.on_device()) options = options.device(torch::kCUDA, gathered.device());
-  // The result's memory stays the Array's (host, or the GPU's from NCCL) for as long as the
-  // tensor lives.
-  const torch::Tensor result = torch::from_blob(
-      gathered.data(), std::vector<int64_t>(gathered.shape().begin(), gathered.shape().end()),
-      [owner = gathered.owner()](void*) {}, options);
-  return result.to(tensor.device());
+  // The result keeps the memory the collective wrote (host, or the GPU's from NCCL).
+  return train::TensorOverArray(gathered).to(tensor.device());
 }
 
 struct DistributedOptimizer::Param {

@@ -9,6 +9,7 @@
 #include "dtrain/common/error.h"
 #include "report/reporter.h"
 #include "report/timeline.h"
+#include "train/tensor_array.h"
 #include "train/torch_cuda.h"
 
 namespace dtrain::train {
@@ -27,13 +28,7 @@ Array ArrayOf(const torch::Tensor& t) {
   if (!Supported(t)) {
     throw InvalidArgument("the trainer handles contiguous float32 CPU or CUDA tensors only");
   }
-  Shape shape(t.sizes().begin(), t.sizes().end());
-  auto owner = std::make_shared<torch::Tensor>(t);
-  if (t.device().is_cuda()) {
-    return Array::WrapDevice(t.data_ptr(), std::move(shape), DType::kFloat32, t.device().index(),
-                             CurrentCudaStream(t.device()), std::move(owner));
-  }
-  return Array::Wrap(t.data_ptr(), std::move(shape), DType::kFloat32, std::move(owner));
+  return ArrayOverTensor(t, DType::kFloat32, t.is_cuda() ? CurrentCudaStream(t.device()) : nullptr);
 }
 
 std::span<float> Floats(const torch::Tensor& t) {

@@ -10,18 +10,19 @@ NcclHierarchy PlanOf(const std::vector<std::string>& host_ids, int rank) {
   std::string why;
   auto plan = PlanHierarchy(host_ids, rank, &why);
   EXPECT_TRUE(plan.has_value()) << why;
-  return plan.value_or(NcclHierarchy{});
+  // A plan of one host of one rank when there is none, so that a failed test reads no further.
+  return plan.value_or(NcclHierarchy{HostLayout::FromHostIds({"?"}, 0), {0}});
 }
 
 TEST(NcclHierarchy, ContiguousHostsPairTheRanksOfEachLocalIndex) {
   const std::vector<std::string> hosts = {"a", "a", "b", "b", "c", "c"};
   const NcclHierarchy p3 = PlanOf(hosts, 3);
-  EXPECT_EQ(p3.local_ranks, (std::vector<int>{2, 3}));
-  EXPECT_EQ(p3.local_index, 1);
+  EXPECT_EQ(p3.layout.mine(), (std::vector<int>{2, 3}));
+  EXPECT_EQ(p3.layout.local_rank, 1);
   EXPECT_EQ(p3.cross_ranks, (std::vector<int>{1, 3, 5}));
-  EXPECT_EQ(p3.hosts, 3);
+  EXPECT_EQ(p3.layout.hosts(), 3);
   const NcclHierarchy p4 = PlanOf(hosts, 4);
-  EXPECT_EQ(p4.local_index, 0);
+  EXPECT_EQ(p4.layout.local_rank, 0);
   EXPECT_EQ(p4.cross_ranks, (std::vector<int>{0, 2, 4}));
 }
 
@@ -32,32 +33,32 @@ TEST(NcclHierarchy, InterleavedHostsGiveEveryMemberTheSameGroups) {
   const NcclHierarchy p1 = PlanOf(hosts, 1);
   const NcclHierarchy p2 = PlanOf(hosts, 2);
   const NcclHierarchy p3 = PlanOf(hosts, 3);
-  EXPECT_EQ(p0.host_ranks, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
-  EXPECT_EQ(p3.host_ranks, p0.host_ranks);
-  EXPECT_EQ(p0.local_ranks, (std::vector<int>{0, 2}));
-  EXPECT_EQ(p2.local_ranks, p0.local_ranks);
-  EXPECT_EQ(p1.local_ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(p0.layout.host_ranks, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(p3.layout.host_ranks, p0.layout.host_ranks);
+  EXPECT_EQ(p0.layout.mine(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(p2.layout.mine(), p0.layout.mine());
+  EXPECT_EQ(p1.layout.mine(), (std::vector<int>{1, 3}));
   EXPECT_EQ(p0.cross_ranks, (std::vector<int>{0, 1}));
   EXPECT_EQ(p1.cross_ranks, p0.cross_ranks);
   EXPECT_EQ(p2.cross_ranks, (std::vector<int>{2, 3}));
   EXPECT_EQ(p3.cross_ranks, p2.cross_ranks);
-  EXPECT_EQ(p3.local_index, 1);
+  EXPECT_EQ(p3.layout.local_rank, 1);
 }
 
 TEST(NcclHierarchy, OneHostHasNoGroupAcross) {
   const NcclHierarchy p = PlanOf({"a", "a", "a"}, 2);
-  EXPECT_EQ(p.local_ranks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(p.layout.mine(), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(p.cross_ranks, (std::vector<int>{2}));
-  EXPECT_EQ(p.hosts, 1);
+  EXPECT_EQ(p.layout.hosts(), 1);
   const NcclHierarchy alone = PlanOf({"a"}, 0);
-  EXPECT_EQ(alone.local_ranks, (std::vector<int>{0}));
+  EXPECT_EQ(alone.layout.mine(), (std::vector<int>{0}));
   EXPECT_EQ(alone.cross_ranks, (std::vector<int>{0}));
 }
 
 TEST(NcclHierarchy, HostsOfOneRankEachMeetOnlyAcross) {
   const NcclHierarchy p = PlanOf({"a", "b", "c"}, 1);
-  EXPECT_EQ(p.local_ranks, (std::vector<int>{1}));
-  EXPECT_EQ(p.local_index, 0);
+  EXPECT_EQ(p.layout.mine(), (std::vector<int>{1}));
+  EXPECT_EQ(p.layout.local_rank, 0);
   EXPECT_EQ(p.cross_ranks, (std::vector<int>{0, 1, 2}));
 }
 

@@ -2,13 +2,11 @@
 
 #include <algorithm>
 
-#include "collectives/gloo/host_groups.h"
-
 namespace dtrain::collectives {
 
 std::optional<NcclHierarchy> PlanHierarchy(const std::vector<std::string>& host_ids, int rank,
                                            std::string* why) {
-  const HostLayout layout = HostLayout::FromHostIds(host_ids, rank);
+  HostLayout layout = HostLayout::FromHostIds(host_ids, rank);
   for (const auto& ranks : layout.host_ranks) {
     if (ranks.size() != layout.mine().size()) {
       std::string counts;
@@ -21,12 +19,9 @@ std::optional<NcclHierarchy> PlanHierarchy(const std::vector<std::string>& host_
     }
   }
   NcclHierarchy plan;
-  plan.host_ranks = layout.host_ranks;
-  plan.local_ranks = layout.mine();
-  plan.local_index = layout.local_rank;
-  plan.hosts = layout.hosts();
-  for (const auto& ranks : layout.host_ranks) plan.cross_ranks.push_back(ranks[plan.local_index]);
+  for (const auto& ranks : layout.host_ranks) plan.cross_ranks.push_back(ranks[layout.local_rank]);
   std::sort(plan.cross_ranks.begin(), plan.cross_ranks.end());
+  plan.layout = std::move(layout);
   return plan;
 }
 

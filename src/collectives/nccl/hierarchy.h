@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/gloo/host_groups.h"
+
 namespace dtrain::collectives {
 
 // The subset generation (Communicator::Subset) of the cross-host group of shard i is
@@ -24,11 +26,10 @@ namespace dtrain::collectives {
 constexpr int kCrossHostGenerations = 20000;
 
 struct NcclHierarchy {
-  std::vector<std::vector<int>> host_ranks;  // every host's ranks, ascending; hosts by first rank
-  std::vector<int> local_ranks;  // this host's ranks, ascending; NCCL's local rank is the index
-  int local_index = 0;           // this rank's index in local_ranks: the shard it carries across
-  std::vector<int> cross_ranks;  // the ranks at local_index on every host, ascending
-  int hosts = 1;
+  // Which ranks share a host. This host's communicator is layout.mine() (NCCL's rank: the index),
+  // and layout.local_rank is the shard this rank carries across.
+  HostLayout layout;
+  std::vector<int> cross_ranks;  // the ranks at layout.local_rank on every host, ascending
 };
 
 // From every rank's host id (index = rank; common/host_id.h). nullopt, with `why` set, when the

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "common/host_id.h"
 #include "common/logging.h"
 #include "cuda/cuda_check.h"
+#include "cuda/pinned_pool.h"
 #include "cuda/stream_order.h"
 #include "dtrain/common/error.h"
 
@@ -108,7 +110,6 @@ class NcclCommunicator final : public DeviceCommunicator {
     if (world_) ncclCommAbort(world_);
     if (local_) ncclCommAbort(local_);
     cross_.reset();
-    if (pinned_) cudaFreeHost(pinned_);
     if (fusion_) cudaFree(fusion_);
     if (done_) cudaEventDestroy(done_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -121,21 +122,20 @@ class NcclCommunicator final : public DeviceCommunicator {
   // rank's shard (hierarchy.h). The communicator of every rank waits for the first allgather or
   // broadcast, which need it.
   void StartHierarchical(NcclHierarchy plan) {
-    for (const auto& ranks : plan.host_ranks) RequireOneRankPerGpu(gpus_, ranks);
+    for (const auto& ranks : plan.layout.host_ranks) RequireOneRankPerGpu(gpus_, ranks);
     hierarchy_ = std::move(plan);
-    local_ = Join(hierarchy_->host_ranks, "each host's ranks");
+    const HostLayout& layout = hierarchy_->layout;
+    local_ = Join(layout.host_ranks, "each host's ranks");
     if (hierarchy_->cross_ranks.size() > 1) {
       try {
-        cross_ =
-            host_->Subset(hierarchy_->cross_ranks, kCrossHostGenerations + hierarchy_->local_index);
+        cross_ = host_->Subset(hierarchy_->cross_ranks, kCrossHostGenerations + layout.local_rank);
       } catch (const ConfigError& e) {  // an MPI without MPI_THREAD_MULTIPLE: on every rank
         throw ConfigError(std::string("HOROVOD_HIERARCHICAL_ALLREDUCE=1: ") + e.what());
       }
     }
     DTRAIN_LOG(kConnections) << "collectives: hierarchical NCCL allreduce, rank " << rank_
-                             << " is local rank " << hierarchy_->local_index << " of "
-                             << hierarchy_->local_ranks.size() << " on one of " << hierarchy_->hosts
-                             << " hosts";
+                             << " is local rank " << layout.local_rank << " of "
+                             << layout.mine().size() << " on one of " << layout.hosts() << " hosts";
   }
 
   void Allreduce(const std::vector<Array>& ins, const std::vector<Array>& outs,
@@ -235,7 +235,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   ncclComm_t World() {
     if (!world_) {
       std::vector<int> everyone(static_cast<size_t>(size_));
-      for (int r = 0; r < size_; ++r) everyone[r] = r;
+      std::iota(everyone.begin(), everyone.end(), 0);
       RequireOneRankPerGpu(gpus_, everyone);
       world_ = Join({everyone}, "the job");
     }
@@ -290,7 +290,7 @@ class NcclCommunicator final : public DeviceCommunicator {
                              ReduceOp op, size_t total, const std::string& what) {
     const DType dtype = ins[0].dtype();
     const size_t element = DTypeSize(dtype);
-    const int local_size = static_cast<int>(hierarchy_->local_ranks.size());
+    const int local_size = static_cast<int>(hierarchy_->layout.mine().size());
     const size_t shard = ShardElements(total, local_size);
     const size_t padded = shard * static_cast<size_t>(local_size);
     char* fusion = static_cast<char*>(Fusion(padded * element));
@@ -299,7 +299,7 @@ class NcclCommunicator final : public DeviceCommunicator {
       Check(cudaMemsetAsync(fusion + total * element, 0, (padded - total) * element, stream_),
             "cudaMemset of the fusion buffer's padding");
     }
-    char* mine = fusion + static_cast<size_t>(hierarchy_->local_index) * shard * element;
+    char* mine = fusion + static_cast<size_t>(hierarchy_->layout.local_rank) * shard * element;
     const std::string within = what + " within the host";
     if (local_size > 1) {
       Enqueued(ncclReduceScatter(fusion, mine, shard, NcclType(dtype), NcclOp(op), local_, stream_),
@@ -370,17 +370,15 @@ class NcclCommunicator final : public DeviceCommunicator {
     return Array::WrapDevice(memory, shape, dtype, device_, stream_, owner);
   }
 
-  // Pinned host memory for a shard's trip across hosts; reused, grown when too small. Only the
-  // engine's thread uses it, and each call waits for its copies.
+  // Pinned host memory for a shard's trip across hosts, from the process's pool; kept while it is
+  // big enough, so that a copy a failed call left behind never writes into a buffer reused
+  // elsewhere. Only the engine's thread uses it.
   void* Pinned(size_t bytes) {
     if (bytes > pinned_bytes_) {
-      if (pinned_) Check(cudaFreeHost(pinned_), "cudaFreeHost of the staging buffer");
-      pinned_ = nullptr;
-      pinned_bytes_ = 0;
-      Check(cudaMallocHost(&pinned_, bytes), "cudaMallocHost of the staging buffer");
+      pinned_ = cuda::PinnedPool::Default().Get(bytes);
       pinned_bytes_ = bytes;
     }
-    return pinned_;
+    return pinned_.get();
   }
 
   void* Fusion(size_t bytes) {
@@ -492,7 +490,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   cudaEvent_t done_ = nullptr;
   void* fusion_ = nullptr;
   size_t fusion_bytes_ = 0;
-  void* pinned_ = nullptr;
+  std::shared_ptr<char> pinned_;
   size_t pinned_bytes_ = 0;
   std::exception_ptr broken_;
 };
