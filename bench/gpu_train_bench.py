@@ -3,7 +3,7 @@
 
     python3 bench/gpu_train_bench.py --build build-gpu
 
-Six jobs, each ResNet-18 (dtrain's, src/train/models/resnet.cc; bench/gpu_train.py has the same
+Seven jobs, each ResNet-18 (dtrain's, src/train/models/resnet.cc; bench/gpu_train.py has the same
 network in PyTorch) on CIFAR-shaped synthetic images, batch 128 per worker, SGD (lr 0.05, momentum
 0.9), every process on GPU 0:
   plain       one PyTorch process, no communication (bench/gpu_train.py plain)
@@ -13,6 +13,8 @@ network in PyTorch) on CIFAR-shaped synthetic images, batch 128 per worker, SGD 
               the same with --update-on-kvstore 0: the server sums, the worker's GPU updates
   dtrain 1x1 server threads
               dtrain 1x1 with the server's update of big keys over half the machine's cores
+  dtrain 1x1 apply on receive
+              dtrain 1x1 with the server applying on its network threads (DTRAIN_APPLY_THREADS=0)
   ddp 2       2 PyTorch processes, DistributedDataParallel over gloo with CUDA tensors
   dtrain 2x2  dtrain-train --gpus 0, 2 workers and 2 servers
 --jobs picks some of them, or adds ones that split dtrain's cost: dtrain_local (one process,
@@ -21,7 +23,9 @@ dtrain_local_store_update (the same with the optimizer in the store, which updat
 CUDA values on the GPU too, as MXNet's local store does),
 dtrain_1x1_no_overlap (gradients leave at step(), not during backward),
 dtrain_1x2 (1 worker, 2 servers), dtrain_1x1_traced (dtrain_1x1 writing a timeline,
-DTRAIN_TIMELINE, into --timeline-dir). dtrain_1x1_server_threads sets
+DTRAIN_TIMELINE, into --timeline-dir), dtrain_1x1_apply_on_receive (dtrain_1x1 with
+DTRAIN_APPLY_THREADS=0: the server's network threads apply what they receive, as before
+2026-12-02, against dtrain_1x1's threads of their own). dtrain_1x1_server_threads sets
 MXNET_KVSTORE_REDUCTION_NTHREADS (default 4) to half the cores: the server's update was the
 longest part of a 1x1 step.
 samples/s: per process the median of its timing windows after the first, summed over processes.
@@ -81,7 +85,7 @@ def main():
     p.add_argument("--timeout", type=float, default=120, help="seconds per job")
     p.add_argument("--timeline-dir", default=".", help="where dtrain_1x1_traced writes its trace")
     p.add_argument("--jobs", default="plain,dtrain_1x1,dtrain_1x1_worker_update,"
-                   "dtrain_1x1_server_threads,ddp_2,dtrain_2x2",
+                   "dtrain_1x1_server_threads,dtrain_1x1_apply_on_receive,ddp_2,dtrain_2x2",
                    help="comma-separated, run in this order")
     args = p.parse_args()
     launcher = os.path.join(args.build, "src/tools/dtrain")
@@ -130,6 +134,8 @@ def main():
         "dtrain_1x2": lambda: dtrain("dtrain_1x2", 1, servers=2),
         "dtrain_1x1_server_threads": lambda: dtrain("dtrain_1x1_server_threads", 1, env={
             "MXNET_KVSTORE_REDUCTION_NTHREADS": str(max(4, (os.cpu_count() or 8) // 2))}),
+        "dtrain_1x1_apply_on_receive": lambda: dtrain("dtrain_1x1_apply_on_receive", 1,
+                                                      env={"DTRAIN_APPLY_THREADS": "0"}),
         "dtrain_1x1_traced": lambda: dtrain("dtrain_1x1_traced", 1, env={
             "DTRAIN_TIMELINE": os.path.abspath(os.path.join(args.timeline_dir,
                                                             "dtrain_1x1.json"))}),
@@ -142,6 +148,7 @@ def main():
     for ours, theirs, target in (("dtrain_1x1", "plain", 0.9), ("dtrain_2x2", "ddp_2", 1.2),
                                  ("dtrain_1x1_worker_update", "plain", 0.9),
                                  ("dtrain_1x1_server_threads", "plain", 0.9),
+                                 ("dtrain_1x1_apply_on_receive", "plain", 0.9),
                                  ("dtrain_local", "plain", None),
                                  ("dtrain_local_store_update", "plain", None)):
         if ours in results and theirs in results:

@@ -25,7 +25,11 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
     fn(0, n);
     return;
   }
-  std::lock_guard<std::mutex> call(call_mutex_);
+  std::unique_lock<std::mutex> call(call_mutex_, std::try_to_lock);
+  if (!call.owns_lock()) {
+    fn(0, n);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fn_ = &fn;

@@ -19,16 +19,18 @@ class ThreadPool {
   int size() const { return static_cast<int>(threads_.size()) + 1; }
 
   // Runs fn(begin, end) over [0, n) split into size() contiguous ranges, using the calling thread
-  // as one of the workers, and returns when all are done. Calls from several threads at once are
-  // serialised. An exception from any piece is rethrown here, once every piece has ended (the
-  // first one thrown; the others are dropped), never in a pool thread.
+  // as one of the workers, and returns when all are done. A call that finds the pool busy with
+  // another thread's runs fn(0, n) on its own thread instead of waiting: a server applies several
+  // slots at once (ps/request_scheduler.h), and waiting made their updates one after another. An
+  // exception from any piece is rethrown here, once every piece has ended (the first one thrown;
+  // the others are dropped), never in a pool thread.
   void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void Loop(int index);
 
   std::vector<std::thread> threads_;
-  std::mutex call_mutex_;  // one ParallelFor at a time
+  std::mutex call_mutex_;  // held by the one ParallelFor that uses the pool
   std::mutex mutex_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;

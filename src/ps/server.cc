@@ -29,6 +29,18 @@ namespace {
 // MXNET_KVSTORE_REDUCTION_NTHREADS pool.
 constexpr int64_t kParallelSumElements = int64_t{1} << 18;
 
+// Bodies received and waiting to be applied, beyond which receiving waits (RequestScheduler):
+// a whole step of a big model from a few workers.
+constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
+// Requests that carry less than this (decoded) run on the transport's thread when their slot is
+// idle: applying them costs less than handing them to another thread.
+constexpr size_t kRunHereBytes = 64 * 1024;
+
+bool IsDataRequest(const Header& h) {
+  return !h.is_response() && (h.command == Command::kPush || h.command == Command::kPull ||
+                              h.command == Command::kPushPull);
+}
+
 std::string SlotName(uint64_t key, uint32_t part) {
   return "key " + std::to_string(key) + (part ? " part " + std::to_string(part) : "");
 }
@@ -56,7 +68,11 @@ Header ReplyTo(const Header& request, uint32_t flags) {
 }  // namespace
 
 Server::Server(Node& node, const Config& config)
-    : node_(node), config_(config), reduction_pool_(config.reduction_threads) {
+    : node_(node),
+      config_(config),
+      reduction_pool_(config.reduction_threads),
+      scheduler_(config.apply_threads, kMaxQueuedBytes, kSchedulerWait,
+                 [this](Message&& msg) { RunDataRequest(std::move(msg)); }) {
   report_id_ = report::AddPeriodic([this]() -> nlohmann::json {
     return {{"kind", "traffic"}, {"bytes_in", bytes_in_.load()}, {"bytes_out", bytes_out_.load()}};
   });
@@ -110,11 +126,30 @@ size_t Server::BodyLimit(const Header& h) {
 }
 
 void Server::Handle(Message&& msg) {
+  if (IsDataRequest(msg.header)) {
+    const Header& h = msg.header;
+    const size_t cost =
+        h.compression != Compression::kNone ? size_t{h.elements} * 4 : msg.body.size;
+    return scheduler_.Submit(std::move(msg), cost < kRunHereBytes);
+  }
+  if (msg.header.is_response()) return;  // servers send no requests
+  scheduler_.Fence(kSchedulerWait);
+  HandleControl(std::move(msg));
+}
+
+void Server::RunDataRequest(Message&& msg) {
+  const Header h = msg.header;
+  try {
+    HandleData(std::move(msg));
+  } catch (const std::exception& e) {
+    ReplyError(h, e.what());  // the requester learns why, the server serves on
+  }
+}
+
+void Server::HandleControl(Message&& msg) {
   const Header& h = msg.header;
-  if (h.is_response()) return;  // servers send no requests
-  // Data requests answer a refused body in HandleData, after checking who sent it and for what.
-  if ((h.flags & transport::kFlagBodyRefused) != 0 && h.command != Command::kPush &&
-      h.command != Command::kPushPull && h.command != Command::kPull) {
+  // (Data requests answer a refused body in HandleData, after checking who sent it and for what.)
+  if ((h.flags & transport::kFlagBodyRefused) != 0) {
     return ReplyError(h, std::string(CommandName(h.command)) + " of " + SlotName(h.key, h.part) +
                              " refused: " + msg.meta);
   }
@@ -126,10 +161,6 @@ void Server::Handle(Message&& msg) {
         return HandleSetOptimizer(msg);
       case Command::kCommand:
         return HandleCommand(msg);
-      case Command::kPush:
-      case Command::kPull:
-      case Command::kPushPull:
-        return HandleData(std::move(msg));
       default:
         return ReplyError(h, "servers do not handle " + std::string(CommandName(h.command)));
     }
@@ -282,6 +313,7 @@ void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int
 }
 
 void Server::OnWorkerReplaced(int worker_rank) {
+  scheduler_.Fence(kSchedulerWait);  // the lost process's requests received before go first
   const NodeId lost = node_.layout().WorkerId(worker_rank);
   std::shared_lock<std::shared_mutex> lock(slots_mutex_);
   for (auto& [id, slot] : slots_) {
@@ -298,6 +330,7 @@ void Server::OnWorkerReplaced(int worker_rank) {
 }
 
 void Server::OnWorkerLost(int /*worker_rank*/) {
+  scheduler_.Fence(kSchedulerWait);  // the checkpoint holds what it pushed before
   if (!checkpoint_folder_.empty()) RequestCheckpoint();
 }
 
@@ -409,6 +442,7 @@ std::string Server::FinishedWorkerProblem() {
 }
 
 void Server::OnWorkerFinished(int worker_rank) {
+  scheduler_.Fence(kSchedulerWait);  // its last requests complete their rounds first
   {
     std::lock_guard<std::mutex> lock(finished_mutex_);
     finished_workers_.push_back(worker_rank);

@@ -40,7 +40,10 @@
 // Values are never copied to answer a pull: the reply shares the stored buffer, and an update that
 // finds the buffer still being sent writes into a fresh one (copy on write).
 //
-// Threads: Handle is called on transport threads, concurrently for different slots.
+// Threads: Handle is called on transport threads. It queues data requests on a RequestScheduler
+// (request_scheduler.h), whose DTRAIN_APPLY_THREADS threads apply them (one slot's in order, the
+// most urgent slot first), and handles control requests itself once the data requests before them
+// ran.
 #pragma once
 
 #include <atomic>
@@ -59,6 +62,7 @@
 #include "common/thread_pool.h"
 #include "dtrain/optim/optimizer.h"
 #include "ps/node/node.h"
+#include "ps/request_scheduler.h"
 #include "ps/server_checkpoint.h"
 #include "transport/message.h"
 
@@ -91,6 +95,8 @@ class Server {
  private:
   struct SlotState;
 
+  // Everything but data requests, on the transport's thread.
+  void HandleControl(transport::Message&& msg);
   void HandleInit(transport::Message&& msg);
   void HandleSetOptimizer(const transport::Message& msg);
   // {"cmd": "get_optimizer_state"} / {"cmd": "set_optimizer_state", "bytes": n} with the bytes
@@ -100,6 +106,8 @@ class Server {
   // pushed into the sync slots here, "slots": n, "pushed": [[key, part, rounds]...]}; {"cmd":
   // "rejoin", "round": r}: the sender resumes at round r.
   void HandleRejoinCommand(const transport::Message& msg, const std::string& cmd, int64_t round);
+  // On the scheduler's threads: HandleData, answering an exception with an error reply.
+  void RunDataRequest(transport::Message&& msg);
   void HandleData(transport::Message&& msg);
   // {"cmd": "restored_rounds"}: each slot's rounds in the restored checkpoint (a replacement);
   // {"cmd": "checkpoint_now", "after": n}: a checkpoint soon (the asker's replay log fills up),
@@ -185,6 +193,11 @@ class Server {
   std::vector<transport::Header> acknowledge_after_checkpoint_;  // guarded by checkpoint_mutex_
   std::vector<SlotRounds> restored_rounds_;  // a replacement's, from its checkpoint
   std::thread checkpoint_thread_;
+  // The longest a network thread waits for room in the scheduler, or a control request for the
+  // data requests before it; both end as soon as the scheduler's threads catch up.
+  static constexpr Duration kSchedulerWait{30000};
+  // Last: destroyed first, so no data request runs while the members above go.
+  RequestScheduler scheduler_;
 };
 
 }  // namespace dtrain::ps

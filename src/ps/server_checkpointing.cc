@@ -152,7 +152,8 @@ void Server::StopCheckpoints() {
 void Server::FinalCheckpoint() {
   if (checkpoint_folder_.empty()) return;
   StopCheckpoints();
-  WriteAndAnnounce(/*announce=*/false);  // the workers have left
+  scheduler_.Fence(kSchedulerWait);  // everything received is in it
+  WriteAndAnnounce(/*announce=*/false);        // the workers have left
 }
 
 ServerCheckpoint Server::Capture(std::vector<SlotRounds>* rounds) {

@@ -150,6 +150,7 @@ std::vector<IntegerVar> IntegerVars() {
       {"DTRAIN_STREAMS_PER_PEER", 1, 16,
        [](const Config& c) { return int64_t{c.streams_per_peer}; }},
       {"DTRAIN_IO_THREADS", 1, 64, [](const Config& c) { return int64_t{c.io_threads}; }},
+      {"DTRAIN_APPLY_THREADS", 0, 64, [](const Config& c) { return int64_t{c.apply_threads}; }},
       {"DTRAIN_CHUNK_BYTES", 4096, int64_t{1} << 40,
        [](const Config& c) { return static_cast<int64_t>(c.chunk_bytes); }},
       {"DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40,

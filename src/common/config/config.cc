@@ -147,6 +147,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
   c.streams_per_peer = half_the_cores;
   c.io_threads = half_the_cores;
+  c.apply_threads = half_the_cores;
   r.Millis("DTRAIN_CONNECT_TIMEOUT_MS", &c.connect_timeout);
   r.Millis("DTRAIN_HELLO_TIMEOUT_MS", &c.hello_timeout);
   r.Millis("DTRAIN_LINK_TIMEOUT_MS", &c.link_timeout, 0);
@@ -168,6 +169,7 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_STREAMS_PER_PEER", 1, 16))
     c.streams_per_peer = static_cast<int>(*v);
   if (auto v = r.Integer("DTRAIN_IO_THREADS", 1, 64)) c.io_threads = static_cast<int>(*v);
+  if (auto v = r.Integer("DTRAIN_APPLY_THREADS", 0, 64)) c.apply_threads = static_cast<int>(*v);
   if (auto v = r.Integer("DTRAIN_CHUNK_BYTES", 4096, int64_t{1} << 40)) c.chunk_bytes = *v;
   if (auto v = r.Integer("DTRAIN_PARTITION_BYTES", 4096, int64_t{1} << 40)) c.partition_bytes = *v;
   if (auto v = r.Integer("DTRAIN_TCP_NOTSENT_LOWAT", 0, int64_t{1} << 30)) c.tcp_notsent_lowat = *v;
@@ -245,7 +247,8 @@ std::string Config::Describe() const {
       << " DTRAIN_START_TIMEOUT_MS=" << start_timeout.count()
       << " DTRAIN_REQUEST_TIMEOUT_MS=" << request_timeout.count()
       << " DTRAIN_STREAMS_PER_PEER=" << streams_per_peer << " DTRAIN_IO_THREADS=" << io_threads
-      << " DTRAIN_CHUNK_BYTES=" << chunk_bytes << " DTRAIN_PARTITION_BYTES=" << partition_bytes
+      << " DTRAIN_APPLY_THREADS=" << apply_threads << " DTRAIN_CHUNK_BYTES=" << chunk_bytes
+      << " DTRAIN_PARTITION_BYTES=" << partition_bytes
       << " DTRAIN_TCP_NOTSENT_LOWAT=" << tcp_notsent_lowat << " DTRAIN_TCP_SNDBUF="
       << (tcp_send_buffer == kAdaptiveSendBuffer ? "auto" : std::to_string(tcp_send_buffer))
       << " DTRAIN_TCP_LOCAL_CONGESTION=" << tcp_local_congestion

@@ -131,6 +131,9 @@ struct Config {
   // workers' compute needs both cores and every extra network thread costs wake-ups.
   int streams_per_peer = 2;              // DTRAIN_STREAMS_PER_PEER: TCP connections per peer
   int io_threads = 2;                    // DTRAIN_IO_THREADS
+  // DTRAIN_APPLY_THREADS: a server's threads that apply pushes and answer pulls, off the network
+  // threads that receive them (ps/request_scheduler.h); 0: the network threads apply them.
+  int apply_threads = 2;
   size_t chunk_bytes = size_t{4} << 20;  // DTRAIN_CHUNK_BYTES: values travel in pieces this big
   // DTRAIN_PARTITION_BYTES: a key under the big-array bound but bigger than this is split into
   // parts of at most this size, each placed on the least loaded server (BytePS's

@@ -41,6 +41,7 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_REPLAY_LOG_MB"},
     Variable{"DTRAIN_STREAMS_PER_PEER"},
     Variable{"DTRAIN_IO_THREADS"},
+    Variable{"DTRAIN_APPLY_THREADS"},
     Variable{"DTRAIN_CHUNK_BYTES"},
     Variable{"DTRAIN_PARTITION_BYTES"},
     Variable{"DTRAIN_TCP_NOTSENT_LOWAT"},
