@@ -6,13 +6,27 @@
 
 namespace dtrain::ps {
 
+namespace {
+// Set while this thread runs a request (on a scheduler thread or inline): a Fence from inside a
+// request (a reply that finds its peer lost reaches the server's OnWorkerLost) must not wait for
+// the request it is part of.
+thread_local bool running_a_request = false;
+}  // namespace
+
 RequestScheduler::RequestScheduler(int threads, size_t max_queued_bytes, Duration full_wait,
                                    Handler handle)
     : max_queued_bytes_(max_queued_bytes), full_wait_(full_wait), handle_(std::move(handle)) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  try {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  } catch (...) {
+    Stop();  // the threads that did start, or their joinable handles would end the process
+    throw;
+  }
 }
 
-RequestScheduler::~RequestScheduler() {
+RequestScheduler::~RequestScheduler() { Stop(); }
+
+void RequestScheduler::Stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -20,22 +34,34 @@ RequestScheduler::~RequestScheduler() {
   ready_cv_.notify_all();
   done_cv_.notify_all();
   for (auto& thread : threads_) thread.join();
+  threads_.clear();
 }
 
 void RequestScheduler::Submit(transport::Message&& msg, bool cheap) {
   if (threads_.empty()) return Run(std::move(msg));
-  if (cheap) {
-    bool idle;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      idle = slots_.count({msg.header.key, msg.header.part}) == 0;
+  if (!cheap) return Enqueue(std::move(msg));
+  const SlotId id{msg.header.key, msg.header.part};
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return;
+    if (slots_.count(id) != 0) {
+      // Busy: behind what the slot has waiting or running. Cheap, so the bound does not apply.
+      return Append(id, std::move(msg));
     }
-    if (idle) return Run(std::move(msg));
+    // Runs here, but counts as the slot's running request, so that the slot's other requests
+    // (another sender's, on another thread) wait for it and fences see it.
+    slots_[id].running = true;
+    seq = next_seq_++;
+    outstanding_.insert(seq);
   }
-  Enqueue(std::move(msg));
+  Run(std::move(msg));
+  std::lock_guard<std::mutex> lock(mutex_);
+  Finish(id, seq, 0);
 }
 
 void RequestScheduler::Run(transport::Message&& msg) {
+  running_a_request = true;
   try {
     handle_(std::move(msg));
   } catch (const std::exception& e) {
@@ -43,6 +69,7 @@ void RequestScheduler::Run(transport::Message&& msg) {
   } catch (...) {
     DTRAIN_LOG(kError) << "a data request failed with an unknown exception";
   }
+  running_a_request = false;
 }
 
 void RequestScheduler::Enqueue(transport::Message&& msg) {
@@ -58,17 +85,18 @@ void RequestScheduler::Enqueue(transport::Message&& msg) {
                          << Seconds(full_wait_) << " s; queuing one more anyway";
   }
   if (stop_) return;
-  const SlotId id{msg.header.key, msg.header.part};
+  Append({msg.header.key, msg.header.part}, std::move(msg));
+}
+
+void RequestScheduler::Append(const SlotId& id, transport::Message&& msg) {
   const uint64_t seq = next_seq_++;
+  queued_bytes_ += msg.body.size;
+  outstanding_.insert(seq);
   SlotQueue& slot = slots_[id];
   slot.requests.push_back(Queued{std::move(msg), seq});
-  outstanding_.insert(seq);
-  queued_bytes_ += bytes;
-  if (!slot.running && slot.requests.size() == 1) {
-    MarkReady(id, slot);
-    lock.unlock();
-    ready_cv_.notify_one();
-  }
+  if (slot.running || slot.requests.size() != 1) return;  // it runs when the slot's turn comes
+  MarkReady(id, slot);
+  ready_cv_.notify_one();
 }
 
 void RequestScheduler::MarkReady(const SlotId& id, const SlotQueue& slot) {
@@ -76,11 +104,27 @@ void RequestScheduler::MarkReady(const SlotId& id, const SlotQueue& slot) {
   ready_.emplace(-static_cast<int>(next.msg.header.priority), next.seq, id);
 }
 
+void RequestScheduler::Finish(const SlotId& id, uint64_t seq, size_t bytes) {
+  outstanding_.erase(seq);
+  queued_bytes_ -= bytes;
+  SlotQueue& slot = slots_[id];
+  slot.running = false;
+  if (slot.requests.empty()) {
+    slots_.erase(id);
+  } else {
+    MarkReady(id, slot);
+    ready_cv_.notify_one();
+  }
+  done_cv_.notify_all();
+}
+
 bool RequestScheduler::Fence(Duration timeout) {
-  if (threads_.empty() || OnOwnThread()) return true;
+  if (threads_.empty() || running_a_request) return true;
   std::unique_lock<std::mutex> lock(mutex_);
   const uint64_t fence = next_seq_;
-  const auto passed = [&] { return outstanding_.empty() || *outstanding_.begin() >= fence; };
+  const auto passed = [&] {
+    return stop_ || outstanding_.empty() || *outstanding_.begin() >= fence;
+  };
   if (done_cv_.wait_for(lock, timeout, passed)) return true;
   DTRAIN_LOG(kWarning) << outstanding_.size() << " data request(s) still not applied after "
                        << Seconds(timeout) << " s; going on without them";
@@ -90,12 +134,6 @@ bool RequestScheduler::Fence(Duration timeout) {
 size_t RequestScheduler::outstanding() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return outstanding_.size();
-}
-
-bool RequestScheduler::OnOwnThread() const {
-  const auto self = std::this_thread::get_id();
-  return std::any_of(threads_.begin(), threads_.end(),
-                     [self](const std::thread& t) { return t.get_id() == self; });
 }
 
 void RequestScheduler::Loop() {
@@ -112,19 +150,9 @@ void RequestScheduler::Loop() {
     const size_t bytes = request.msg.body.size;
     lock.unlock();
     Run(std::move(request.msg));
-    request.msg = {};  // its body is released before it stops counting against the bound
+    request.msg = {};  // what the handler left of it goes before it stops counting
     lock.lock();
-    outstanding_.erase(request.seq);
-    queued_bytes_ -= bytes;
-    SlotQueue& same = slots_[id];  // the map may have changed, the slot has not moved
-    same.running = false;
-    if (same.requests.empty()) {
-      slots_.erase(id);
-    } else {
-      MarkReady(id, same);
-      ready_cv_.notify_one();
-    }
-    done_cv_.notify_all();
+    Finish(id, request.seq, bytes);
   }
 }
 

@@ -10,12 +10,13 @@
 // it waits at most for the requests already running. As in BytePS's and P3's priority scheduling,
 // urgency is the sender's: Header::priority (MXNet's push/pull priority, -layer index).
 //
-// Order: one slot's (key, part) requests run one at a time, in the order they were queued, which
-// is the order each sender sent them (one slot's messages use one stream). Among slots, the one
-// whose next request has the highest priority runs first; equal priorities run in arrival order.
-// Different slots' requests run concurrently on `threads` threads. Control requests (init, the
-// optimizer, commands) and membership changes are not queued: the server calls Fence first, so
-// they see every data request that arrived before them applied, as when everything ran in order.
+// Order: one slot's (key, part) requests run one at a time (a cheap one run inline included), in
+// the order they were queued, which is the order each sender sent them (one slot's messages use one
+// stream). Among slots, the one whose next request has the highest priority runs first; equal
+// priorities run in arrival order. Different slots' requests run concurrently on `threads` threads.
+// Control requests (init, the optimizer, commands) and membership changes are not queued: the
+// server calls Fence first, so they see every data request that arrived before them applied, as
+// when everything ran in order.
 //
 // Cheap requests (small bodies) whose slot is idle run on the transport's thread instead.
 //
@@ -59,9 +60,9 @@ class RequestScheduler {
   // pushpull's round trip) and keeps every order above: the slot's next request from the same
   // sender arrives on the same thread, after this one has run.
   void Submit(transport::Message&& msg, bool cheap);
-  // Waits until every request queued before the call has run (at most `timeout`: then logs and
-  // returns false). Returns at once on one of the scheduler's own threads, where waiting could
-  // never end.
+  // Waits until every request submitted before the call has run (at most `timeout`: then logs and
+  // returns false). Returns at once inside a request (on a scheduler thread, or a cheap one run
+  // inline), where waiting could never end.
   bool Fence(Duration timeout);
 
   // Requests queued or running (for tests and the log).
@@ -83,8 +84,12 @@ class RequestScheduler {
   void Enqueue(transport::Message&& msg);
   void Run(transport::Message&& msg);  // the handler, never throwing
   void Loop();
-  void MarkReady(const SlotId& id, const SlotQueue& slot);  // mutex_ held
-  bool OnOwnThread() const;
+  void Stop();  // ends and joins the threads
+  // mutex_ held: queue a request behind the slot's; the slot's next request is ready to run; the
+  // request `seq` of slot `id` (holding `bytes` of body) ran.
+  void Append(const SlotId& id, transport::Message&& msg);
+  void MarkReady(const SlotId& id, const SlotQueue& slot);
+  void Finish(const SlotId& id, uint64_t seq, size_t bytes);
 
   const size_t max_queued_bytes_;
   const Duration full_wait_;

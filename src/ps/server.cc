@@ -71,7 +71,8 @@ Server::Server(Node& node, const Config& config)
     : node_(node),
       config_(config),
       reduction_pool_(config.reduction_threads),
-      scheduler_(config.apply_threads, kMaxQueuedBytes, kSchedulerWait,
+      scheduler_wait_(std::max(Duration(1000), config.heartbeat_timeout / 3)),
+      scheduler_(config.apply_threads, kMaxQueuedBytes, scheduler_wait_,
                  [this](Message&& msg) { RunDataRequest(std::move(msg)); }) {
   report_id_ = report::AddPeriodic([this]() -> nlohmann::json {
     return {{"kind", "traffic"}, {"bytes_in", bytes_in_.load()}, {"bytes_out", bytes_out_.load()}};
@@ -133,7 +134,7 @@ void Server::Handle(Message&& msg) {
     return scheduler_.Submit(std::move(msg), cost < kRunHereBytes);
   }
   if (msg.header.is_response()) return;  // servers send no requests
-  scheduler_.Fence(kSchedulerWait);
+  scheduler_.Fence(scheduler_wait_);
   HandleControl(std::move(msg));
 }
 
@@ -313,7 +314,7 @@ void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int
 }
 
 void Server::OnWorkerReplaced(int worker_rank) {
-  scheduler_.Fence(kSchedulerWait);  // the lost process's requests received before go first
+  scheduler_.Fence(scheduler_wait_);  // the lost process's requests received before go first
   const NodeId lost = node_.layout().WorkerId(worker_rank);
   std::shared_lock<std::shared_mutex> lock(slots_mutex_);
   for (auto& [id, slot] : slots_) {
@@ -330,7 +331,7 @@ void Server::OnWorkerReplaced(int worker_rank) {
 }
 
 void Server::OnWorkerLost(int /*worker_rank*/) {
-  scheduler_.Fence(kSchedulerWait);  // the checkpoint holds what it pushed before
+  scheduler_.Fence(scheduler_wait_);  // the checkpoint holds what it pushed before
   if (!checkpoint_folder_.empty()) RequestCheckpoint();
 }
 
@@ -442,7 +443,7 @@ std::string Server::FinishedWorkerProblem() {
 }
 
 void Server::OnWorkerFinished(int worker_rank) {
-  scheduler_.Fence(kSchedulerWait);  // its last requests complete their rounds first
+  scheduler_.Fence(scheduler_wait_);  // its last requests complete their rounds first
   {
     std::lock_guard<std::mutex> lock(finished_mutex_);
     finished_workers_.push_back(worker_rank);

@@ -194,8 +194,9 @@ class Server {
   std::vector<SlotRounds> restored_rounds_;  // a replacement's, from its checkpoint
   std::thread checkpoint_thread_;
   // The longest a network thread waits for room in the scheduler, or a control request for the
-  // data requests before it; both end as soon as the scheduler's threads catch up.
-  static constexpr Duration kSchedulerWait{30000};
+  // data requests before it; both end as soon as the scheduler's threads catch up. A third of
+  // PS_HEARTBEAT_TIMEOUT: the scheduler's heartbeats are read on the same threads.
+  const Duration scheduler_wait_;
   // Last: destroyed first, so no data request runs while the members above go.
   RequestScheduler scheduler_;
 };

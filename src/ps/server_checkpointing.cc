@@ -152,7 +152,7 @@ void Server::StopCheckpoints() {
 void Server::FinalCheckpoint() {
   if (checkpoint_folder_.empty()) return;
   StopCheckpoints();
-  scheduler_.Fence(kSchedulerWait);  // everything received is in it
+  scheduler_.Fence(scheduler_wait_);  // everything received is in it
   WriteAndAnnounce(/*announce=*/false);        // the workers have left
 }
 

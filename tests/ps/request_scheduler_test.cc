@@ -109,14 +109,58 @@ TEST(RequestScheduler, RunsACheapRequestHereOnlyWhenItsSlotIsIdle) {
   EXPECT_EQ(scheduler.outstanding(), 0u);
 
   scheduler.Submit(Request(Recorder::kGate, 0), false);  // busy now
-  scheduler.Submit(Request(Recorder::kGate, 0), true);   // same slot: waits behind it
+  while (recorder.keys().size() < 2) std::this_thread::yield();
+  scheduler.Submit(Request(Recorder::kGate, 0), true);  // same slot: waits behind it
   EXPECT_EQ(scheduler.outstanding(), 2u);
   scheduler.Submit(Request(2, 0), true);  // another, idle slot: runs here at once
-  EXPECT_EQ(recorder.keys(), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(recorder.keys(), (std::vector<uint64_t>{1, Recorder::kGate, 2}));
   recorder.Open();
   ASSERT_TRUE(scheduler.Fence(kLong));
-  EXPECT_EQ(recorder.keys(), (std::vector<uint64_t>{1, 2, Recorder::kGate, Recorder::kGate}));
+  EXPECT_EQ(recorder.keys(), (std::vector<uint64_t>{1, Recorder::kGate, 2, Recorder::kGate}));
   EXPECT_NE(recorder.thread_of(3), std::this_thread::get_id());
+}
+
+// Cheap requests of one slot from several threads (several senders) still run one at a time,
+// whether inline or queued behind one another.
+TEST(RequestScheduler, RunsOneSlotsRequestsOneAtATimeFromSeveralThreads) {
+  std::atomic<int> running{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> ran{0};
+  RequestScheduler scheduler(2, size_t{1} << 30, kLong, [&](Message&&) {
+    if (++running > 1) ++overlaps;
+    std::this_thread::yield();
+    --running;
+    ++ran;
+  });
+  std::vector<std::thread> senders;
+  for (int t = 0; t < 4; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < 500; ++i) scheduler.Submit(Request(5, 0), (i + t) % 3 != 0);
+    });
+  }
+  for (auto& sender : senders) sender.join();
+  ASSERT_TRUE(scheduler.Fence(kLong));
+  EXPECT_EQ(ran.load(), 2000);
+  EXPECT_EQ(overlaps.load(), 0);
+}
+
+// A request that leads to a fence (a reply that finds its worker lost ends in OnWorkerLost) does
+// not wait for itself, inline or on a scheduler thread.
+TEST(RequestScheduler, AFenceInsideARequestReturnsAtOnce) {
+  RequestScheduler* self = nullptr;
+  std::vector<bool> fenced;
+  std::mutex mutex;
+  RequestScheduler scheduler(1, size_t{1} << 30, kLong, [&](Message&&) {
+    const bool passed = self->Fence(kLong);
+    std::lock_guard<std::mutex> lock(mutex);
+    fenced.push_back(passed);
+  });
+  self = &scheduler;
+  scheduler.Submit(Request(1, 0), true);   // inline
+  scheduler.Submit(Request(2, 0), false);  // on the scheduler's thread
+  ASSERT_TRUE(scheduler.Fence(kLong));
+  std::lock_guard<std::mutex> lock(mutex);
+  EXPECT_EQ(fenced, (std::vector<bool>{true, true}));
 }
 
 TEST(RequestScheduler, AFenceWaitsForWhatCameBeforeIt) {
@@ -137,11 +181,15 @@ TEST(RequestScheduler, WaitsForRoomWhenQueuedBodiesPassTheBound) {
   Recorder recorder;
   RequestScheduler scheduler(1, 1000, kLong, recorder.Handler());
   scheduler.Submit(Request(Recorder::kGate, 0, 600), false);  // running, still counted
+  while (recorder.keys().empty()) std::this_thread::yield();
+  std::atomic<bool> started{false};
   std::atomic<bool> returned{false};
   std::thread sender([&] {
+    started = true;
     scheduler.Submit(Request(1, 0, 600), false);  // 1200 > 1000: waits
     returned = true;
   });
+  while (!started) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(returned.load());
   recorder.Open();
