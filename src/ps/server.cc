@@ -128,14 +128,21 @@ size_t Server::BodyLimit(const Header& h) {
 
 void Server::Handle(Message&& msg) {
   if (IsDataRequest(msg.header)) {
-    const Header& h = msg.header;
-    const size_t cost =
-        h.compression != Compression::kNone ? size_t{h.elements} * 4 : msg.body.size;
-    return scheduler_.Submit(std::move(msg), cost < kRunHereBytes);
+    const bool cheap = Cheap(msg);
+    return scheduler_.Submit(std::move(msg), cheap);
   }
   if (msg.header.is_response()) return;  // servers send no requests
   scheduler_.Fence(scheduler_wait_);
   HandleControl(std::move(msg));
+}
+
+bool Server::Cheap(const Message& msg) const {
+  const Header& h = msg.header;
+  if (h.compression != Compression::kNone) return size_t{h.elements} * 4 < kRunHereBytes;
+  if (msg.body.size < kRunHereBytes) return true;
+  // One worker and no optimizer: its push becomes the value as it is. Nothing is computed that
+  // receiving the next body could overlap, so a hand-off would only add a thread switch.
+  return node_.layout().num_workers == 1 && !optimizer_set_.load(std::memory_order_acquire);
 }
 
 void Server::RunDataRequest(Message&& msg) {
@@ -215,6 +222,7 @@ void Server::InstallOptimizer(const std::string& spec_json) {
   std::lock_guard<std::mutex> lock(optimizer_mutex_);
   optimizer_ = std::move(optimizer);
   optimizer_spec_ = spec_json;
+  optimizer_set_.store(true, std::memory_order_release);
 }
 
 std::shared_ptr<Optimizer> Server::CurrentOptimizer() {

@@ -106,6 +106,9 @@ class Server {
   // pushed into the sync slots here, "slots": n, "pushed": [[key, part, rounds]...]}; {"cmd":
   // "rejoin", "round": r}: the sender resumes at round r.
   void HandleRejoinCommand(const transport::Message& msg, const std::string& cmd, int64_t round);
+  // Whether a data request costs less than handing it to the scheduler's threads: small bodies,
+  // and pushes that only replace the value.
+  bool Cheap(const transport::Message& msg) const;
   // On the scheduler's threads: HandleData, answering an exception with an error reply.
   void RunDataRequest(transport::Message&& msg);
   void HandleData(transport::Message&& msg);
@@ -166,6 +169,7 @@ class Server {
   std::map<std::pair<uint64_t, uint32_t>, std::unique_ptr<SlotState>> slots_;
   std::mutex optimizer_mutex_;
   std::shared_ptr<Optimizer> optimizer_;
+  std::atomic<bool> optimizer_set_{false};  // optimizer_ is set: pushes cost an update
   // Updates hold it shared; saving or loading the optimizer's state holds it exclusively.
   std::shared_mutex optimizer_state_mutex_;
   std::mutex finished_mutex_;
