@@ -21,12 +21,9 @@ static void RangeOf(int64_t n, int parts, int index, int64_t* begin, int64_t* en
 }
 
 void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  if (threads_.empty() || n < 2) {
-    fn(0, n);
-    return;
-  }
-  std::unique_lock<std::mutex> call(call_mutex_, std::try_to_lock);
-  if (!call.owns_lock()) {
+  // No pool, nothing to split, or the pool busy with another caller's loop: this thread alone.
+  std::unique_lock<std::mutex> call(call_mutex_, std::defer_lock);
+  if (threads_.empty() || n < 2 || !call.try_lock()) {
     fn(0, n);
     return;
   }

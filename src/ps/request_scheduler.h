@@ -18,7 +18,8 @@
 // server calls Fence first, so they see every data request that arrived before them applied, as
 // when everything ran in order.
 //
-// Cheap requests (small bodies) whose slot is idle run on the transport's thread instead.
+// Requests the caller calls cheap (the server: small bodies, and pushes that only replace the
+// value) run on the transport's thread instead when their slot is idle.
 //
 // Memory: queued bodies are held until their request has run; Enqueue waits (up to `full_wait`,
 // then queues anyway, logged) while they exceed `max_queued_bytes`, which pushes back on the
