@@ -18,7 +18,9 @@ float32, float64, float16 or bfloat16.
 
 Keys are ints in ``[0, 2**43)`` or strs; every worker must init the same keys. A value is a tensor,
 or a list of tensors from several local devices (summed before they leave the worker). A key may
-be a list of keys, with one value (tensor or list) per key.
+be a list of keys, with one value (tensor or list) per key. A sparse COO value (an embedding's
+gradient, torch's form of MXNet's ``row_sparse``) is pushed as its dense form, and
+``row_sparse_pull`` gives the rows of a key asked for; the whole value travels either way.
 
 Errors: misuse raises :class:`dtrain.InvalidArgument` (a ``ValueError``) naming the key at the
 call; a failure on the way raises :class:`dtrain.PeerError` or :class:`dtrain.TimeoutError`,
@@ -27,7 +29,7 @@ naming the node, from ``wait``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
@@ -105,6 +107,31 @@ def _devices(value: Any, what: str, key: _Key) -> list[torch.Tensor]:
                     "not %s" % (what, key, type(value).__name__))
 
 
+def _densified(per_key: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
+    """Sparse values (an embedding's gradient, torch's form of MXNet's row_sparse) as dense ones:
+    the stores sum dense values, and the sum of sparse values is the sum of their dense forms."""
+    return [[t.to_dense() if t.is_sparse else t for t in tensors] for tensors in per_key]
+
+
+def _row_ids(row_ids: Any, key: _Key, rows: int, device: torch.device) -> torch.Tensor:
+    """`row_ids` as sorted unique int64 row numbers on `device`, each checked against `rows`."""
+    if not _is_tensor(row_ids):
+        try:
+            row_ids = torch.as_tensor(row_ids)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise InvalidArgument("row_sparse_pull of key %r: row_ids must be a tensor or a "
+                                  "list of ints (%s)" % (key, e)) from None
+    if row_ids.is_floating_point() or row_ids.is_complex() or row_ids.dtype == torch.bool:
+        raise InvalidArgument("row_sparse_pull of key %r: row_ids must be integers, not %s"
+                              % (key, row_ids.dtype))
+    ids = torch.unique(row_ids.reshape(-1).to(device=device, dtype=torch.int64))
+    if ids.numel() and (int(ids[0]) < 0 or int(ids[-1]) >= rows):
+        bad = int(ids[0]) if int(ids[0]) < 0 else int(ids[-1])
+        raise InvalidArgument("row_sparse_pull of key %r: row id %d is outside the key's %d rows"
+                              % (key, bad, rows))
+    return ids
+
+
 def _per_key(keys: list[_Key], listed: bool, value: Any,
              what: str) -> list[list[torch.Tensor]]:
     """One list of tensors per key."""
@@ -173,7 +200,7 @@ class KVStore:
         """Adds the value (summed over the devices given) to this round of the key."""
         keys, listed = _keys(key)
         values = self._shaped("push", keys, _per_key(keys, listed, value, "value"), "value")
-        return Handle(self._h.push(keys, values, priority))
+        return Handle(self._h.push(keys, _densified(values), priority))
 
     @overload
     def pull(self, key: _Key, out: None = None, priority: int = 0,
@@ -205,10 +232,13 @@ class KVStore:
         written into `value`."""
         keys, listed = _keys(key)
         values = self._shaped("pushpull", keys, _per_key(keys, listed, value, "value"), "value")
+        if out is None and any(t.is_sparse for tensors in values for t in tensors):
+            raise InvalidArgument("pushpull of a sparse value of key %r: pass out (a dense "
+                                  "tensor) for the result" % (keys[0],))
         outs = values if out is None else \
             self._shaped("pushpull", keys, _per_key(keys, listed, out, "out"), "out")
         result = value if out is None else out
-        return Handle(self._h.pushpull(keys, values, outs, priority), result)
+        return Handle(self._h.pushpull(keys, _densified(values), outs, priority), result)
 
     def broadcast(self, key: _Key | _KeyList, value: _Value, out: _Value,
                   priority: int = 0) -> Handle:
@@ -216,8 +246,51 @@ class KVStore:
         self.init(key, value)
         return self.pull(key, out=out, priority=priority)
 
-    def row_sparse_pull(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise NotImplementedError("dtrain has no sparse tensors; use pull")
+    def row_sparse_pull(self, key: _Key | _KeyList, out: Any = None, priority: int = 0,
+                        row_ids: Any = None) -> Any:
+        """MXNet's row_sparse_pull: the rows `row_ids` (a tensor or list of ints; repeats and
+        order do not matter) of a key whose value is a matrix, such as an embedding's weights.
+
+        Without `out`, waits and returns a sparse COO tensor of the key's shape holding those rows
+        (torch's form of MXNet's RowSparseNDArray: what ``nn.Embedding(sparse=True)`` gives as a
+        gradient). With `out` (a dense tensor of the key's shape, or one per device), writes those
+        rows and zeros elsewhere, as MXNet's row_sparse `out`, and returns a Handle that is done.
+        For several keys, pass one `row_ids` per key. The whole value travels (dtrain moves dense
+        values); only the selection is sparse."""
+        keys, listed = _keys(key)
+        if row_ids is None:
+            raise InvalidArgument("row_sparse_pull of key %r needs row_ids" % (keys[0],))
+        ids_per_key = row_ids if listed else [row_ids]
+        if listed and (not isinstance(row_ids, (list, tuple)) or len(row_ids) != len(keys)):
+            raise InvalidArgument("row_sparse_pull of %d keys needs one row_ids per key"
+                                  % len(keys))
+        outs = None if out is None else self._shaped(
+            "row_sparse_pull", keys, _per_key(keys, listed, out, "out"), "out")
+        results = []
+        op = None
+        for i, k in enumerate(keys):
+            if outs is None:
+                full = self._new_like(k)
+                self._h.pull([k], [[full]], priority).wait()
+            else:
+                full = outs[i][0]
+                op = self._h.pull([k], [[full]], priority)
+                op.wait()
+            if full.dim() < 1 or full.shape[0] == 0:
+                raise InvalidArgument("row_sparse_pull of key %r: its value of shape %s has no "
+                                      "rows" % (k, tuple(full.shape)))
+            ids = _row_ids(ids_per_key[i], k, full.shape[0], full.device)
+            if outs is None:
+                results.append(torch.sparse_coo_tensor(ids.unsqueeze(0), full.index_select(0, ids),
+                                                       full.shape).coalesce())
+                continue
+            kept = full.index_select(0, ids)
+            for t in outs[i]:
+                t.zero_()
+                t.index_copy_(0, ids.to(t.device), kept.to(t.device))
+        if op is None:
+            return results if listed else results[0]
+        return Handle(op, out)
 
     # --- control ---
     def barrier(self) -> None:

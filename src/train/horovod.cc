@@ -24,9 +24,11 @@ torch::Device EngineDevice(const torch::Tensor& t) {
 }
 
 // What travels for `grad`: a contiguous copy (the caller's tensor belongs to autograd and may be
-// reused), float16 with compression, where the engine takes it.
+// reused), float16 with compression, where the engine takes it. A sparse gradient (an embedding's)
+// travels dense, as with Horovod's sparse_as_dense.
 torch::Tensor SendBuffer(const torch::Tensor& grad, Compression compression) {
   const auto dtype = compression == Compression::kFp16 ? torch::kFloat16 : grad.scalar_type();
+  if (grad.is_sparse()) return grad.to_dense().to(EngineDevice(grad), dtype).contiguous();
   return grad.detach()
       .to(EngineDevice(grad), dtype, /*non_blocking=*/false, /*copy=*/true)
       .contiguous();
@@ -139,7 +141,8 @@ void DistributedOptimizer::step() {
     p->handle.Wait();
     p->submitted = false;
     torch::Tensor averaged = p->buffer.to(p->weight.device(), torch::kFloat32);
-    if (p->weight.grad().defined()) {
+    // A sparse gradient is replaced by the dense average; a dense one is written in place.
+    if (p->weight.grad().defined() && !p->weight.grad().is_sparse()) {
       p->weight.mutable_grad().copy_(averaged);
     } else {
       p->weight.mutable_grad() = averaged;

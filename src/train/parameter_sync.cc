@@ -304,13 +304,17 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
   Param& p = *params_[index];
   Bucket& b = *buckets_[p.bucket];
   if (b.issued || p.arrived[replica]) return;  // a parameter used twice: its hook fires per use
+  // An embedding's sparse gradient (nn::Embedding with sparse(true)) travels dense, as Horovod's
+  // sparse_as_dense: the stores sum dense values, and the sum of sparse gradients is the sum of
+  // their dense forms (repeated rows add up).
+  const torch::Tensor dense = grad.is_sparse() ? grad.to_dense() : grad;
   if (b.fused) {
     // The flat buffer may still be read by last step's exchange if nothing waited for it.
     Finish(b, lock);
     torch::NoGradGuard no_grad;
-    b.grads[replica].narrow(0, p.offset, p.numel).copy_(grad.reshape(-1));
+    b.grads[replica].narrow(0, p.offset, p.numel).copy_(dense.reshape(-1));
   } else {
-    p.grads[replica] = grad.contiguous();
+    p.grads[replica] = dense.contiguous();
   }
   p.arrived[replica] = 1;
   if (--b.pending == 0 && options_.overlap && optimizer_ready_) Issue(b, lock);

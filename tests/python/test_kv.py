@@ -111,6 +111,35 @@ def test_tensor_requirements_are_clear_errors(kv):
         dtrain.data.split_and_load(torch.zeros(4), 0)
 
 
+def test_sparse_values_and_row_sparse_pull_in_one_process(kv):
+    kv.init("emb", torch.arange(12, dtype=torch.float32).reshape(6, 2))
+    kv.set_optimizer(dtrain.optimizer.create("sgd", learning_rate=1.0))
+    grad = torch.sparse_coo_tensor(torch.tensor([[4, 1, 4]]), torch.ones(3, 2), (6, 2))
+    kv.push("emb", grad).wait()
+    want = torch.arange(12, dtype=torch.float32).reshape(6, 2)
+    want[1] -= 1
+    want[4] -= 2
+    assert torch.equal(kv.pull("emb"), want)
+    rows = kv.row_sparse_pull("emb", row_ids=torch.tensor([4, 1]))
+    assert rows.is_sparse and rows.indices().tolist() == [[1, 4]]
+    assert torch.equal(rows.values(), want[[1, 4]])
+    with pytest.raises(dtrain.InvalidArgument, match="key 'emb' needs row_ids"):
+        kv.row_sparse_pull("emb")
+    with pytest.raises(dtrain.InvalidArgument, match="row id 6 is outside the key's 6 rows"):
+        kv.row_sparse_pull("emb", row_ids=[0, 6])
+    with pytest.raises(dtrain.InvalidArgument, match="row id -1"):
+        kv.row_sparse_pull("emb", row_ids=[-1])
+    with pytest.raises(dtrain.InvalidArgument, match="must be integers"):
+        kv.row_sparse_pull("emb", row_ids=torch.tensor([1.0]))
+    with pytest.raises(dtrain.InvalidArgument, match="one row_ids per key"):
+        kv.row_sparse_pull(["emb", "emb"], row_ids=[[0, 1]])
+    with pytest.raises(dtrain.InvalidArgument, match=r"shape \(3, 2\)"):
+        kv.push("emb", torch.sparse_coo_tensor(torch.tensor([[0]]), torch.ones(1, 2), (3, 2)))
+    with pytest.raises(dtrain.InvalidArgument, match="pass out"):
+        kv.pushpull("emb", grad)
+    assert torch.equal(kv.pull("emb"), want)  # nothing refused was applied
+
+
 def test_a_refused_push_changes_nothing(kv):
     kv.init(4, torch.ones(3))
     with pytest.raises(ValueError):

@@ -1,6 +1,6 @@
 """dtrain.torch.Trainer: N workers end with the parameters of one process given the whole batch
 (programs/train_check.py), with the optimizer on the servers or the workers, fused or not, over
-several local devices, and over the horovod store."""
+several local devices, with an embedding's sparse gradients, and over the horovod store."""
 
 import pytest
 
@@ -16,13 +16,15 @@ from test_horovod import relative_difference
     (2, 1, ["--devices", "2"]),
     (2, 1, ["--params"]),
     (1, 1, []),
+    (2, 2, ["--embedding"]),
+    (2, 1, ["--embedding", "--update-on-worker"]),
 ])
 def test_trainer_matches_one_process(spawn, workers, servers, flags):
     out = run_ok(spawn, launch_argv(workers, servers, program("train_check.py", "trainer", *flags)))
     assert relative_difference(out) < 1e-5
 
 
-@pytest.mark.parametrize("flags", [[], ["--update-on-worker"]])
+@pytest.mark.parametrize("flags", [[], ["--update-on-worker"], ["--embedding"]])
 def test_trainer_over_the_horovod_store(spawn, flags):
     out = run_ok(spawn, launch_argv(2, 0, program("train_check.py", "trainer", "--kvstore",
                                                   "horovod", *flags)))

@@ -88,6 +88,24 @@ def main():
         expect("list pull", outs[1], torch.full((4, 4), float(n)))
         kv.barrier()
 
+        # Sparse values (an embedding's gradients, MXNet's row_sparse): summed as their dense
+        # forms; row_sparse_pull gives the rows asked for.
+        kv.init("emb", torch.zeros(6, 2))
+        rows = torch.tensor([[r, 5, 5]])  # row 5 twice: its two entries add up
+        kv.push("emb", per_device(torch.sparse_coo_tensor(rows, torch.ones(3, 2) * (r + 1),
+                                                          (6, 2))))
+        want = torch.zeros(6, 2)
+        for w in range(n):
+            want[w] += d * (w + 1)
+        want[5] = 2 * d * sum_ranks
+        got = kv.row_sparse_pull("emb", row_ids=torch.tensor([5, 0, 5]))
+        expect("row_sparse_pull rows", got.indices(), torch.tensor([[0, 5]]))
+        expect("row_sparse_pull values", got.to_dense(), want * torch.tensor([1., 0, 0, 0, 0, 1])[:, None])
+        dense = torch.full((6, 2), -1.0)
+        kv.row_sparse_pull("emb", out=dense, row_ids=[1]).wait()
+        expect("row_sparse_pull into out", dense, want * torch.tensor([0., 1, 0, 0, 0, 0])[:, None])
+        kv.barrier()
+
     # broadcast: rank 0's value into every worker's out.
     got = torch.empty(3)
     kv.broadcast("bcast", torch.full((3,), 100.0 + r), out=got).wait()

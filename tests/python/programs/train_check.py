@@ -4,12 +4,15 @@ with the same momentum and weight decay), to a relative difference of 1e-5.
 
     train_check.py trainer --kvstore dist_sync [--update-on-worker | --default-update] [--no-fuse]
                            [--devices 2]
-                           [--params] [--cuda]        # under dtrain launch -n N -s S
+                           [--params] [--cuda] [--embedding]   # under dtrain launch -n N -s S
     train_check.py hvd [--backward-passes 2] [--fp16]  # under dtrain launch -s 0 or mpirun
 
 --cuda: the model, its replicas and the data on GPU 0 (the replicas share it, standing in for a
 worker's GPUs); the reference still runs on the CPU, and the bound is 1e-4 (the GPU's kernels
 round differently).
+
+--embedding: the model starts with an nn.Embedding whose gradients are sparse (sparse=True, as
+PyTorch users train big vocabularies); the reference's is the same embedding with dense gradients.
 
 Rank 0 prints "train_check max relative difference D" and exits 1 if D is over the bound.
 """
@@ -26,11 +29,26 @@ import dtrain.torch as hvd
 STEPS, GLOBAL_BATCH, LR, MOMENTUM, WD = 6, 48, 0.05, 0.9, 1e-3
 
 
-def make_model():
+class WithEmbedding(torch.nn.Module):
+    """Three tokens per sample, read off its features, embedded and added to them."""
+
+    def __init__(self, mlp, sparse):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(1000, 64, sparse=sparse)  # 256 KiB: its own key
+        self.mlp = mlp
+
+    def forward(self, x):
+        tokens = (x[:, :3] * 1000).long() % 1000
+        return self.mlp(x + self.embedding(tokens).sum(1))
+
+
+def make_model(embedding=None):
+    """embedding: None (none), or whether its gradients are sparse."""
     torch.manual_seed(1)
     # fc1 is big (128 KiB: its own key); the rest are small (fused into one bucket).
-    return torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(),
-                               torch.nn.Linear(512, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(),
+                              torch.nn.Linear(512, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    return mlp if embedding is None else WithEmbedding(mlp, sparse=embedding)
 
 
 def batches():
@@ -39,9 +57,9 @@ def batches():
         yield torch.randn(GLOBAL_BATCH, 64, generator=g), torch.randint(0, 4, (GLOBAL_BATCH,), generator=g)
 
 
-def reference(scale=1.0):
+def reference(scale=1.0, embedding=False):
     """One process, the whole batch, mean loss (times `scale`), torch's SGD."""
-    model = make_model()
+    model = make_model(False if embedding else None)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
     for x, y in batches():
         opt.zero_grad()
@@ -61,7 +79,7 @@ def max_relative_difference(model, ref):
 def run_trainer(args):
     kv = dtrain.kv.create(args.kvstore)
     n, r = kv.num_workers, kv.rank
-    model = make_model()
+    model = make_model(True if args.embedding else None)
     device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
     model.to(device)
     if r > 0:  # rank 0's initial weights must win: start the others elsewhere
@@ -129,12 +147,14 @@ def main():
     ap.add_argument("--backward-passes", type=int, default=1)
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--cuda", action="store_true", help="trainer: the model and data on GPU 0")
+    ap.add_argument("--embedding", action="store_true",
+                    help="trainer: an embedding with sparse gradients first")
     args = ap.parse_args()
     torch.set_num_threads(1)
     rank, model, scale = run_trainer(args) if args.mode == "trainer" else run_hvd(args)
     if rank != 0:
         return 0
-    diff = max_relative_difference(model, reference(scale))
+    diff = max_relative_difference(model, reference(scale, args.embedding))
     bound = 2e-3 if args.fp16 else 1e-4 if args.cuda else 1e-5
     print("train_check max relative difference %.3g (bound %g)" % (diff, bound), flush=True)
     return 0 if diff < bound else 1
