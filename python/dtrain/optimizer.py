@@ -16,8 +16,10 @@ Names and parameters (MXNet's):
   (False), clip_weights, wd, rescale_grad, clip_gradient
 
 Every one takes ``lr_scheduler`` (a dtrain.lr_scheduler scheduler). ``multi_precision`` is
-accepted and has no effect: weights are float32 (as in MXNet with float32 weights). A parameter
-that is unknown or out of range is a :class:`dtrain.InvalidArgument` naming it, at creation.
+accepted and changes nothing: the optimizers update float32 weights, and dtrain.torch.Trainer
+always trains float16 and bfloat16 parameters through float32 master weights (MXNet's
+``multi_precision=True``). A parameter that is unknown or out of range is a
+:class:`dtrain.InvalidArgument` naming it, at creation.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from .lr_scheduler import LRScheduler
 
 __all__ = ["create", "Optimizer", "SGD", "NAG", "Adam", "AdaGrad", "RMSProp"]
 
-# MXNet parameters that mean nothing for float32 CPU weights; accepted so scripts carry over.
+# MXNet parameters with nothing to choose here (multi_precision: half-precision parameters always
+# have float32 masters); accepted so scripts carry over.
 _IGNORED = ("multi_precision", "lazy_update", "param_idx2name", "sym", "begin_num_update")
 
 

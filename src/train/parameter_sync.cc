@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "common/logging.h"
@@ -10,6 +11,7 @@
 #include "report/reporter.h"
 #include "report/timeline.h"
 #include "train/tensor_array.h"
+#include "train/tensor_dtype.h"
 #include "train/torch_cuda.h"
 
 namespace dtrain::train {
@@ -19,6 +21,30 @@ namespace {
 bool Supported(const torch::Tensor& t) {
   return t.defined() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() &&
          (t.device().is_cpu() || t.device().is_cuda());
+}
+
+// Parameters the optimizers update in float32 master weights (MXNet's multi_precision).
+bool HalfPrecision(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat16 || t.scalar_type() == torch::kBFloat16;
+}
+
+// Why a replica's parameter cannot be trained, or "" if it can.
+std::string Unsupported(const torch::Tensor& t, const torch::Tensor& first) {
+  if (!t.defined()) return "is undefined";
+  if (t.scalar_type() != torch::kFloat32 && !HalfPrecision(t)) {
+    const auto dtype = DTypeOf(t.scalar_type());
+    return "is " + std::string(dtype ? DTypeName(*dtype) : c10::toString(t.scalar_type())) +
+           ": the trainer trains float32 parameters, and float16 and bfloat16 ones through float32 "
+           "master weights";
+  }
+  if (!t.is_contiguous()) return "is not contiguous";
+  if (!(t.device().is_cpu() || t.device().is_cuda())) {
+    return "is on " + t.device().str() + ", not the CPU or a CUDA device";
+  }
+  if (!t.sizes().equals(first.sizes()) || t.scalar_type() != first.scalar_type()) {
+    return "differs from replica 0's in shape or dtype";
+  }
+  return "";
 }
 
 // An Array over a float32 tensor's memory, on the host or on a CUDA device (with the stream torch
@@ -35,7 +61,7 @@ std::span<float> Floats(const torch::Tensor& t) {
   return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
 }
 
-// A fused bucket's flat buffer, on the device of the parameters it carries.
+// A flat bucket's float32 buffer, on the device of the parameters it carries.
 torch::Tensor Flat(int64_t numel, const torch::Device& device) {
   return torch::empty({numel}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
 }
@@ -56,7 +82,7 @@ bool DefaultUpdateOnKVStore(const std::string& store_type, bool cuda_parameters)
 struct ParameterSync::Param {
   size_t index = 0;
   std::vector<torch::Tensor> weights;  // one per replica
-  std::vector<torch::Tensor> grads;    // this step's, per replica (unfused buckets)
+  std::vector<torch::Tensor> grads;    // this step's, per replica (buckets that are not flat)
   std::vector<char> arrived;           // per replica: this step's gradient is in
   std::vector<unsigned> hooks;         // per replica: its gradient hook, removed with the sync
   size_t bucket = 0;
@@ -65,14 +91,17 @@ struct ParameterSync::Param {
 };
 
 // What travels under one key: one parameter (its tensors are sent and received in place) or
-// several small ones (fused: copied into flat buffers on the way out and back).
+// several small ones, fused. A flat bucket travels through float32 buffers of its own, copied into
+// on the way out and back: several parameters fused, or a float16 or bfloat16 one, whose buffers
+// hold float32 gradients and master weights (MXNet's multi_precision: the optimizer updates the
+// float32 weights, and the parameter gets them rounded).
 struct ParameterSync::Bucket {
   size_t key = 0;
   std::vector<size_t> params;
   int64_t numel = 0;
-  bool fused = false;
-  std::vector<torch::Tensor> grads;  // fused: per replica, flat, on that replica's device
-  torch::Tensor weights;             // fused: flat weights on replica 0's device (pull target)
+  bool flat = false;
+  std::vector<torch::Tensor> grads;  // flat: per replica, on that replica's device
+  torch::Tensor weights;             // flat: weights on replica 0's device (pull target)
   // Optimizer here: the summed gradient, pulled to replica 0's device (the host or a GPU).
   Array summed;
   int pending = 0;       // gradients still to arrive this step
@@ -121,10 +150,9 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
     }
     for (size_t i = 0; i < params_.size(); ++i) {
       const torch::Tensor& t = replicas[r][i];
-      if (!Supported(t) || !t.sizes().equals(first[i].sizes())) {
-        throw InvalidArgument(
-            "parameter " + std::to_string(i) + " of replica " + std::to_string(r) +
-            " is not a contiguous float32 CPU or CUDA tensor of replica 0's shape");
+      if (const std::string why = Unsupported(t, first[i]); !why.empty()) {
+        throw InvalidArgument("parameter " + std::to_string(i) + " of replica " +
+                              std::to_string(r) + " " + why);
       }
       if (t.device().is_cuda() && cuda::DeviceCount() == 0) {
         throw InvalidArgument("parameter " + std::to_string(i) + " of replica " +
@@ -141,13 +169,13 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
   std::vector<Array> initial;
   for (auto& b : buckets_) {
     keys.push_back(static_cast<Key>(b->key));
-    initial.push_back(ArrayOf(b->fused ? b->weights : params_[b->params[0]]->weights[0]));
+    initial.push_back(ArrayOf(b->flat ? b->weights : params_[b->params[0]]->weights[0]));
   }
   kv_.Init(keys, initial);
   std::vector<Operation> pulls;
   for (auto& b : buckets_) {
     std::vector<Array> outs;
-    if (b->fused) {
+    if (b->flat) {
       outs.push_back(ArrayOf(b->weights));
     } else {
       for (auto& w : params_[b->params[0]]->weights) outs.push_back(ArrayOf(w));
@@ -156,7 +184,7 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
   }
   Operation::Combine(pulls).Wait();
   for (auto& b : buckets_) {
-    if (b->fused) Scatter(*b);
+    if (b->flat) Scatter(*b);
   }
   if (options_.batch_size > 0) SetUpOptimizer(options_.batch_size);
 
@@ -213,11 +241,11 @@ void ParameterSync::PlanBuckets() {
     b.params.push_back(n);
   }
   for (auto& b : buckets_) {
-    b->fused = b->params.size() > 1;
-    b->pending = static_cast<int>(b->params.size() * num_replicas_);
     const auto& replicas = params_[b->params[0]]->weights;
     const torch::Tensor& first = replicas[0];
-    if (b->fused) {
+    b->flat = b->params.size() > 1 || HalfPrecision(first);
+    b->pending = static_cast<int>(b->params.size() * num_replicas_);
+    if (b->flat) {
       torch::NoGradGuard no_grad;
       for (size_t r = 0; r < num_replicas_; ++r) {
         b->grads.push_back(Flat(b->numel, replicas[r].device()));
@@ -227,10 +255,10 @@ void ParameterSync::PlanBuckets() {
     }
     if (!options_.update_on_kvstore) {
       if (first.device().is_cuda()) {
-        b->summed = ArrayOf(b->fused ? Flat(b->numel, first.device()) : torch::empty_like(first));
+        b->summed = ArrayOf(b->flat ? Flat(b->numel, first.device()) : torch::empty_like(first));
       } else {
-        b->summed = b->fused ? Array(Shape{b->numel})
-                             : Array(Shape(first.sizes().begin(), first.sizes().end()));
+        b->summed = b->flat ? Array(Shape{b->numel})
+                            : Array(Shape(first.sizes().begin(), first.sizes().end()));
       }
     }
   }
@@ -276,9 +304,9 @@ void ParameterSync::ReplicateFromFirst() {
   for (auto& p : params_) {
     for (size_t r = 1; r < p->weights.size(); ++r) p->weights[r].copy_(p->weights[0]);
   }
-  // A fused bucket's flat weights follow replica 0 too.
+  // A flat bucket's weights follow replica 0 too.
   for (auto& b : buckets_) {
-    if (b->fused) Gather(*b);
+    if (b->flat) Gather(*b);
   }
 }
 
@@ -308,7 +336,7 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
   // sparse_as_dense: the stores sum dense values, and the sum of sparse gradients is the sum of
   // their dense forms (repeated rows add up).
   const torch::Tensor dense = grad.is_sparse() ? grad.to_dense() : grad;
-  if (b.fused) {
+  if (b.flat) {
     // The flat buffer may still be read by last step's exchange if nothing waited for it.
     Finish(b, lock);
     torch::NoGradGuard no_grad;
@@ -321,10 +349,10 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
 }
 
 void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
-  if (b.fused) Finish(b, lock);
+  if (b.flat) Finish(b, lock);
   std::vector<Array> grads;
   std::vector<Array> outs;
-  if (b.fused) {
+  if (b.flat) {
     for (size_t i : b.params) {  // parameters this backward did not reach contribute zeros
       const Param& p = *params_[i];
       for (size_t r = 0; r < num_replicas_; ++r) {
@@ -373,9 +401,9 @@ void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool t
   torch::NoGradGuard no_grad;
   Param& first = *params_[b.params[0]];
   if (local_optimizer_) {
-    // Replica 0's weights (a fused bucket's flat ones) are updated where they are, as MXNet's
+    // Replica 0's weights (a flat bucket's own) are updated where they are, as MXNet's
     // updater runs where the weights are, then copied to the other replicas below.
-    const torch::Tensor& weights = b.fused ? b.weights : first.weights[0];
+    const torch::Tensor& weights = b.flat ? b.weights : first.weights[0];
     if (weights.is_cuda()) {
       // Queued on torch's current stream, before those copies and the next forward: nothing here
       // waits for the GPU.
@@ -384,7 +412,7 @@ void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool t
       local_optimizer_->Update(b.key, Floats(weights), b.summed.floats());
     }
   }
-  if (b.fused) {
+  if (b.flat) {
     Scatter(b);
   } else if (local_optimizer_) {
     for (size_t r = 1; r < first.weights.size(); ++r) first.weights[r].copy_(first.weights[0]);

@@ -26,6 +26,11 @@
 // trainer.step): the optimizer is set up then, so the first step's gradients leave at Step and
 // overlap starts with the second step. Every later Step must give the same size.
 //
+// float16 and bfloat16 parameters train as MXNet's multi_precision: their gradients travel as
+// float32, the optimizer updates float32 master weights (in the store, or here), and each
+// parameter gets them rounded to its dtype. The store's keys hold the masters; a saved model
+// holds the rounded parameters, so a resumed job's masters start from those.
+//
 // CUDA parameters: gradients and weights travel as device Arrays ordered after torch's current
 // stream (src/cuda), fused buckets live on the parameters' GPU, and an optimizer run here
 // (update_on_kvstore false) updates replica 0's weights on their GPU, queued on torch's current
@@ -79,11 +84,11 @@ bool DefaultUpdateOnKVStore(const std::string& store_type, bool cuda_parameters)
 class ParameterSync {
  public:
   // `replicas[r][i]` is parameter i on local replica r: every replica lists the same shapes in the
-  // same order, which must be the same on every worker; float32, contiguous, on the CPU or a CUDA
-  // device (replicas may sit on different GPUs: the store sums their gradients, on the GPU for the
-  // *_device types). Replica 0's values are copied into the others. Throws InvalidArgument for bad
-  // options (dist_async without update_on_kvstore, a negative batch size, an unknown optimizer) or
-  // replicas that differ.
+  // same order, which must be the same on every worker; float32, float16 or bfloat16, contiguous,
+  // on the CPU or a CUDA device (replicas may sit on different GPUs: the store sums their
+  // gradients, on the GPU for the *_device types). Replica 0's values are copied into the others.
+  // Throws InvalidArgument for bad options (dist_async without update_on_kvstore, a negative batch
+  // size, an unknown optimizer), other dtypes, or replicas that differ.
   ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, KVStore& kv,
                 TrainerOptions options);
   // Waits for the exchanges in flight (their errors are logged, not thrown).
@@ -141,8 +146,8 @@ class ParameterSync {
   void Issue(Bucket& b, std::unique_lock<std::mutex>& lock);
   // `timed`: the wait counts as waiting for communication (not in WaitAll).
   void Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool timed = true);
-  void Scatter(const Bucket& b);  // a fused bucket's flat weights into every replica
-  void Gather(const Bucket& b);   // replica 0's weights into a fused bucket's flat weights
+  void Scatter(const Bucket& b);  // a flat bucket's weights into every replica
+  void Gather(const Bucket& b);   // replica 0's weights into a flat bucket's weights
 
   // Reports for the launcher (report/reporter.h): at most one a second, and one at the end.
   // mutex_ held (WaitFor adds to wait_s_ under it).

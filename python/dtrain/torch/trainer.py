@@ -14,6 +14,10 @@ the servers (update_on_kvstore, the default for dist stores) or here, with ident
 Gradients are rescaled by 1/(batch_size x num_workers) in dist_sync, so N workers with batch b
 follow one worker with batch N x b.
 
+Parameters may be float32, float16 or bfloat16: half-precision ones train through float32 master
+weights (MXNet's multi_precision), kept by the store (or here, without update_on_kvstore); their
+gradients travel as float32. Sparse gradients (``nn.Embedding(sparse=True)``) travel dense.
+
 Given a module (or a list of replicas, one per local device), the Trainer makes each submodule's
 forward wait only for its own parameters' new weights, so the next forward overlaps the exchange
 of later layers. Given bare parameters it cannot see the forward: step() then waits for every

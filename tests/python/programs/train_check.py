@@ -4,12 +4,18 @@ with the same momentum and weight decay), to a relative difference of 1e-5.
 
     train_check.py trainer --kvstore dist_sync [--update-on-worker | --default-update] [--no-fuse]
                            [--devices 2]
-                           [--params] [--cuda] [--embedding]   # under dtrain launch -n N -s S
+                           [--params] [--cuda] [--embedding] [--bfloat16]
+                                                    # under dtrain launch -n N -s S
     train_check.py hvd [--backward-passes 2] [--fp16]  # under dtrain launch -s 0 or mpirun
 
 --cuda: the model, its replicas and the data on GPU 0 (the replicas share it, standing in for a
 worker's GPUs); the reference still runs on the CPU, and the bound is 1e-4 (the GPU's kernels
 round differently).
+
+--bfloat16: the model and data in bfloat16 (the Trainer keeps float32 master weights, MXNet's
+multi_precision); so does the reference. The bound is 1e-6 for one worker on the host, and 2e-2
+for several (each worker's gradient of its part of the batch is rounded to bfloat16, the
+reference's of the whole batch) or on a GPU (its kernels round otherwise).
 
 --embedding: the model starts with an nn.Embedding whose gradients are sparse (sparse=True, as
 PyTorch users train big vocabularies); the reference's is the same embedding with dense gradients.
@@ -57,31 +63,45 @@ def batches():
         yield torch.randn(GLOBAL_BATCH, 64, generator=g), torch.randint(0, 4, (GLOBAL_BATCH,), generator=g)
 
 
-def reference(scale=1.0, embedding=False):
-    """One process, the whole batch, mean loss (times `scale`), torch's SGD."""
-    model = make_model(False if embedding else None)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
+def reference(scale=1.0, embedding=False, dtype=torch.float32):
+    """One process, the whole batch, mean loss (times `scale`), torch's SGD; for a bfloat16
+    model, on float32 master weights that the model gets rounded after each step."""
+    model = make_model(False if embedding else None).to(dtype)
+    masters = [p.detach().float().requires_grad_() for p in model.parameters()]
+    opt = torch.optim.SGD(masters, lr=LR, momentum=MOMENTUM, weight_decay=WD)
+    # bfloat16: the loss summed over the batch, as the workers compute it (the rounding of its
+    # gradients is then theirs), and made a mean in float32.
+    divide = GLOBAL_BATCH if dtype != torch.float32 else 1
     for x, y in batches():
-        opt.zero_grad()
-        (scale * torch.nn.functional.cross_entropy(model(x), y)).backward()
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x.to(dtype)), y,
+                                                 reduction="mean" if divide == 1 else "sum")
+        (scale * loss).backward()
+        for p, m in zip(model.parameters(), masters):
+            m.grad = p.grad.float() / divide
         opt.step()
+        with torch.no_grad():
+            for p, m in zip(model.parameters(), masters):
+                p.copy_(m)
     return model
 
 
 def max_relative_difference(model, ref):
     worst = 0.0
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        p = p.detach().cpu()
-        worst = max(worst, ((p - q.detach()).abs().max() / q.detach().abs().max()).item())
+        p, q = p.detach().cpu().double(), q.detach().double()
+        worst = max(worst, ((p - q).abs().max() / q.abs().max()).item())
     return worst
 
 
 def run_trainer(args):
     kv = dtrain.kv.create(args.kvstore)
     n, r = kv.num_workers, kv.rank
+    args.workers = n
     model = make_model(True if args.embedding else None)
     device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
-    model.to(device)
+    dtype = torch.bfloat16 if args.bfloat16 else torch.float32
+    model.to(device, dtype)
     if r > 0:  # rank 0's initial weights must win: start the others elsewhere
         with torch.no_grad():
             for p in model.parameters():
@@ -95,7 +115,7 @@ def run_trainer(args):
     print("train_check update_on_kvstore %s" % trainer.update_on_kvstore, flush=True)
     local = GLOBAL_BATCH // n
     for x, y in batches():
-        xs, ys = x[r * local:(r + 1) * local], y[r * local:(r + 1) * local]
+        xs, ys = x[r * local:(r + 1) * local].to(dtype), y[r * local:(r + 1) * local]
         on = [device] * args.devices
         parts = dtrain.data.split_and_load(xs, on), dtrain.data.split_and_load(ys, on)
         for net, xp, yp in zip(replicas, *parts):
@@ -147,6 +167,8 @@ def main():
     ap.add_argument("--backward-passes", type=int, default=1)
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--cuda", action="store_true", help="trainer: the model and data on GPU 0")
+    ap.add_argument("--bfloat16", action="store_true",
+                    help="trainer: the model and data in bfloat16")
     ap.add_argument("--embedding", action="store_true",
                     help="trainer: an embedding with sparse gradients first")
     args = ap.parse_args()
@@ -154,8 +176,12 @@ def main():
     rank, model, scale = run_trainer(args) if args.mode == "trainer" else run_hvd(args)
     if rank != 0:
         return 0
-    diff = max_relative_difference(model, reference(scale, args.embedding))
-    bound = 2e-3 if args.fp16 else 1e-4 if args.cuda else 1e-5
+    diff = max_relative_difference(
+        model, reference(scale, args.embedding, torch.bfloat16 if args.bfloat16 else torch.float32))
+    if args.bfloat16:  # one worker on the host computes what the reference does
+        bound = 2e-2 if args.workers > 1 or args.cuda else 1e-6
+    else:
+        bound = 2e-3 if args.fp16 else 1e-4 if args.cuda else 1e-5
     print("train_check max relative difference %.3g (bound %g)" % (diff, bound), flush=True)
     return 0 if diff < bound else 1
 
