@@ -51,7 +51,7 @@ void RegisterTraining(py::module_& m) {
       .def(py::init([](std::vector<std::vector<at::Tensor>> replicas, const KVStoreHandle& kv,
                        const std::string& optimizer, const std::map<std::string, double>& params,
                        const std::string& lr_scheduler, int64_t batch_size, bool update_on_kvstore,
-                       bool overlap, int64_t fuse_below_bytes) {
+                       bool overlap, int64_t fuse_below_bytes, int backward_passes_per_step) {
              train::TrainerOptions options;
              options.optimizer = OptimizerSpec{optimizer, params};
              options.optimizer.lr_scheduler = lr_scheduler;
@@ -59,11 +59,12 @@ void RegisterTraining(py::module_& m) {
              options.update_on_kvstore = update_on_kvstore;
              options.overlap = overlap;
              options.fuse_below_bytes = fuse_below_bytes;
+             options.backward_passes_per_step = backward_passes_per_step;
              return std::make_unique<SyncHandle>(std::move(replicas), kv, std::move(options));
            }),
            py::arg("replicas"), py::arg("kvstore"), py::arg("optimizer"), py::arg("params"),
            py::arg("lr_scheduler"), py::arg("batch_size"), py::arg("update_on_kvstore"),
-           py::arg("overlap"), py::arg("fuse_below_bytes"))
+           py::arg("overlap"), py::arg("fuse_below_bytes"), py::arg("backward_passes_per_step"))
       .def("step",
            [](const SyncHandle& h, int64_t batch_size) {
              auto& sync = h.sync();

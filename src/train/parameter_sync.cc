@@ -83,7 +83,7 @@ struct ParameterSync::Param {
   size_t index = 0;
   std::vector<torch::Tensor> weights;  // one per replica
   std::vector<torch::Tensor> grads;    // this step's, per replica (buckets that are not flat)
-  std::vector<char> arrived;           // per replica: this step's gradient is in
+  std::vector<int> arrived;            // per replica: backward passes that gave a gradient
   std::vector<unsigned> hooks;         // per replica: its gradient hook, removed with the sync
   size_t bucket = 0;
   int64_t offset = 0;  // in its bucket's flat buffers
@@ -117,6 +117,10 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
   if (options_.batch_size < 0) {
     throw InvalidArgument("batch size must be at least 1 (or 0: learnt from the first step), got " +
                           std::to_string(options_.batch_size));
+  }
+  if (options_.backward_passes_per_step < 1) {
+    throw InvalidArgument("backward_passes_per_step must be at least 1, got " +
+                          std::to_string(options_.backward_passes_per_step));
   }
   sync_ = IsSync(kv_.type());
   if (!sync_ && !options_.update_on_kvstore) {
@@ -331,7 +335,17 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
                                  std::unique_lock<std::mutex>& lock) {
   Param& p = *params_[index];
   Bucket& b = *buckets_[p.bucket];
-  if (b.issued || p.arrived[replica]) return;  // a parameter used twice: its hook fires per use
+  // Autograd calls the hook once per backward with the parameter's whole gradient: a call beyond
+  // the step's passes is a backward the exchange would miss, which must not pass in silence.
+  if (b.issued || p.arrived[replica] >= options_.backward_passes_per_step) {
+    throw InvalidArgument(
+        "parameter " + std::to_string(index) + " got a gradient from backward pass " +
+        std::to_string(p.arrived[replica] + 1) + " since the last step, but the trainer takes " +
+        std::to_string(options_.backward_passes_per_step) +
+        " a step: call step() after each backward, or set backward_passes_per_step to the number "
+        "of backward passes whose gradients a step sums");
+  }
+  const bool first_pass = p.arrived[replica] == 0;
   // An embedding's sparse gradient (nn::Embedding with sparse(true)) travels dense, as Horovod's
   // sparse_as_dense: the stores sum dense values, and the sum of sparse gradients is the sum of
   // their dense forms (repeated rows add up).
@@ -340,11 +354,20 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
     // The flat buffer may still be read by last step's exchange if nothing waited for it.
     Finish(b, lock);
     torch::NoGradGuard no_grad;
-    b.grads[replica].narrow(0, p.offset, p.numel).copy_(dense.reshape(-1));
-  } else {
+    torch::Tensor slice = b.grads[replica].narrow(0, p.offset, p.numel);
+    if (first_pass) {
+      slice.copy_(dense.reshape(-1));
+    } else {
+      slice.add_(dense.reshape(-1));
+    }
+  } else if (first_pass) {
     p.grads[replica] = dense.contiguous();
+  } else {
+    // Out of place: the first pass's tensor is the one autograd keeps as .grad.
+    torch::NoGradGuard no_grad;
+    p.grads[replica] = p.grads[replica].add(dense);
   }
-  p.arrived[replica] = 1;
+  if (++p.arrived[replica] < options_.backward_passes_per_step) return;
   if (--b.pending == 0 && options_.overlap && optimizer_ready_) Issue(b, lock);
 }
 

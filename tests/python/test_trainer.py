@@ -1,7 +1,8 @@
 """dtrain.torch.Trainer: N workers end with the parameters of one process given the whole batch
 (programs/train_check.py), with the optimizer on the servers or the workers, fused or not, over
 several local devices, with an embedding's sparse gradients, with bfloat16 parameters (float32
-master weights), and over the horovod store."""
+master weights), with gradients accumulated over backward passes, and over the horovod store;
+and a backward too many is an error, never ignored."""
 
 import pytest
 
@@ -27,6 +28,8 @@ def bound(workers, flags):
     (1, 1, ["--bfloat16"]),
     (2, 2, ["--bfloat16"]),
     (2, 1, ["--bfloat16", "--update-on-worker", "--no-fuse"]),
+    (2, 2, ["--backward-passes", "3"]),  # gradient accumulation
+    (2, 1, ["--backward-passes", "2", "--update-on-worker", "--devices", "2"]),
 ])
 def test_trainer_matches_one_process(spawn, workers, servers, flags):
     out = run_ok(spawn, launch_argv(workers, servers, program("train_check.py", "trainer", *flags)))
@@ -47,3 +50,30 @@ def test_trainer_over_a_local_store(spawn):
                                 "--default-update"))
     assert "train_check update_on_kvstore True" in out, out
     assert relative_difference(out) < 1e-5
+
+
+def test_a_backward_beyond_the_steps_passes_is_an_error():
+    """Before, the second backward's gradient was dropped in silence. Sums of two passes when
+    asked for (backward_passes_per_step=2), an error naming the remedy when not."""
+    import torch
+    import dtrain
+    import dtrain.torch
+
+    def two_backwards(passes):
+        net = torch.nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            net.weight.zero_()
+        trainer = dtrain.torch.Trainer(net, "sgd", {"learning_rate": 1.0}, kvstore="local",
+                                       backward_passes_per_step=passes)
+        net(torch.ones(1, 2)).sum().backward()
+        net(torch.full((1, 2), 3.0)).sum().backward()
+        trainer.step(1)
+        trainer.wait()
+        return net.weight.detach()
+
+    assert two_backwards(2).tolist() == [[-4.0, -4.0]]
+    with pytest.raises(dtrain.InvalidArgument, match="backward pass 2 since the last step.*"
+                       "backward_passes_per_step"):
+        two_backwards(1)
+    with pytest.raises(dtrain.InvalidArgument, match="at least 1"):
+        two_backwards(0)

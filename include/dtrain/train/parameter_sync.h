@@ -73,6 +73,10 @@ struct TrainerOptions {
   // it spares are fused, in buckets it spares too.
   int64_t fuse_below_bytes = 64 * 1024;
   int64_t bucket_bytes = 4 << 20;
+  // Gradient accumulation (Horovod's name): the backward passes whose gradients a step sums. A
+  // parameter's gradient leaves once its last pass has produced it; a step after fewer passes
+  // sends what came. A pass beyond them is an error at the next Step or wait, never ignored.
+  int backward_passes_per_step = 1;
 };
 
 // The front ends' update_on_kvstore when the user leaves it unset: true (the servers update for

@@ -90,6 +90,10 @@ class Trainer:
         A saved optimizer state loads only under the same choice (pass it explicitly to load
         one saved under the other).
     fuse_below_kb: parameters smaller than this travel together as one key (0: never).
+    backward_passes_per_step: gradient accumulation (Horovod's name): each step sums the
+        gradients of this many backward passes (pass step() the samples of all of them); a
+        parameter's gradient leaves during its last pass. A backward beyond them before step()
+        is an error, raised by the next step, never ignored.
     """
 
     def __init__(self, params: _Params, optimizer: str | _opt.Optimizer,
@@ -97,7 +101,7 @@ class Trainer:
                  kvstore: str | _kv.KVStore = "dist_sync",
                  compression_params: dict[str, Any] | None = None,
                  update_on_kvstore: bool | None = None, fuse_below_kb: float = 64,
-                 overlap: bool = True) -> None:
+                 overlap: bool = True, backward_passes_per_step: int = 1) -> None:
         replicas, modules = _replicas_of(params)
         if isinstance(optimizer, _opt.Optimizer):
             if optimizer_params:
@@ -127,7 +131,8 @@ class Trainer:
         name, spec_params, schedule = self._optimizer._spec()
         self._sync = _dtrain.ParameterSync(
             [[p for _, p in r] for r in replicas], self._kv._h, name, spec_params, schedule,
-            0, bool(update_on_kvstore), bool(overlap), int(fuse_below_kb * 1024))
+            0, bool(update_on_kvstore), bool(overlap), int(fuse_below_kb * 1024),
+            int(backward_passes_per_step))
         if modules is not None:
             self._install_gates(modules)
             if _dtrain.timeline_enabled():

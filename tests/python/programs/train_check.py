@@ -4,7 +4,7 @@ with the same momentum and weight decay), to a relative difference of 1e-5.
 
     train_check.py trainer --kvstore dist_sync [--update-on-worker | --default-update] [--no-fuse]
                            [--devices 2]
-                           [--params] [--cuda] [--embedding] [--bfloat16]
+                           [--params] [--cuda] [--embedding] [--bfloat16] [--backward-passes 2]
                                                     # under dtrain launch -n N -s S
     train_check.py hvd [--backward-passes 2] [--fp16]  # under dtrain launch -s 0 or mpirun
 
@@ -111,15 +111,18 @@ def run_trainer(args):
     trainer = dtrain.torch.Trainer(
         params, "sgd", {"learning_rate": LR, "momentum": MOMENTUM, "wd": WD}, kvstore=kv,
         update_on_kvstore=None if args.default_update else not args.update_on_worker,
-        fuse_below_kb=0 if args.no_fuse else 64)
+        fuse_below_kb=0 if args.no_fuse else 64, backward_passes_per_step=args.backward_passes)
     print("train_check update_on_kvstore %s" % trainer.update_on_kvstore, flush=True)
     local = GLOBAL_BATCH // n
     for x, y in batches():
         xs, ys = x[r * local:(r + 1) * local].to(dtype), y[r * local:(r + 1) * local]
         on = [device] * args.devices
-        parts = dtrain.data.split_and_load(xs, on), dtrain.data.split_and_load(ys, on)
-        for net, xp, yp in zip(replicas, *parts):
-            torch.nn.functional.cross_entropy(net(xp), yp, reduction="sum").backward()
+        k = args.backward_passes  # each pass a k-th of this worker's samples
+        for part in range(k):
+            s = slice(part * local // k, (part + 1) * local // k)
+            parts = dtrain.data.split_and_load(xs[s], on), dtrain.data.split_and_load(ys[s], on)
+            for net, xp, yp in zip(replicas, *parts):
+                torch.nn.functional.cross_entropy(net(xp), yp, reduction="sum").backward()
         trainer.step(local)
     trainer.wait()
     for rep in replicas[1:]:
