@@ -121,6 +121,8 @@ def _row_ids(row_ids: Any, key: _Key, rows: int, device: torch.device) -> torch.
         except (TypeError, ValueError, RuntimeError) as e:
             raise InvalidArgument("row_sparse_pull of key %r: row_ids must be a tensor or a "
                                   "list of ints (%s)" % (key, e)) from None
+        if row_ids.numel() == 0:  # [] reads as float32
+            row_ids = row_ids.to(torch.int64)
     if row_ids.is_floating_point() or row_ids.is_complex() or row_ids.dtype == torch.bool:
         raise InvalidArgument("row_sparse_pull of key %r: row_ids must be integers, not %s"
                               % (key, row_ids.dtype))
@@ -254,41 +256,54 @@ class KVStore:
         Without `out`, waits and returns a sparse COO tensor of the key's shape holding those rows
         (torch's form of MXNet's RowSparseNDArray: what ``nn.Embedding(sparse=True)`` gives as a
         gradient). With `out` (a dense tensor of the key's shape, or one per device), writes those
-        rows and zeros elsewhere, as MXNet's row_sparse `out`, and returns a Handle that is done.
-        For several keys, pass one `row_ids` per key. The whole value travels (dtrain moves dense
-        values); only the selection is sparse."""
+        rows and zeros elsewhere, as MXNet's row_sparse `out`, and returns a Handle that is done;
+        with one out per device, `row_ids` may be one per device too, as in MXNet. For several
+        keys, pass one `row_ids` per key. Row ids are checked before anything is written. The
+        whole value travels (dtrain moves dense values); only the selection is sparse."""
         keys, listed = _keys(key)
         if row_ids is None:
             raise InvalidArgument("row_sparse_pull of key %r needs row_ids" % (keys[0],))
-        ids_per_key = row_ids if listed else [row_ids]
         if listed and (not isinstance(row_ids, (list, tuple)) or len(row_ids) != len(keys)):
             raise InvalidArgument("row_sparse_pull of %d keys needs one row_ids per key"
                                   % len(keys))
+        ids_per_key = list(row_ids) if listed else [row_ids]
         outs = None if out is None else self._shaped(
             "row_sparse_pull", keys, _per_key(keys, listed, out, "out"), "out")
+        # Every key's ids, checked against its rows before anything is pulled or written.
+        plans = []
+        for i, k in enumerate(keys):
+            targets = None if outs is None else outs[i]
+            if targets is None and k not in self._shapes:
+                raise InvalidArgument("row_sparse_pull of key %r without out: the key was never "
+                                      "initialised here (call init first, or pass out)" % (k,))
+            shape = targets[0].shape if targets is not None else self._shapes[k][0]
+            if len(shape) < 1 or shape[0] == 0:
+                raise InvalidArgument("row_sparse_pull of key %r: its value of shape %s has no "
+                                      "rows" % (k, tuple(shape)))
+            given = ids_per_key[i]
+            per_device = (targets is not None and len(targets) > 1
+                          and isinstance(given, (list, tuple)) and len(given) == len(targets)
+                          and all(_is_tensor(g) or isinstance(g, (list, tuple)) for g in given))
+            devices = [t.device for t in targets] if targets is not None else [torch.device("cpu")]
+            ids = [_row_ids(given[j] if per_device else given, k, shape[0], devices[j])
+                   for j in range(len(devices))]
+            plans.append((k, targets, ids))
         results = []
         op = None
-        for i, k in enumerate(keys):
-            if outs is None:
-                full = self._new_like(k)
-                self._h.pull([k], [[full]], priority).wait()
-            else:
-                full = outs[i][0]
-                op = self._h.pull([k], [[full]], priority)
-                op.wait()
-            if full.dim() < 1 or full.shape[0] == 0:
-                raise InvalidArgument("row_sparse_pull of key %r: its value of shape %s has no "
-                                      "rows" % (k, tuple(full.shape)))
-            ids = _row_ids(ids_per_key[i], k, full.shape[0], full.device)
-            if outs is None:
-                results.append(torch.sparse_coo_tensor(ids.unsqueeze(0), full.index_select(0, ids),
+        for k, targets, ids in plans:
+            full = self._new_like(k) if targets is None else targets[0]
+            op = self._h.pull([k], [[full]], priority)
+            op.wait()
+            if targets is None:
+                results.append(torch.sparse_coo_tensor(ids[0].unsqueeze(0),
+                                                       full.index_select(0, ids[0]),
                                                        full.shape).coalesce())
                 continue
-            kept = full.index_select(0, ids)
-            for t in outs[i]:
+            rows = [full.index_select(0, i.to(full.device)) for i in ids]
+            for t, i, kept in zip(targets, ids, rows):
                 t.zero_()
-                t.index_copy_(0, ids.to(t.device), kept.to(t.device))
-        if op is None:
+                t.index_copy_(0, i, kept.to(t.device))
+        if outs is None:
             return results if listed else results[0]
         return Handle(op, out)
 

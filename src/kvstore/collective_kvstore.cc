@@ -198,6 +198,12 @@ void CollectiveKVStore::SetOptimizer(const OptimizerSpec& spec) {
   optimizer_ = std::move(optimizer);
 }
 
+void CollectiveKVStore::SetLearningRate(double learning_rate, uint64_t from_update) {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (!optimizer_) throw InvalidArgument("this kvstore has no optimizer whose rate to set");
+  optimizer_->set_learning_rate_from(from_update, learning_rate);
+}
+
 std::string CollectiveKVStore::SaveOptimizerState() {
   std::unique_lock<std::shared_mutex> lock(mutex_);
   if (!optimizer_) throw InvalidArgument("this kvstore has no optimizer whose state to save");

@@ -64,6 +64,7 @@ class CollectiveKVStore final : public KVStore {
   void SetGradientCompression(const std::map<std::string, std::string>& params) override;
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
+  void SetLearningRate(double learning_rate, uint64_t from_update) override;
 
  private:
   struct Slot;

@@ -110,6 +110,9 @@ class DeviceStagingKVStore final : public KVStore {
     Flush();
     inner_->LoadOptimizerState(state);
   }
+  void SetLearningRate(double learning_rate, uint64_t from_update) override {
+    inner_->SetLearningRate(learning_rate, from_update);
+  }
 
   // Where the copies back to devices are waited for; shared with the wrapped store's completions,
   // which may outlive this store (queue is null once it is closing).

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -428,6 +430,27 @@ void DistKVStore::LoadOptimizerState(const std::string& blob) {
   }
   if (at != blob.size()) throw InvalidArgument("trailing bytes after the optimizer state");
   RequestAndWait("restoring the optimizer state", std::move(requests));
+}
+
+void DistKVStore::SetLearningRate(double learning_rate, uint64_t from_update) {
+  // Checked here, so that no server takes a change another refuses.
+  if (!std::isfinite(learning_rate) || learning_rate < 0 ||
+      learning_rate > std::numeric_limits<float>::max()) {
+    throw InvalidArgument("learning rate " + std::to_string(learning_rate) +
+                          " is not a finite float32 number >= 0");
+  }
+  if (from_update == 0 || from_update > (uint64_t{1} << 53)) {
+    throw InvalidArgument("a rate change from update " + std::to_string(from_update) +
+                          " (updates are numbered 1 to 2^53)");
+  }
+  node_.ThrowIfFailed();
+  if (rank() != 0) return;  // the servers take rank 0's (kvstore.h)
+  AskEveryServer("setting the learning rate",
+                 {{"cmd", "set_learning_rate"},
+                  {"learning_rate", learning_rate},
+                  {"from_update", from_update}},
+                 [](int, const Message&) {});
+  DTRAIN_LOG(kConnections) << "learning rate " << learning_rate << " from update " << from_update;
 }
 
 Body DistKVStore::NewPushBody(const KeyInfo& info, size_t bytes) const {

@@ -64,6 +64,7 @@ class DistKVStore : public KVStore, public StagedCalls {
   CompressionSpec gradient_compression() const override;
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
+  void SetLearningRate(double learning_rate, uint64_t from_update) override;
 
  private:
   struct Residual {

@@ -184,6 +184,12 @@ void LocalKVStore::LoadOptimizerState(const std::string& state) {
   optimizer_->LoadState(state);
 }
 
+void LocalKVStore::SetLearningRate(double learning_rate, uint64_t from_update) {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (!optimizer_) throw InvalidArgument("this kvstore has no optimizer whose rate to set");
+  optimizer_->set_learning_rate_from(from_update, learning_rate);
+}
+
 void LocalKVStore::SetOptimizer(const OptimizerSpec& spec) {
   std::shared_ptr<Optimizer> optimizer = CreateOptimizer(spec);
   std::unique_lock<std::shared_mutex> lock(mutex_);

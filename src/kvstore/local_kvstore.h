@@ -84,6 +84,7 @@ class LocalKVStore final : public KVStore, public DeviceUpdates, public PackedPu
   CompressionSpec gradient_compression() const override;
   std::string SaveOptimizerState() override;
   void LoadOptimizerState(const std::string& state) override;
+  void SetLearningRate(double learning_rate, uint64_t from_update) override;
 
   bool UpdatesOnDevice(const std::vector<Array>& values) const override;
   bool HoldsOnDevice(Key key) const override;

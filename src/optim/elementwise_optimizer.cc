@@ -13,7 +13,9 @@ namespace dtrain {
 namespace {
 
 constexpr char kMagic[4] = {'D', 'T', 'O', 'S'};
+// Version 2 adds the rate changes; a state without any is written as version 1.
 constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersionWithRateChanges = 2;
 constexpr size_t kMaxNameBytes = 64;
 // Counts beyond 2^53 would lose their last bit in the schedules' double arithmetic; no training
 // gets near it, so a larger one in saved state is damage.
@@ -117,15 +119,49 @@ ElementwiseOptimizer::ElementwiseOptimizer(OptimizerSpec spec, std::string_view 
   schedule_ = LearningRateSchedule::FromSpec(spec_, params_, learning_rate_.load());
 }
 
-void ElementwiseOptimizer::set_learning_rate(double learning_rate) {
-  OptimizerSpec probe{spec_.name, {{"learning_rate", learning_rate}}};
+namespace {
+// `learning_rate` checked as the spec's would be (InvalidArgument naming it).
+double CheckedRate(const std::string& name, double learning_rate) {
+  OptimizerSpec probe{name, {{"learning_rate", learning_rate}}};
   const OptimizerParams check(probe, {"learning_rate"});
   check.NonNegative("learning_rate", 0.f);
-  learning_rate_ = check.Exact("learning_rate", 0.0);
+  return check.Exact("learning_rate", 0.0);
+}
+}  // namespace
+
+void ElementwiseOptimizer::set_learning_rate(double learning_rate) {
+  const double rate = CheckedRate(spec_.name, learning_rate);
+  std::lock_guard<std::mutex> lock(rate_mutex_);
+  rate_changes_.clear();
+  learning_rate_ = rate;
+}
+
+void ElementwiseOptimizer::set_learning_rate_from(uint64_t t, double learning_rate) {
+  if (t == 0 || t > kMaxUpdateCount) {
+    throw InvalidArgument("optimizer '" + spec_.name + "': a rate change from update " +
+                          std::to_string(t) + " (updates are numbered 1 to 2^53)");
+  }
+  const double rate = CheckedRate(spec_.name, learning_rate);
+  std::lock_guard<std::mutex> lock(rate_mutex_);
+  while (!rate_changes_.empty() && rate_changes_.back().first >= t) rate_changes_.pop_back();
+  rate_changes_.emplace_back(t, rate);
+}
+
+double ElementwiseOptimizer::learning_rate() const {
+  std::lock_guard<std::mutex> lock(rate_mutex_);
+  return rate_changes_.empty() ? learning_rate_.load() : rate_changes_.back().second;
+}
+
+double ElementwiseOptimizer::BaseRateAt(uint64_t t) const {
+  std::lock_guard<std::mutex> lock(rate_mutex_);
+  for (auto it = rate_changes_.rbegin(); it != rate_changes_.rend(); ++it) {
+    if (it->first <= t) return it->second;
+  }
+  return learning_rate_.load();
 }
 
 double ElementwiseOptimizer::LearningRateAt(uint64_t t) const {
-  return schedule_.RateAt(learning_rate_.load(), t);
+  return schedule_.RateAt(BaseRateAt(t), t);
 }
 
 uint64_t ElementwiseOptimizer::UpdateCount(uint64_t index) const {
@@ -252,9 +288,17 @@ float* ElementwiseOptimizer::DeviceBuffers(IndexState& state, int device, void* 
 
 std::string ElementwiseOptimizer::SaveState() const {
   std::lock_guard<std::mutex> lock(state_mutex_);
+  std::vector<std::pair<uint64_t, double>> changes;
+  double base_rate = 0;
+  {
+    std::lock_guard<std::mutex> rate_lock(rate_mutex_);
+    changes = rate_changes_;
+    base_rate = learning_rate_.load();
+  }
   std::vector<const StateTable::value_type*> entries;
   entries.reserve(state_.size());
   size_t size = sizeof(kMagic) + 4 + 4 + state_name_.size() + 4 + 8 + 8;
+  if (!changes.empty()) size += 8 + changes.size() * 16;
   for (const auto& entry : state_) {
     entries.push_back(&entry);
     size += kIndexHeaderBytes + state_buffers_ * entry.second.length * sizeof(float);
@@ -264,11 +308,18 @@ std::string ElementwiseOptimizer::SaveState() const {
 
   StateWriter out(size);
   out.Bytes(kMagic, sizeof(kMagic));
-  out.U32(kVersion);
+  out.U32(changes.empty() ? kVersion : kVersionWithRateChanges);
   out.U32(static_cast<uint32_t>(state_name_.size()));
   out.Bytes(state_name_.data(), state_name_.size());
   out.U32(static_cast<uint32_t>(state_buffers_));
-  out.F64(learning_rate_.load());
+  out.F64(base_rate);
+  if (!changes.empty()) {
+    out.U64(changes.size());
+    for (const auto& [t, rate] : changes) {
+      out.U64(t);
+      out.F64(rate);
+    }
+  }
   out.U64(entries.size());
   for (const auto* entry : entries) {
     out.U64(entry->first);
@@ -295,9 +346,9 @@ void ElementwiseOptimizer::LoadState(const std::string& bytes) {
   }
   in.Take(sizeof(kMagic), "the magic");
   const uint32_t version = in.U32("the version");
-  if (version != kVersion) {
-    BadState("it is version " + std::to_string(version) + "; this build reads version " +
-             std::to_string(kVersion));
+  if (version != kVersion && version != kVersionWithRateChanges) {
+    BadState("it is version " + std::to_string(version) + "; this build reads versions " +
+             std::to_string(kVersion) + " and " + std::to_string(kVersionWithRateChanges));
   }
   const uint32_t name_bytes = in.U32("the name's length");
   if (name_bytes == 0 || name_bytes > kMaxNameBytes) {
@@ -321,11 +372,30 @@ void ElementwiseOptimizer::LoadState(const std::string& bytes) {
              state_name_ + "' keeps " + std::to_string(state_buffers_) +
              " (a different variant or momentum setting)");
   }
-  const double learning_rate = in.F64("the learning rate");
-  if (!std::isfinite(learning_rate) || learning_rate < 0 ||
-      learning_rate > std::numeric_limits<float>::max()) {
-    BadState("its learning rate " + std::to_string(learning_rate) +
-             " is not a finite float32 number >= 0");
+  auto read_rate = [&](const char* what) {
+    const double rate = in.F64(what);
+    if (!std::isfinite(rate) || rate < 0 || rate > std::numeric_limits<float>::max()) {
+      BadState("its " + std::string(what) + " " + std::to_string(rate) +
+               " is not a finite float32 number >= 0");
+    }
+    return rate;
+  };
+  const double learning_rate = read_rate("learning rate");
+  std::vector<std::pair<uint64_t, double>> changes;
+  if (version == kVersionWithRateChanges) {
+    const uint64_t n = in.U64("the number of rate changes");
+    if (n == 0 || n > in.left() / 16) {
+      BadState("it claims " + std::to_string(n) + " rate changes (1 to what the " +
+               std::to_string(in.left()) + " bytes left hold)");
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t t = in.U64("a rate change's update");
+      if (t == 0 || t > kMaxUpdateCount || (!changes.empty() && t <= changes.back().first)) {
+        BadState("a rate change from update " + std::to_string(t) +
+                 " (updates 1 to 2^53, increasing)");
+      }
+      changes.emplace_back(t, read_rate("changed learning rate"));
+    }
   }
   const uint64_t count = in.U64("the number of indexes");
   if (count > in.left() / kIndexHeaderBytes) {
@@ -368,7 +438,9 @@ void ElementwiseOptimizer::LoadState(const std::string& bytes) {
 
   std::lock_guard<std::mutex> lock(state_mutex_);
   state_.swap(table);
+  std::lock_guard<std::mutex> rate_lock(rate_mutex_);
   learning_rate_ = learning_rate;
+  rate_changes_ = std::move(changes);
 }
 
 }  // namespace dtrain

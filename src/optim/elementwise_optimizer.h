@@ -10,6 +10,9 @@
 //   buffers           u32, state buffers per element: a rule's variant (SGD with or without
 //                     momentum, RMSProp plain or centered) keeps a different number
 //   learning rate     f64, the base rate (set_learning_rate's)
+//   rate changes      version 2 only: u64 count (>= 1), then per change in increasing order of
+//                     t: u64 t (1..2^53), f64 rate (set_learning_rate_from's). A state without
+//                     changes is written as version 1, so either form is canonical.
 //   indexes           u64 count, then per index in increasing order of index:
 //                       u64 index, u64 update count (<= 2^53), u64 length n,
 //                       buffers * n f32, buffer after buffer
@@ -26,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "dtrain/common/array.h"
@@ -52,7 +56,8 @@ class ElementwiseOptimizer : public Optimizer {
 
   const OptimizerSpec& spec() const final { return spec_; }
   void set_learning_rate(double learning_rate) final;
-  double learning_rate() const final { return learning_rate_.load(); }
+  void set_learning_rate_from(uint64_t t, double learning_rate) final;
+  double learning_rate() const final;
   double LearningRateAt(uint64_t t) const final;
   uint64_t UpdateCount(uint64_t index) const final;
 
@@ -114,8 +119,14 @@ class ElementwiseOptimizer : public Optimizer {
 
   const OptimizerSpec spec_;
   const std::string state_name_;
+  // The base rate for update number t: the last change at or before t, else learning_rate_.
+  double BaseRateAt(uint64_t t) const;
+
   const OptimizerParams params_;  // reads spec_
   std::atomic<double> learning_rate_;
+  // set_learning_rate_from's changes, (t, rate) in increasing order of t.
+  mutable std::mutex rate_mutex_;
+  std::vector<std::pair<uint64_t, double>> rate_changes_;
   LearningRateSchedule schedule_;
   size_t state_buffers_ = 0;
 

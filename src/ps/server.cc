@@ -251,10 +251,29 @@ void Server::HandleCommand(const Message& msg) {
   }
   if (cmd == "restored_rounds" || cmd == "checkpoint_now")
     return HandleCheckpointCommand(h, meta, cmd);
-  if (cmd != "get_optimizer_state" && cmd != "set_optimizer_state") {
+  if (cmd != "get_optimizer_state" && cmd != "set_optimizer_state" && cmd != "set_learning_rate") {
     return ReplyError(h, "unknown command '" + cmd + "'");
   }
   if (!optimizer) return ReplyError(h, "no optimizer is set on this server");
+  if (cmd == "set_learning_rate") {
+    // {"learning_rate": r, "from_update": t}: rank 0's rate from each slot's update t on
+    // (KVStore::SetLearningRate); acknowledged once a checkpoint holds it, as the optimizer's
+    // state.
+    if (!meta.contains("learning_rate") || !meta["learning_rate"].is_number() ||
+        !meta.contains("from_update") || !meta["from_update"].is_number_unsigned()) {
+      return ReplyError(h,
+                        "set_learning_rate: 'learning_rate' or 'from_update' missing or not a "
+                        "number");
+    }
+    const double rate = meta["learning_rate"].get<double>();
+    const uint64_t from = meta["from_update"].get<uint64_t>();
+    {
+      std::unique_lock<std::shared_mutex> lock(optimizer_state_mutex_);
+      optimizer->set_learning_rate_from(from, rate);  // InvalidArgument -> error reply
+    }
+    DTRAIN_LOG(kConnections) << "learning rate " << rate << " from update " << from;
+    return AcknowledgeOnceCheckpointed(h);
+  }
   if (cmd == "get_optimizer_state") {
     std::string state;
     {

@@ -100,7 +100,9 @@ class Server {
   void HandleInit(transport::Message&& msg);
   void HandleSetOptimizer(const transport::Message& msg);
   // {"cmd": "get_optimizer_state"} / {"cmd": "set_optimizer_state", "bytes": n} with the bytes
-  // as body: the optimizer's state, to save with a model and restore on resume.
+  // as body: the optimizer's state, to save with a model and restore on resume;
+  // {"cmd": "set_learning_rate", "learning_rate": r, "from_update": t}: a rate change between two
+  // steps (KVStore::SetLearningRate).
   void HandleCommand(const transport::Message& msg);
   // {"cmd": "rejoin_state"}: {"counts": the distinct numbers of rounds the sender's rank has
   // pushed into the sync slots here, "slots": n, "pushed": [[key, part, rounds]...]}; {"cmd":

@@ -42,6 +42,9 @@ void ElasticState::Save() {
   saved_.epoch = epoch;
   saved_.samples_done = samples_done;
   saved_.steps = steps;
+  // First, as it waits for every exchange in flight: the weights copied below are then whole and
+  // of the same step as the optimizer's state.
+  if (trainer_) saved_.optimizer = trainer_->OptimizerState();
   torch::NoGradGuard no_grad;
   const auto live = Live();
   saved_.tensors.resize(live.size());
@@ -52,7 +55,6 @@ void ElasticState::Save() {
     }
     saved_.tensors[i].copy_(live[i]);
   }
-  if (trainer_) saved_.optimizer = trainer_->OptimizerState();
 }
 
 void ElasticState::Restore() {

@@ -102,8 +102,11 @@ struct ParameterSync::Bucket {
   bool flat = false;
   std::vector<torch::Tensor> grads;  // flat: per replica, on that replica's device
   torch::Tensor weights;             // flat: weights on replica 0's device (pull target)
-  // Optimizer here: the summed gradient, pulled to replica 0's device (the host or a GPU).
+  // Optimizer here: the summed gradient, pulled to replica 0's device (the host or a GPU). On a
+  // GPU its tensor too: each Issue wraps it with the stream current then, so that the pull
+  // waits for the last update that read it even if the caller's stream changed.
   Array summed;
+  torch::Tensor summed_on_device;
   int pending = 0;       // gradients still to arrive this step
   bool issued = false;   // this step's exchange has started
   bool finished = true;  // every replica holds the latest weights
@@ -203,10 +206,17 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
 }
 
 ParameterSync::~ParameterSync() {
-  try {
-    WaitAll();
-  } catch (const std::exception& e) {
-    DTRAIN_LOG(kWarning) << "trainer: " << e.what();
+  // Every exchange in flight ends before the hooks and the buffers go, whatever failed before
+  // (WaitAll would stop at a failure kept from a hook).
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (auto& b : buckets_) {
+      try {
+        Finish(*b, lock, /*timed=*/false);
+      } catch (const std::exception& e) {
+        DTRAIN_LOG(kWarning) << "trainer: " << e.what();
+      }
+    }
   }
   // The networks outlive this sync (a Trainer made again on them: elastic jobs, a new store):
   // their next backward must not call into it.
@@ -259,7 +269,8 @@ void ParameterSync::PlanBuckets() {
     }
     if (!options_.update_on_kvstore) {
       if (first.device().is_cuda()) {
-        b->summed = ArrayOf(b->flat ? Flat(b->numel, first.device()) : torch::empty_like(first));
+        b->summed_on_device = b->flat ? Flat(b->numel, first.device()) : torch::empty_like(first);
+        b->summed = ArrayOf(b->summed_on_device);
       } else {
         b->summed = b->flat ? Array(Shape{b->numel})
                             : Array(Shape(first.sizes().begin(), first.sizes().end()));
@@ -276,6 +287,7 @@ void ParameterSync::SetUpOptimizer(int64_t batch_size) {
   spec.params["rescale_grad"] = user_rescale / (static_cast<double>(batch_size) * workers);
   if (options_.update_on_kvstore) {
     kv_.SetOptimizer(spec);
+    if (pending_learning_rate_ >= 0) SetStoreLearningRate(pending_learning_rate_);
   } else {
     local_optimizer_ = CreateOptimizer(spec);
     if (pending_learning_rate_ >= 0) local_optimizer_->set_learning_rate(pending_learning_rate_);
@@ -335,15 +347,21 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
                                  std::unique_lock<std::mutex>& lock) {
   Param& p = *params_[index];
   Bucket& b = *buckets_[p.bucket];
-  // Autograd calls the hook once per backward with the parameter's whole gradient: a call beyond
-  // the step's passes is a backward the exchange would miss, which must not pass in silence.
+  // The flat buffer may still be read by last step's exchange if nothing waited for it. (Finish
+  // may let go of the lock: what follows reads the counts after it.)
+  if (b.flat) Finish(b, lock);
+  // Autograd calls the hook once per backward (or autograd.grad) that reaches the parameter, with
+  // its whole gradient: a call beyond the step's passes is a gradient the exchange would miss,
+  // which must not pass in silence.
   if (b.issued || p.arrived[replica] >= options_.backward_passes_per_step) {
     throw InvalidArgument(
-        "parameter " + std::to_string(index) + " got a gradient from backward pass " +
-        std::to_string(p.arrived[replica] + 1) + " since the last step, but the trainer takes " +
+        "parameter " + std::to_string(index) + " got its gradient " +
+        std::to_string(p.arrived[replica] + 1) + " since the last step, but the trainer sums " +
         std::to_string(options_.backward_passes_per_step) +
-        " a step: call step() after each backward, or set backward_passes_per_step to the number "
-        "of backward passes whose gradients a step sums");
+        " a step (backward_passes_per_step). Every backward or autograd.grad that reaches a "
+        "parameter counts: call step() after each backward, set backward_passes_per_step to the "
+        "passes a step sums, or keep other passes off these parameters (requires_grad_(False) "
+        "while another model trains through them; use_reentrant=False for checkpointing)");
   }
   const bool first_pass = p.arrived[replica] == 0;
   // An embedding's sparse gradient (nn::Embedding with sparse(true)) travels dense, as Horovod's
@@ -351,8 +369,6 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
   // their dense forms (repeated rows add up).
   const torch::Tensor dense = grad.is_sparse() ? grad.to_dense() : grad;
   if (b.flat) {
-    // The flat buffer may still be read by last step's exchange if nothing waited for it.
-    Finish(b, lock);
     torch::NoGradGuard no_grad;
     torch::Tensor slice = b.grads[replica].narrow(0, p.offset, p.numel);
     if (first_pass) {
@@ -373,6 +389,7 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
 
 void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
   if (b.flat) Finish(b, lock);
+  if (b.summed_on_device.defined()) b.summed = ArrayOf(b.summed_on_device);
   std::vector<Array> grads;
   std::vector<Array> outs;
   if (b.flat) {
@@ -538,23 +555,29 @@ void ParameterSync::WaitAll() {
 double ParameterSync::learning_rate() const {
   if (local_optimizer_) return local_optimizer_->learning_rate();
   if (pending_learning_rate_ >= 0) return pending_learning_rate_;
-  auto it = options_.optimizer.params.find("learning_rate");
-  return it == options_.optimizer.params.end() ? 0.0 : it->second;
+  return CreateOptimizer(options_.optimizer)->learning_rate();  // the spec's, or its default
 }
 
 void ParameterSync::set_learning_rate(double lr) {
-  if (options_.update_on_kvstore) {
-    throw InvalidArgument(
-        "the learning rate of an optimizer running in the store is set by its schedule "
-        "(lr_scheduler); use update_on_kvstore=false to change it by hand");
-  }
+  // Checked now by an optimizer of the same spec, whenever and wherever the change applies.
+  CreateOptimizer(options_.optimizer)->set_learning_rate(lr);
   if (local_optimizer_) {
+    // The last step's updates run here when their sums arrive, which may be after this call:
+    // they finish first, at the old rate.
+    WaitAll();
     local_optimizer_->set_learning_rate(lr);
     return;
   }
-  // Checked now by an optimizer of the same spec, applied when the real one is made.
-  CreateOptimizer(options_.optimizer)->set_learning_rate(lr);
   pending_learning_rate_ = lr;
+  if (options_.update_on_kvstore && optimizer_ready_) SetStoreLearningRate(lr);
+}
+
+void ParameterSync::SetStoreLearningRate(double lr) {
+  // From the next step's update of every key, whichever runs first: in a sync store a key's
+  // update number is its round, and this worker has pushed every key once a step (a replacement
+  // joined after rounds_done of them). An async store's updates have no step: from the next one.
+  const uint64_t next_step = static_cast<uint64_t>(kv_.rounds_done() + steps_) + 1;
+  kv_.SetLearningRate(lr, sync_ ? next_step : 1);
 }
 
 std::string ParameterSync::SaveOptimizerState() {

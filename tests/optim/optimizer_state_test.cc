@@ -161,7 +161,19 @@ TEST(OptimizerStateTest, HostileStatesAreRefusedWithAReason) {
   } cases[] = {
       {"empty", "", "magic"},
       {"wrong magic", "XTOS" + StateBuilder::Header().out.substr(4), "magic"},
-      {"other version", StateBuilder::Header("sgd", 1, 0.1, 2).U64(0).out, "version 2"},
+      {"other version", StateBuilder::Header("sgd", 1, 0.1, 3).U64(0).out, "version 3"},
+      {"no rate changes in version 2", StateBuilder::Header("sgd", 1, 0.1, 2).U64(0).out,
+       "claims 0 rate changes"},
+      {"rate change from update 0",
+       StateBuilder::Header("sgd", 1, 0.1, 2).U64(1).U64(0).F64(0.1).U64(0).out, "from update 0"},
+      {"rate changes out of order",
+       StateBuilder::Header("sgd", 1, 0.1, 2).U64(2).U64(5).F64(0.1).U64(5).F64(0.2).U64(0).out,
+       "from update 5"},
+      {"negative changed rate",
+       StateBuilder::Header("sgd", 1, 0.1, 2).U64(1).U64(3).F64(-1).U64(0).out,
+       "changed learning rate"},
+      {"huge rate change count", StateBuilder::Header("sgd", 1, 0.1, 2).U64(kHuge).out,
+       "claims 18446744073709551615 rate changes"},
       {"version 0", StateBuilder::Header("sgd", 1, 0.1, 0).U64(0).out, "version 0"},
       {"other optimizer", StateBuilder::Header("adam", 2).U64(0).out, "state of optimizer 'adam'"},
       {"unprintable name", StateBuilder::Header(std::string("s\0\xff", 3)).U64(0).out,
@@ -242,6 +254,9 @@ TEST(OptimizerStateTest, RandomMutationsLoadOrThrowInvalidArgument) {
     std::mt19937 rng(23);
     Model model(rng);
     for (int round = 0; round < 3; ++round) model.Round(*source, rng, round);
+    // Two rate changes: the state is version 2, whose list of changes mutates too.
+    source->set_learning_rate_from(4, 0.5);
+    source->set_learning_rate_from(9, 0.25);
     const std::string valid = source->SaveState();
 
     auto target = CreateOptimizer(variant.spec);

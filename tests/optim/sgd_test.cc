@@ -207,6 +207,53 @@ TEST(SgdTest, SetLearningRateAppliesFromTheNextUpdate) {
   EXPECT_EQ(opt->spec().params.at("learning_rate"), 0.1);
 }
 
+// A store's change between two steps: every index's update of that step takes the new rate,
+// whether it ran before the change was made (index 2, behind) or after (index 1, ahead).
+TEST(SgdTest, SetLearningRateFromAnUpdateNumberReachesEveryIndexAtThatUpdate) {
+  auto opt = Sgd({{"learning_rate", 0.1}});
+  std::vector<float> ahead{0.f}, behind{0.f};
+  Step(*opt, ahead, {1.f}, 1);  // update 1 of index 1: -0.1
+  opt->set_learning_rate_from(2, 0.5);
+  EXPECT_EQ(opt->learning_rate(), 0.5);
+  Step(*opt, behind, {1.f}, 2);  // update 1 of index 2: still 0.1
+  Step(*opt, ahead, {1.f}, 1);   // update 2 of index 1: 0.5
+  Step(*opt, behind, {1.f}, 2);  // update 2 of index 2: 0.5
+  ExpectNear(ahead, {-0.6});
+  ExpectNear(behind, {-0.6});
+  // A later change from an earlier update replaces it; set_learning_rate drops every change.
+  opt->set_learning_rate_from(5, 0.25);
+  opt->set_learning_rate_from(4, 1.0);
+  EXPECT_EQ(opt->LearningRateAt(3), 0.5);
+  EXPECT_EQ(opt->LearningRateAt(5), 1.0);
+  opt->set_learning_rate(0.2);
+  EXPECT_EQ(opt->LearningRateAt(1), 0.2);
+  EXPECT_EQ(opt->LearningRateAt(9), 0.2);
+  EXPECT_THROW(opt->set_learning_rate_from(0, 0.1), InvalidArgument);
+  EXPECT_THROW(opt->set_learning_rate_from(3, -1), InvalidArgument);
+  EXPECT_THROW(opt->set_learning_rate_from((uint64_t{1} << 53) + 1, 0.1), InvalidArgument);
+}
+
+// Saved state keeps the changes (version 2), so a restored server continues them; without
+// changes the state is version 1, as before.
+TEST(SgdTest, RateChangesSurviveSaveAndLoad) {
+  auto opt = Sgd({{"learning_rate", 0.1}, {"momentum", 0.9}});
+  std::vector<float> w{1.f};
+  Step(*opt, w, {1.f}, 7);
+  EXPECT_EQ(opt->SaveState()[4], 1);  // the version's first byte
+  opt->set_learning_rate_from(3, 0.05);
+  const std::string saved = opt->SaveState();
+  EXPECT_EQ(saved[4], 2);
+  auto restored = Sgd({{"learning_rate", 0.1}, {"momentum", 0.9}});
+  restored->LoadState(saved);
+  EXPECT_EQ(restored->SaveState(), saved);
+  EXPECT_EQ(restored->LearningRateAt(2), 0.1);
+  EXPECT_EQ(restored->LearningRateAt(3), 0.05);
+  std::vector<float> a = w, b = w;
+  Step(*opt, a, {1.f}, 7);
+  Step(*restored, b, {1.f}, 7);
+  EXPECT_EQ(a, b);
+}
+
 TEST(SgdTest, SetLearningRateRefusesBadRates) {
   auto opt = Sgd({{"learning_rate", 0.1}});
   EXPECT_THROW(opt->set_learning_rate(-0.1), InvalidArgument);

@@ -37,9 +37,9 @@ if dtrain._dtrain.cuda_device_count() == 0:
     pytest.skip("dtrain sees no CUDA device: " + dtrain._dtrain.cuda_unavailable(),
                 allow_module_level=True)
 
-# The 5000-element key is split over the servers, in slots of 256 floats: a dist store's staging
-# copies its values to and from the GPU in pieces of that size (DTRAIN_CHUNK_BYTES).
-BIG = {"MXNET_KVSTORE_BIGARRAY_BOUND": "1000", "DTRAIN_CHUNK_BYTES": "1024"}
+# The 5000-element key is split over the servers: a dist store's staging copies its values to and
+# from the GPU in pieces of 1024 floats (DTRAIN_CHUNK_BYTES, whose least is 4096 bytes): 5 pieces.
+BIG = {"MXNET_KVSTORE_BIGARRAY_BOUND": "1000", "DTRAIN_CHUNK_BYTES": "4096"}
 
 
 def check(out, workers, kind, worker="kv_worker"):

@@ -138,6 +138,17 @@ def test_sparse_values_and_row_sparse_pull_in_one_process(kv):
     with pytest.raises(dtrain.InvalidArgument, match="pass out"):
         kv.pushpull("emb", grad)
     assert torch.equal(kv.pull("emb"), want)  # nothing refused was applied
+    # One out per device with its own rows (MXNet's form), and ids checked before any write.
+    outs = [torch.full((6, 2), 7.0), torch.full((6, 2), 7.0)]
+    kv.row_sparse_pull("emb", out=outs, row_ids=[torch.tensor([1]), [4, 4]]).wait()
+    assert torch.equal(outs[0][1], want[1]) and outs[0][[0, 2, 3, 4, 5]].eq(0).all()
+    assert torch.equal(outs[1][4], want[4]) and outs[1][[0, 1, 2, 3, 5]].eq(0).all()
+    untouched = torch.full((6, 2), 7.0)
+    with pytest.raises(dtrain.InvalidArgument, match="row id 9"):
+        kv.row_sparse_pull("emb", out=untouched, row_ids=[9])
+    assert untouched.eq(7.0).all()
+    empty = kv.row_sparse_pull("emb", row_ids=[])
+    assert empty.is_sparse and empty._nnz() == 0
 
 
 def test_a_refused_push_changes_nothing(kv):

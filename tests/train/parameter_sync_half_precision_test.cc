@@ -1,7 +1,8 @@
 // bfloat16 and float16 parameters train through float32 master weights (MXNet's multi_precision):
 // updates too small for the parameter's own precision still add up. Each step here moves a weight
-// of 1 by 0.001, under half of bfloat16's step there (2^-8), so updating the bfloat16 weight itself
-// would leave it at 1 forever; through a float32 master it reaches bfloat16(0.99) after ten.
+// of 1 by less than half the dtype's step below 1 (bfloat16: 0.001 against 2^-8; float16: 0.0001
+// against 2^-11), so updating the half-precision weight itself would leave it at 1 forever;
+// through a float32 master it reaches the rounding of 1 - 10 x the step after ten.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -21,6 +22,7 @@ struct Case {
   torch::ScalarType dtype;
   int64_t numel;  // 4: fused with the float32 bias; 40,000: a key of its own
   bool update_on_kvstore;
+  float learning_rate = 0.001f;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -35,30 +37,30 @@ TEST_P(HalfPrecision, SmallUpdatesAddUpInFloat32MasterWeights) {
   TrainerOptions options;
   options.batch_size = 1;
   options.update_on_kvstore = c.update_on_kvstore;
-  options.optimizer = {"sgd", {{"learning_rate", 0.001}}};
+  options.optimizer = {"sgd", {{"learning_rate", static_cast<double>(c.learning_rate)}}};
   ParameterSync sync({{w, bias}}, *kv, options);
   float master = 1.0f;
   for (int step = 0; step < 10; ++step) {
     sync.WaitFor(std::vector<size_t>{0, 1});
     (w.sum() + bias.sum()).backward();  // gradients of 1: exact in every dtype
     sync.Step(1);
-    master -= 0.001f;
+    master -= c.learning_rate;
   }
   sync.WaitAll();
   EXPECT_EQ(w.scalar_type(), c.dtype);
   const torch::Tensor want = torch::full({c.numel}, master).to(c.dtype);
   EXPECT_FALSE(torch::equal(want, torch::ones({c.numel}, c.dtype)));
   EXPECT_TRUE(torch::equal(w.detach(), want)) << w.detach()[0] << " against " << want[0];
-  EXPECT_TRUE(torch::allclose(bias.detach(), torch::full({2}, -0.01f)));
+  EXPECT_TRUE(torch::allclose(bias.detach(), torch::full({2}, -10 * c.learning_rate)));
 }
 
-INSTANTIATE_TEST_SUITE_P(ParameterSync, HalfPrecision,
-                         testing::Values(Case{"BFloat16Fused", torch::kBFloat16, 4, true},
-                                         Case{"BFloat16OwnKey", torch::kBFloat16, 40000, true},
-                                         Case{"BFloat16UpdatedHere", torch::kBFloat16, 40000,
-                                              false},
-                                         Case{"Float16OwnKey", torch::kFloat16, 40000, true}),
-                         [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    ParameterSync, HalfPrecision,
+    testing::Values(Case{"BFloat16Fused", torch::kBFloat16, 4, true},
+                    Case{"BFloat16OwnKey", torch::kBFloat16, 40000, true},
+                    Case{"BFloat16UpdatedHere", torch::kBFloat16, 40000, false},
+                    Case{"Float16OwnKey", torch::kFloat16, 40000, true, 0.0001f}),
+    [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 TEST(HalfPrecisionRefusal, Float64ParametersAreRefusedByName) {
   auto kv = KVStore::Create("local");

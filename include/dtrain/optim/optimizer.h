@@ -85,6 +85,14 @@ class Optimizer {
   // rate.
   virtual void set_learning_rate(double learning_rate) = 0;
   virtual double learning_rate() const = 0;
+  // From each index's update number `t` on (1 for its first), updates use the base rate
+  // `learning_rate`; updates numbered below `t` keep the rate they had. This is how a store that
+  // runs the optimizer for a whole job changes the rate between two steps: every key's update of
+  // step t takes the new rate whenever it runs, where set_learning_rate reaches whatever update
+  // runs next. A call replaces the changes an earlier one made from `t` on; set_learning_rate
+  // drops them all. learning_rate() is the rate of the last change. Throws InvalidArgument for
+  // t = 0, t > 2^53, or a rate set_learning_rate refuses.
+  virtual void set_learning_rate_from(uint64_t t, double learning_rate) = 0;
 
   // The learning rate that an index's update number `t` (1 for its first) uses with the current
   // base rate: learning_rate() itself when there is no schedule. Adam's bias correction is not

@@ -113,7 +113,10 @@ class ParameterSync {
   // Waits until every parameter of every replica holds the latest weights.
   void WaitAll();
 
-  // The base learning rate; setting it needs the optimizer here (update_on_kvstore false).
+  // The base learning rate. Setting it between two steps changes it from the next step on,
+  // wherever the optimizer runs: here, or in the store (every key's update of the next step, on
+  // every server: KVStore::SetLearningRate, which the servers take from rank 0). Call it on every
+  // worker alike, as a training script does.
   double learning_rate() const;
   void set_learning_rate(double lr);
 
@@ -143,6 +146,8 @@ class ParameterSync {
   void PlanBuckets();
   // Builds the optimizer for `batch_size` (rescale) and installs it here or in the store.
   void SetUpOptimizer(int64_t batch_size);
+  // The store's optimizer takes `lr` from the next step on (set_learning_rate).
+  void SetStoreLearningRate(double lr);
   void OnGradient(size_t index, int replica, const torch::Tensor& grad);
   void TakeGradient(size_t index, int replica, const torch::Tensor& grad,
                     std::unique_lock<std::mutex>& lock);

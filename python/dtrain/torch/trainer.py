@@ -29,6 +29,7 @@ from __future__ import annotations
 import pickle
 import time
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
@@ -133,6 +134,9 @@ class Trainer:
             [[p for _, p in r] for r in replicas], self._kv._h, name, spec_params, schedule,
             0, bool(update_on_kvstore), bool(overlap), int(fuse_below_kb * 1024),
             int(backward_passes_per_step))
+        # The hooks hold this trainer weakly and go with it: a trainer made again on the same
+        # module (without close) leaves no hooks of the old one behind.
+        weakref.finalize(self, _remove_hooks, self._gates)
         if modules is not None:
             self._install_gates(modules)
             if _dtrain.timeline_enabled():
@@ -177,8 +181,10 @@ class Trainer:
         return self._sync.learning_rate
 
     def set_learning_rate(self, lr: float) -> None:
-        """Changes the base learning rate (update_on_kvstore=False; with the optimizer on the
-        servers the rate follows its lr_scheduler)."""
+        """Changes the base learning rate from the next step on, wherever the optimizer runs:
+        here, or on the servers (every key's update of the next step; rank 0's call sets it,
+        MXNet's Trainer could not). Call it on every worker between two steps, as a script
+        does; with an lr_scheduler the schedule scales the new rate."""
         self._sync.learning_rate = float(lr)
 
     @property
@@ -211,9 +217,7 @@ class Trainer:
 
     def close(self) -> None:
         """Waits for the exchanges in flight and stops using the store (also done at exit)."""
-        for h in getattr(self, "_gates", []):
-            h.remove()
-        self._gates = []
+        _remove_hooks(getattr(self, "_gates", []))
         self._sync.close()
         if self._owns_kv:
             self._kv.close()
@@ -226,12 +230,18 @@ class Trainer:
 
     # --- the timeline (DTRAIN_TIMELINE): forward spans from the top module's hooks ---
     def _install_timeline(self, module: torch.nn.Module) -> None:
+        trainer = weakref.ref(self)
+
         def begin(mod: torch.nn.Module, inputs: tuple[Any, ...]) -> None:
-            self._forward_begin = time.time()
+            t = trainer()
+            if t is not None:
+                t._forward_begin = time.time()
 
         def end(mod: torch.nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-            self._forward_end = time.time()
-            _dtrain.timeline_span("forward", self._forward_begin, self._forward_end, self._steps)
+            t = trainer()
+            if t is not None:
+                t._forward_end = time.time()
+                _dtrain.timeline_span("forward", t._forward_begin, t._forward_end, t._steps)
 
         self._gates.append(module.register_forward_pre_hook(begin))
         self._gates.append(module.register_forward_hook(end))
@@ -247,12 +257,20 @@ class Trainer:
                     self._gates.append(module.register_forward_pre_hook(self._gate(own)))
 
     def _gate(self, indexes: list[int]) -> Callable[[torch.nn.Module, tuple[Any, ...]], None]:
-        sync = self._sync
+        trainer = weakref.ref(self)
 
         def wait_for_weights(module: torch.nn.Module, inputs: tuple[Any, ...]) -> None:
-            sync.wait_for(indexes)
+            t = trainer()
+            if t is not None:
+                t._sync.wait_for(indexes)
 
         return wait_for_weights
+
+
+def _remove_hooks(hooks: list[torch.utils.hooks.RemovableHandle]) -> None:
+    for h in hooks:
+        h.remove()
+    hooks.clear()
 
 
 def _copy_buffers(source: torch.nn.Module, target: torch.nn.Module) -> None:

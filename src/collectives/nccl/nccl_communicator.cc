@@ -202,11 +202,13 @@ class NcclCommunicator final : public DeviceCommunicator {
     if (how == Reduction::kSum) {
       Check(cudaMemsetAsync(identity.data(), 0, identity.nbytes(), stream_), "cudaMemset");
     } else {
-      // Synchronous, so that `values` may go: a joined rank's stand-in, rare and small. NCCL's
-      // stream has nothing queued between collectives (each one finishes before the next).
+      // On NCCL's stream, which is non-blocking: a plain cudaMemcpy runs on the legacy default
+      // stream, which that stream does not wait for. A copy from pageable memory has taken the
+      // bytes when it returns, so `values` may go: a joined rank's stand-in, rare and small.
       std::vector<char> values(identity.nbytes());
       FillIdentity(values.data(), static_cast<size_t>(identity.size()), dtype, how);
-      Check(cudaMemcpy(identity.data(), values.data(), values.size(), cudaMemcpyHostToDevice),
+      Check(cudaMemcpyAsync(identity.data(), values.data(), values.size(), cudaMemcpyHostToDevice,
+                            stream_),
             "copy of a joined rank's stand-in");
     }
     return identity;  // NCCL's stream fills it before it runs anything queued later
@@ -246,6 +248,9 @@ class NcclCommunicator final : public DeviceCommunicator {
   // each ascending; every rank in one), whose first member makes its id; returns this rank's. One
   // allgather carries every group's id, and every rank checks them all, so that all fail alike.
   ncclComm_t Join(const std::vector<std::vector<int>>& groups, const std::string& what) {
+    // NCCL binds a communicator to the device current on the calling thread, and StartFlat and
+    // StartHierarchical run outside the constructor's guard.
+    DeviceGuard guard(device_);
     const std::vector<int>* found = nullptr;
     for (const auto& group : groups) {
       if (std::binary_search(group.begin(), group.end(), rank_)) found = &group;
