@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch references for dtrain-train on a GPU (bench/gpu_train_bench.sh runs both sides).
+"""The PyTorch references for dtrain-train on a GPU (bench/gpu_train_bench.py runs both sides).
 
 dtrain's own ResNet-18 (src/train/models/resnet.cc: the CIFAR variant, 3x3 stem, no max-pool),
 written again in PyTorch layer for layer, trained on CIFAR-shaped random images held on the host

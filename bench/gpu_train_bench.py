@@ -56,12 +56,19 @@ def dtrain_speed(output):
     return sum(per_worker), per_worker
 
 
+# The job running now: its process group is its own (start_new_session), so a signal to this
+# benchmark (gpu-check.sh's timeout) reaches it only through _stop.
+_current = None
+
+
 def run(cmd, timeout, env=None):
     """The command's output; its whole process group is killed if it outlives `timeout`. `env`:
     variables added to this process's environment."""
+    global _current
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env={**os.environ, **(env or {})})
+    _current = proc
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -140,21 +147,34 @@ def main():
             "DTRAIN_TIMELINE": os.path.abspath(os.path.join(args.timeline_dir,
                                                             "dtrain_1x1.json"))}),
     }
+    def print_ratios():
+        ratios = {}
+        for ours, theirs, target in (("dtrain_1x1", "plain", 0.9), ("dtrain_2x2", "ddp_2", 1.2),
+                                     ("dtrain_1x1_worker_update", "plain", 0.9),
+                                     ("dtrain_1x1_server_threads", "plain", 0.9),
+                                     ("dtrain_1x1_apply_on_receive", "plain", 0.9),
+                                     ("dtrain_local", "plain", None),
+                                     ("dtrain_local_store_update", "plain", None)):
+            if ours in results and theirs in results:
+                ratios[f"{ours}_vs_{theirs}"] = {
+                    "ratio": round(results[ours] / results[theirs], 3), "target": target}
+        print(json.dumps({"job": "ratios", **ratios}), flush=True)
+
+    def stop(signum, frame):
+        # Cut short (gpu-check.sh's bound): the job running goes too, and the jobs done still
+        # give their ratios.
+        if _current is not None and _current.poll() is None:
+            os.killpg(_current.pid, signal.SIGKILL)
+        print_ratios()
+        raise SystemExit(f"gpu_train_bench: stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     for name in args.jobs.split(","):
         if name not in jobs:
             raise SystemExit(f"gpu_train_bench: no job {name!r}; known: {', '.join(jobs)}")
         jobs[name]()
-    ratios = {}
-    for ours, theirs, target in (("dtrain_1x1", "plain", 0.9), ("dtrain_2x2", "ddp_2", 1.2),
-                                 ("dtrain_1x1_worker_update", "plain", 0.9),
-                                 ("dtrain_1x1_server_threads", "plain", 0.9),
-                                 ("dtrain_1x1_apply_on_receive", "plain", 0.9),
-                                 ("dtrain_local", "plain", None),
-                                 ("dtrain_local_store_update", "plain", None)):
-        if ours in results and theirs in results:
-            ratios[f"{ours}_vs_{theirs}"] = {"ratio": round(results[ours] / results[theirs], 3),
-                                             "target": target}
-    print(json.dumps({"job": "ratios", **ratios}), flush=True)
+    print_ratios()
 
 
 if __name__ == "__main__":

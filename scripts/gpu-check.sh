@@ -17,12 +17,14 @@
 # --jobs); GPU_CHECK_TESTS=0 leaves the tests out (a benchmark-only run on a machine lent briefly),
 # GPU_CHECK_BENCH=0 the benchmarks (a tests-only run).
 #
-# Time on 16 cores: build about 100 s, the tests about 5 minutes (38 in test_gpu.py; 28 took 146-174
-# s on 2026-11-28), the benchmarks about 5 minutes: together they may pass a lent machine's
-# 10-minute limit on one command, so run a tests-only and a benchmark-only call there.
+# Time on 16 cores: build about 100 s, the tests about 5 minutes (40 in test_gpu.py; 28 took 146-174
+# s on 2026-11-28; bounded at 420 s), the benchmarks about 5 minutes: together they may pass a lent
+# machine's 10-minute limit on one command, so run a tests-only and a benchmark-only call there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=$(realpath "${1:?usage: gpu-check.sh DEPS_DIR OUT_DIR}")
+[ -d "$deps/debs" ] || { echo "gpu-check: $1 holds no debs/ (make it with scripts/gpu-deps.sh \
+here, and carry it to the GPU machine)" >&2; exit 2; }
 out=$(realpath -m "${2:?usage: gpu-check.sh DEPS_DIR OUT_DIR}")
 mkdir -p "$out"
 log=$out/gpu-check.log
@@ -116,7 +118,7 @@ train_out=$out/gpu_train.jsonl
 [ "$bench" = 0 ] || step gpu_train_bench timeout 240 bash -c "'$python' bench/gpu_train_bench.py --build build-gpu --timeout 70 \
   ${GPU_TRAIN_JOBS:+--jobs $GPU_TRAIN_JOBS} >'$train_out'"
 cat "$train_out" >>"$results" 2>/dev/null
-[ "$tests" = 0 ] || (cd tests/python && step python_gpu_tests timeout 480 "$python" -m pytest -q -rs -p no:cacheprovider \
+[ "$tests" = 0 ] || (cd tests/python && step python_gpu_tests timeout 420 "$python" -m pytest -q -rs -p no:cacheprovider \
   test_gpu.py) || failed=1
 echo "=== results"
 cat "$results"

@@ -284,14 +284,15 @@ class KVStore:
             per_device = (targets is not None and len(targets) > 1
                           and isinstance(given, (list, tuple)) and len(given) == len(targets)
                           and all(_is_tensor(g) or isinstance(g, (list, tuple)) for g in given))
-            devices = [t.device for t in targets] if targets is not None else [torch.device("cpu")]
+            # Without out the rows land in a new tensor on torch's default device.
+            full = self._new_like(k) if targets is None else targets[0]
+            devices = [t.device for t in targets] if targets is not None else [full.device]
             ids = [_row_ids(given[j] if per_device else given, k, shape[0], devices[j])
                    for j in range(len(devices))]
-            plans.append((k, targets, ids))
+            plans.append((k, targets, ids, full))
         results = []
         op = None
-        for k, targets, ids in plans:
-            full = self._new_like(k) if targets is None else targets[0]
+        for k, targets, ids, full in plans:
             op = self._h.pull([k], [[full]], priority)
             op.wait()
             if targets is None:

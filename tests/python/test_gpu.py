@@ -38,7 +38,7 @@ if dtrain._dtrain.cuda_device_count() == 0:
                 allow_module_level=True)
 
 # The 5000-element key is split over the servers: a dist store's staging copies its values to and
-# from the GPU in pieces of 1024 floats (DTRAIN_CHUNK_BYTES, whose least is 4096 bytes): 5 pieces.
+# from the GPU in pieces of at most 1024 floats (DTRAIN_CHUNK_BYTES, whose least is 4096 bytes).
 BIG = {"MXNET_KVSTORE_BIGARRAY_BOUND": "1000", "DTRAIN_CHUNK_BYTES": "4096"}
 
 
