@@ -300,11 +300,11 @@ class KVStore:
                                                        full.index_select(0, ids[0]),
                                                        full.shape).coalesce())
                 continue
-            rows = [full.index_select(0, i.to(full.device)) for i in ids]
-            for t, i, kept in zip(targets, ids, rows):
+            rows = [full.index_select(0, device_ids.to(full.device)) for device_ids in ids]
+            for t, device_ids, kept in zip(targets, ids, rows):
                 t.zero_()
-                t.index_copy_(0, i, kept.to(t.device))
-        if outs is None:
+                t.index_copy_(0, device_ids, kept.to(t.device))
+        if op is None or outs is None:
             return results if listed else results[0]
         return Handle(op, out)
 

@@ -141,6 +141,7 @@ class Trainer:
             self._install_gates(modules)
             if _dtrain.timeline_enabled():
                 self._install_timeline(modules[0])
+        self._forward_begin = 0.0
         self._forward_end: float | None = None
         _lifetime.register(self, _lifetime.TRAINER)
         if modules is not None:
