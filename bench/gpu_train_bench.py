@@ -57,7 +57,7 @@ def dtrain_speed(output):
 
 
 # The job running now: its process group is its own (start_new_session), so a signal to this
-# benchmark (gpu-check.sh's timeout) reaches it only through _stop.
+# benchmark (gpu-check.sh's timeout) reaches it only through main's stop handler.
 _current = None
 
 

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <future>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -353,7 +351,11 @@ void DistKVStore::RequestAndWait(const std::string& what,
 }
 
 void DistKVStore::SetOptimizer(const OptimizerSpec& spec) {
-  CreateOptimizer(spec);    // validates here, where the error is the caller's
+  CreateOptimizer(spec);  // validates here, where the error is the caller's
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    optimizer_spec_ = spec;
+  }
   if (past_setup_) return;  // the servers' optimizer, and its state, are the job's
   if (rank() == 0) {
     std::vector<std::pair<int, Message>> requests;
@@ -433,16 +435,15 @@ void DistKVStore::LoadOptimizerState(const std::string& blob) {
 }
 
 void DistKVStore::SetLearningRate(double learning_rate, uint64_t from_update) {
-  // Checked here, so that no server takes a change another refuses.
-  if (!std::isfinite(learning_rate) || learning_rate < 0 ||
-      learning_rate > std::numeric_limits<float>::max()) {
-    throw InvalidArgument("learning rate " + std::to_string(learning_rate) +
-                          " is not a finite float32 number >= 0");
+  std::optional<OptimizerSpec> spec;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    spec = optimizer_spec_;
   }
-  if (from_update == 0 || from_update > (uint64_t{1} << 53)) {
-    throw InvalidArgument("a rate change from update " + std::to_string(from_update) +
-                          " (updates are numbered 1 to 2^53)");
-  }
+  if (!spec) throw InvalidArgument("this kvstore has no optimizer whose rate to set");
+  // The servers' optimizer's own checks, run here, so that no server takes a change another
+  // refuses.
+  CreateOptimizer(*spec)->set_learning_rate_from(from_update, learning_rate);
   node_.ThrowIfFailed();
   if (rank() != 0) return;  // the servers take rank 0's (kvstore.h)
   AskEveryServer("setting the learning rate",

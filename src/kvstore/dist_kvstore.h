@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -152,7 +153,9 @@ class DistKVStore : public KVStore, public StagedCalls {
   std::unordered_map<Key, KeyInfo> keys_;
   std::vector<std::shared_ptr<OperationState>> outstanding_;
   CompressionSpec compression_;  // guarded by mutex_
-  bool pushed_ = false;          // guarded by mutex_: compression is fixed from the first push
+  // SetOptimizer's spec, guarded by mutex_: SetLearningRate checks a change with it.
+  std::optional<OptimizerSpec> optimizer_spec_;
+  bool pushed_ = false;  // guarded by mutex_: compression is fixed from the first push
 };
 
 }  // namespace dtrain

@@ -116,7 +116,7 @@ ElementwiseOptimizer::ElementwiseOptimizer(OptimizerSpec spec, std::string_view 
       params_(spec_, WithCommonParams(std::move(own_params))) {
   params_.NonNegative("learning_rate", static_cast<float>(default_learning_rate));
   learning_rate_ = params_.Exact("learning_rate", default_learning_rate);
-  schedule_ = LearningRateSchedule::FromSpec(spec_, params_, learning_rate_.load());
+  schedule_ = LearningRateSchedule::FromSpec(spec_, params_, learning_rate_);
 }
 
 namespace {
@@ -149,7 +149,7 @@ void ElementwiseOptimizer::set_learning_rate_from(uint64_t t, double learning_ra
 
 double ElementwiseOptimizer::learning_rate() const {
   std::lock_guard<std::mutex> lock(rate_mutex_);
-  return rate_changes_.empty() ? learning_rate_.load() : rate_changes_.back().second;
+  return rate_changes_.empty() ? learning_rate_ : rate_changes_.back().second;
 }
 
 double ElementwiseOptimizer::BaseRateAt(uint64_t t) const {
@@ -157,7 +157,7 @@ double ElementwiseOptimizer::BaseRateAt(uint64_t t) const {
   for (auto it = rate_changes_.rbegin(); it != rate_changes_.rend(); ++it) {
     if (it->first <= t) return it->second;
   }
-  return learning_rate_.load();
+  return learning_rate_;
 }
 
 double ElementwiseOptimizer::LearningRateAt(uint64_t t) const {
@@ -293,7 +293,7 @@ std::string ElementwiseOptimizer::SaveState() const {
   {
     std::lock_guard<std::mutex> rate_lock(rate_mutex_);
     changes = rate_changes_;
-    base_rate = learning_rate_.load();
+    base_rate = learning_rate_;
   }
   std::vector<const StateTable::value_type*> entries;
   entries.reserve(state_.size());

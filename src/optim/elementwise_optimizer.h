@@ -22,7 +22,6 @@
 // Update then works on that index's buffers, which never move, without it.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <span>
@@ -123,9 +122,9 @@ class ElementwiseOptimizer : public Optimizer {
   double BaseRateAt(uint64_t t) const;
 
   const OptimizerParams params_;  // reads spec_
-  std::atomic<double> learning_rate_;
-  // set_learning_rate_from's changes, (t, rate) in increasing order of t.
+  // The base rate and set_learning_rate_from's changes, (t, rate) in increasing order of t.
   mutable std::mutex rate_mutex_;
+  double learning_rate_ = 0;
   std::vector<std::pair<uint64_t, double>> rate_changes_;
   LearningRateSchedule schedule_;
   size_t state_buffers_ = 0;
