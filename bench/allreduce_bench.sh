@@ -49,7 +49,7 @@ for algorithm in ring ring_chunked halving_doubling bcube; do
   DTRAIN_GLOO_ALGORITHM=$algorithm gloo --phases plain "$@" | tee -a "$results"
 done
 # Every rank on this host: dtrain's gloo backend exchanges through shared memory by default
-# (src/collectives/shm_group.h); the same over gloo's loopback TCP, labelled "tcp".
+# (src/collectives/gloo/shm_group.h); the same over gloo's loopback TCP, labelled "tcp".
 gloo --phases plain,engine,fusion "$@" | tee -a "$results"
 DTRAIN_GLOO_SHM=0 gloo --phases plain,engine,fusion --label tcp "$@" | tee -a "$results"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Allreduce mode with several ranks on each of two emulated hosts (network namespaces joined by a
 # veth pair, each side shaped with tc to --rate): dtrain's hierarchical collectives (shared memory
-# within a host, gloo between the hosts' leaders; src/collectives/host_groups.h) against every
+# within a host, gloo between the hosts' leaders; src/collectives/gloo/host_groups.h) against every
 # rank on gloo's TCP (DTRAIN_GLOO_SHM=0), alternated, in one run. Each run is
 # bench/allreduce_bench's "plain" (the communicator called directly) and "engine" (submit by
 # name, negotiate, fuse) phases, float32, median per allreduce, from rank 0.

@@ -2,7 +2,7 @@
 # Send buffers across a link: one worker on host B pushpulls 1, 16 and 64 MB to one server on
 # host A (two network namespaces joined by a veth pair, both directions shaped with tc's token
 # bucket to RATE, or unshaped: `none`), for each DTRAIN_TCP_SNDBUF setting: auto (dtrain's
-# default, transport/send_buffer_tuner.h), 0 (the kernel's autotuning) and fixed sizes. The
+# default, transport/tcp/send_buffer_tuner.h), 0 (the kernel's autotuning) and fixed sizes. The
 # settings alternate within each round, so that a slow phase of the machine hits them alike. One
 # JSON line per case: rate, setting, round, bytes, median and p90 ms, and the link's bound (push
 # and pull each carry the bytes, one per direction, at the rate) where it is shaped.

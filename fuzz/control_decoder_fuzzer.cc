@@ -1,4 +1,4 @@
-// libFuzzer target for the job-control decoders (ps/control.h): the scheduler decodes a
+// libFuzzer target for the job-control decoders (ps/node/control.h): the scheduler decodes a
 // registration from every node that connects, and every node decodes the node table, barrier
 // replies and failure notices. Whatever the input, each decoder must return or throw
 // ProtocolError: no crash, no memory error, no undefined behaviour, no other exception. What

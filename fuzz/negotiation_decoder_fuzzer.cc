@@ -1,5 +1,5 @@
-// libFuzzer target for the allreduce mode's negotiation (collectives/negotiation.h): every rank
-// decodes every other rank's round message, each cycle. Whatever the input, DecodeRound must
+// libFuzzer target for the allreduce mode's negotiation (collectives/engine/negotiation.h): every
+// rank decodes every other rank's round message, each cycle. Whatever the input, DecodeRound must
 // return or throw ProtocolError; what decodes must encode back to the same bytes; and a table
 // applying the decoded message as every rank's must return or throw ProtocolError: no crash, no
 // memory error, no undefined behaviour, no other exception.

@@ -1,5 +1,5 @@
-// The one table of variables (common/variables.cc) against the README's, and the reader's refusal
-// of names outside it: a variable cannot be read without being documented.
+// The one table of variables (common/config/variables.cc) against the README's, and the reader's
+// refusal of names outside it: a variable cannot be read without being documented.
 #include "common/config/variables.h"
 
 #include <gtest/gtest.h>

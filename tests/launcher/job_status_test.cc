@@ -1,6 +1,6 @@
-// JobStatus (launcher/job_status.h): what the launcher makes of the processes' records — the
-// status page's JSON, the straggler, the structured failure, the end-of-job summary — and that a
-// record that does not fit is dropped, never thrown on.
+// JobStatus (launcher/report/job_status.h): what the launcher makes of the processes' records —
+// the status page's JSON, the straggler, the structured failure, the end-of-job summary — and that
+// a record that does not fit is dropped, never thrown on.
 #include "launcher/report/job_status.h"
 
 #include <gmock/gmock.h>

@@ -2,7 +2,7 @@
 # Allreduce mode with two ranks on each of two emulated hosts (network namespaces A and B joined by
 # a veth pair): ranks 0 and 1 on A, 2 and 3 on B, over Gloo (more-hosts adds two hosts of one rank).
 # The ranks of a host share memory and the hosts' leaders (ranks 0 and 2) run Gloo among themselves
-# (src/collectives/host_groups.h): allreduce, allgather, broadcast and barrier each go within a
+# (src/collectives/gloo/host_groups.h): allreduce, allgather, broadcast and barrier each go within a
 # host, between the leaders, and back.
 #
 #   hierarchical_allreduce_test.sh CASE BUILD_DIR

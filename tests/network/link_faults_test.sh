@@ -22,9 +22,9 @@
 #              host have 32 KiB send buffers (ss -tm mid-run) and those within its host keep the
 #              kernel's; every round exact.
 #   send-buffer-auto  no fault, the link shaped to 100 Mbit/s (tc tbf), DTRAIN_TCP_SNDBUF unset
-#              (auto): the tuner (transport/send_buffer_tuner.h) keeps the connections a node dials
-#              to the other host near the 32 KiB floor (ss -tm mid-run), 2 ms at this rate being
-#              less; those within its host keep the kernel's; every round exact.
+#              (auto): the tuner (transport/tcp/send_buffer_tuner.h) keeps the connections a node
+#              dials to the other host near the 32 KiB floor (ss -tm mid-run), 2 ms at this rate
+#              being less; those within its host keep the kernel's; every round exact.
 #   killed     server 1 killed (SIGKILL) mid-run, with a resend window longer than the processes'
 #              120 s limit: a member whose process is gone is lost at once (its connections close,
 #              and nothing listens at its address), so the others fail naming it, never waiting

@@ -6,15 +6,15 @@
 //   ...                                                 // submit more; order may differ per rank
 //   h.Wait();                                           // throws on a dead rank or at the deadline
 //
-// Two layers:
-//   - Backend (backend.h): plain synchronous collectives on an existing engine, OpenMPI or Gloo.
-//   - Engine (engine.h): a background thread, as Horovod's. Tensors are submitted by name; the
-//     ranks agree which names every rank has submitted (so submission order may differ), fuse the
-//     small ready ones into one buffer up to the fusion threshold, and run one backend call per
-//     buffer. A collective that waits past the stall time logs a warning naming the missing ranks
-//     and tensors.
-// This header is the process-wide API over one Engine; it has no LibTorch dependency (src/train
-// adapts torch tensors to Arrays).
+// Two layers inside (docs/design.md, "Allreduce mode"):
+//   - a backend: plain synchronous collectives, over OpenMPI or Gloo;
+//   - an engine: a background thread, as Horovod's. Tensors are submitted by name; the ranks agree
+//     which names every rank has submitted (so submission order may differ), fuse the small ready
+//     ones into one buffer up to the fusion threshold, and run one backend call per buffer. A
+//     collective that waits past the stall time logs a warning naming the missing ranks and
+//     tensors.
+// This header is the process-wide API over one engine; it has no LibTorch dependency (the training
+// front end, dtrain/train/horovod.h, adapts torch tensors to Arrays).
 //
 // Environment (read by Init; see CollectivesConfig::FromEnvironment):
 //   DTRAIN_COLLECTIVES       mpi | gloo. Default: mpi when started by mpirun (OMPI_COMM_WORLD_SIZE
@@ -24,12 +24,11 @@
 //                            sets), or in the shared directory DTRAIN_GLOO_FILE_STORE.
 //   mpi layout               from MPI itself (mpirun).
 //   DTRAIN_GLOO_SHM=0        gloo between ranks of one host too; by default they exchange
-//                            through shared memory, and hosts through one leader each
-//                            (host_groups.h).
+//                            through shared memory, and hosts through one leader each.
 //   DTRAIN_FUSION_THRESHOLD_MB (or Horovod's HOROVOD_FUSION_THRESHOLD in bytes): default 64 MB,
 //                            0 disables fusion.
 //   DTRAIN_CYCLE_TIME_MS (or HOROVOD_CYCLE_TIME): how long the engine gathers submissions before
-//                            a negotiation round; default 1 ms (see engine.h).
+//                            a negotiation round; default 1 ms.
 //   DTRAIN_STALL_WARNING_S (or HOROVOD_STALL_CHECK_TIME_SECONDS): default 60.
 //   DTRAIN_COLLECTIVE_TIMEOUT_MS: deadline of one collective and of Wait (default 600000).
 //   DTRAIN_FP16_ALLREDUCE=1: float32 allreduces of host arrays are sent as float16 (compression).
@@ -55,8 +54,9 @@ namespace dtrain::collectives {
 
 enum class BackendKind { kMpi, kGloo };
 // Horovod's reductions. Average is the sum divided by the number of ranks. Adasum combines
-// gradients by adaptive summation (src/collectives/adasum.h): float16/32/64 in host memory, a
-// power-of-two number of ranks.
+// gradients by adaptive summation (Horovod's op=Adasum: two ranks' gradients a and b of a tensor
+// give (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b, pairs of ranks as a binary tree): float16/32/64
+// in host memory, a power-of-two number of ranks.
 enum class ReduceOp : uint8_t { kSum, kAverage, kMin, kMax, kProduct, kAdasum };
 
 // A submitted collective. Copies share state. Wait() rethrows the collective's error
@@ -184,7 +184,8 @@ void Broadcast(const std::string& name, const Array& inout, int root);
 // broadcasts named `name`.length and `name`.
 void BroadcastBytes(const std::string& name, std::string& bytes, int root);
 void Barrier(int process_set = kGlobalProcessSet);
-// Horovod's join (engine.h): returns the rank that joined last, once every rank has joined.
+// Horovod's join: this rank has no more data; until every rank has joined it takes part in the
+// others' allreduces with zeros. Returns the rank that joined last, once every rank has joined.
 Handle JoinAsync();
 int Join();
 

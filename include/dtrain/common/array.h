@@ -4,10 +4,10 @@
 // memory of the Array the caller passed, and a push keeps its source alive until it is sent.
 // An Array can own its memory or wrap memory owned by someone else (a LibTorch tensor), kept alive
 // through `owner`. An Array may also live in a CUDA device's memory (`device() >= 0`, made only by
-// WrapDevice): the core moves such arrays through src/cuda (staged via pinned host memory, summed
-// with CUDA kernels) and refuses them in its host-only operations. Not synchronised: callers must
-// not write an Array that an unfinished push reads, nor read one that an unfinished pull writes
-// (wait on the operation first).
+// WrapDevice): the core moves such arrays with CUDA (staged via pinned host memory, summed with
+// CUDA kernels; docs/design.md, "GPUs") and refuses them in its host-only operations. Not
+// synchronised: callers must not write an Array that an unfinished push reads, nor read one that
+// an unfinished pull writes (wait on the operation first).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // Gradient compression settings (KVStore::SetGradientCompression): which codec and its
-// threshold. The codecs themselves, and the bit layouts, are private (src/compression/codec.h).
+// threshold. The codecs themselves and their bit layouts are private to dtrain; what each type
+// sends and its rule: docs/reference.md ("Gradient compression, as a user sets it").
 #pragma once
 
 #include <cstddef>

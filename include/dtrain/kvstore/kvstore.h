@@ -8,17 +8,16 @@
 // Types (the names Create accepts): "local" and "device" aggregate inside this process;
 // "dist_sync", "dist_async", "dist_sync_device" and "dist_async_device" talk to the job's servers,
 // and "dist" and "dist_device_sync" are aliases of "dist_sync" and
-// "dist_sync_device"; "horovod" is allreduce mode (src/kvstore/collective_kvstore.h): no servers,
-// the workers sum their pushes among themselves through the collectives engine (OpenMPI or Gloo).
+// "dist_sync_device"; "horovod" is allreduce mode: no servers, the workers sum their pushes among
+// themselves through the collectives engine (OpenMPI or Gloo; dtrain/collectives/collectives.h).
 //
 // Arrays may be in GPU memory (Array::WrapDevice) where dtrain is built with CUDA: "device" and the
 // *_device types sum a key's device values on the GPU. "device" keeps that sum on the GPU as the
 // key's value (or, with an optimizer set, updates the key's weight there), and so does "local"
 // given one device value, as MXNet's local stores do; pulls copy it on the GPU. The *_device types
 // stage the sum once through pinned host memory, and "local" (with several values) and the other
-// types stage every value (src/kvstore/device_staging_kvstore.h). With gradient compression
-// "device" compresses each value on its GPU and sums them on the host. Results equal the host
-// path's.
+// types stage every value through it (docs/design.md, "GPUs"). With gradient compression "device"
+// compresses each value on its GPU and sums them on the host. Results equal the host path's.
 //
 // Calls are asynchronous: Push/Pull/PushPull return an Operation at once; the arrays passed must
 // stay untouched until it is done (wait on it, or call WaitAll). Operations on the same key run in
@@ -107,7 +106,7 @@ class KVStore {
   virtual void SetOptimizer(const OptimizerSpec& spec) = 0;
 
   // MXNet's set_gradient_compression: {"type": "none|2bit|1bit|fp16", "threshold": "T"}, and
-  // "min_elements": "N" to send keys under N elements uncompressed (compression/codec.h). Dist
+  // "min_elements": "N" to send keys under N elements uncompressed (CompressionSpec). Dist
   // stores compress what this worker pushes to the servers, after summing its local devices (init
   // values and pulls are not compressed); local and device stores compress each device's value
   // where several devices' values are summed (a device store's CUDA values on their own GPUs).

@@ -32,9 +32,9 @@
 // holds the rounded parameters, so a resumed job's masters start from those.
 //
 // CUDA parameters: gradients and weights travel as device Arrays ordered after torch's current
-// stream (src/cuda), fused buckets live on the parameters' GPU, and an optimizer run here
-// (update_on_kvstore false) updates replica 0's weights on their GPU, queued on torch's current
-// stream (Optimizer::UpdateOnDevice, the host's results bit for bit), then copies them to the
+// stream (through an event; docs/design.md, "GPUs"), fused buckets live on the parameters' GPU,
+// and an optimizer run here (update_on_kvstore false) updates replica 0's weights on their GPU,
+// queued on torch's current stream (the host's results bit for bit), then copies them to the
 // other replicas.
 //
 // Errors: Step, WaitFor and WaitAll throw what an exchange failed with (PeerError naming the node,
@@ -158,7 +158,8 @@ class ParameterSync {
   void Scatter(const Bucket& b);  // a flat bucket's weights into every replica
   void Gather(const Bucket& b);   // replica 0's weights into a flat bucket's weights
 
-  // Reports for the launcher (report/reporter.h): at most one a second, and one at the end.
+  // Progress records for the launcher (steps, samples, time waiting for communication, rates): at
+  // most one a second, and a summary at the end.
   // mutex_ held (WaitFor adds to wait_s_ under it).
   void ReportProgress(bool final);
 

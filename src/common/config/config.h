@@ -145,8 +145,8 @@ struct Config {
   // DTRAIN_TCP_SNDBUF: bytes a TCP connection we write to another host may hold in the kernel,
   // sent and not yet acknowledged included, as net.ipv4.tcp_wmem counts them; 0: the kernel's
   // autotuning; "auto" (kAdaptiveSendBuffer, the default): sized by each connection from its
-  // round trip and rate (transport/send_buffer_tuner.h), so that a slow link's queue stays short
-  // enough for priority to matter while a fast link still fills.
+  // round trip and rate (transport/tcp/send_buffer_tuner.h), so that a slow link's queue stays
+  // short enough for priority to matter while a fast link still fills.
   static constexpr size_t kAdaptiveSendBuffer = SIZE_MAX;
   size_t tcp_send_buffer = kAdaptiveSendBuffer;
   // DTRAIN_TCP_LOCAL_CONGESTION: the congestion control of TCP connections within this host
