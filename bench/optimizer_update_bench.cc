@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/optim/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace {
 

@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "dtrain/common/error.h"
 #include "kvstore/key_names.h"
+#include "optim/optimizer.h"
 #include "tensor_array.h"
 
 namespace py = pybind11;

@@ -31,6 +31,7 @@
 #include "common/config/config.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/kvstore/kvstore.h"
+#include "optim/optimizer.h"
 
 namespace dtrain {
 

@@ -15,6 +15,8 @@
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
+#include "kvstore/operation_state.h"
+#include "optim/optimizer.h"
 #include "ps/server_checkpoint.h"
 #include "report/reporter.h"
 #include "report/timeline.h"

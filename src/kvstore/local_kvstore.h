@@ -45,6 +45,7 @@
 #include "dtrain/kvstore/kvstore.h"
 #include "kvstore/device_updates.h"
 #include "kvstore/packed_pushes.h"
+#include "optim/optimizer.h"
 
 namespace dtrain {
 

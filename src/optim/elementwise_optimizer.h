@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "dtrain/common/array.h"
-#include "dtrain/optim/optimizer.h"
+#include "optim/optimizer.h"
 #include "optim/kernels/device_launch.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer_params.h"

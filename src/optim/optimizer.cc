@@ -1,4 +1,4 @@
-#include "dtrain/optim/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <cctype>
 #include <cmath>

@@ -60,7 +60,7 @@
 
 #include "common/config/config.h"
 #include "common/thread_pool.h"
-#include "dtrain/optim/optimizer.h"
+#include "optim/optimizer.h"
 #include "ps/node/node.h"
 #include "ps/request_scheduler.h"
 #include "ps/server_checkpoint.h"

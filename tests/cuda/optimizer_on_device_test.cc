@@ -12,7 +12,7 @@
 
 #include "cuda/cuda.h"
 #include "dtrain/common/error.h"
-#include "dtrain/optim/optimizer.h"
+#include "optim/optimizer.h"
 #include "on_gpu_test.h"
 
 namespace dtrain {

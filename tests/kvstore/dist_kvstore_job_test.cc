@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "dtrain/common/array.h"
-#include "dtrain/optim/optimizer.h"
+#include "optim/optimizer.h"
 #include "inprocess_job.h"
 
 namespace dtrain::testing {

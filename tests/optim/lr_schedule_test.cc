@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dtrain/common/error.h"
-#include "dtrain/optim/optimizer.h"
+#include "optim/optimizer.h"
 #include "optim_test_util.h"
 
 namespace dtrain {

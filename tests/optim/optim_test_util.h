@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "dtrain/common/error.h"
-#include "dtrain/optim/optimizer.h"
+#include "optim/optimizer.h"
 #include "support/invalid_argument_from.h"
 
 namespace dtrain::optim_test {
