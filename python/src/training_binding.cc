@@ -71,6 +71,8 @@ void RegisterTraining(py::module_& m) {
              py::gil_scoped_release no_gil;
              sync.Step(batch_size);
            })
+      .def("stale_gradients",
+           [](const SyncHandle& h) { return h.sync().StaleGradients(); })
       .def("wait_for",
            [](const SyncHandle& h, const std::vector<size_t>& indexes) {
              auto& sync = h.sync();

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "cuda/cuda.h"
 #include "dtrain/common/error.h"
+#include "optim/optimizer.h"
 #include "report/reporter.h"
 #include "report/timeline.h"
 #include "train/tensor_array.h"
@@ -543,6 +544,17 @@ void ParameterSync::ReportProgress(bool final) {
   reported_steps_ = steps_;
   reported_samples_ = samples_;
   reported_active_s_ = active_s_;
+}
+
+std::vector<std::pair<size_t, size_t>> ParameterSync::StaleGradients() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::pair<size_t, size_t>> stale;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t r = 0; r < num_replicas_; ++r) {
+      if (params_[i]->arrived[r] == 0) stale.emplace_back(i, r);
+    }
+  }
+  return stale;
 }
 
 void ParameterSync::WaitAll() {

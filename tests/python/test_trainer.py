@@ -85,6 +85,46 @@ def test_a_backward_beyond_the_steps_passes_is_an_error():
         two_backwards(0)
 
 
+def test_a_parameter_the_forward_did_not_use_is_refused_unless_ignore_stale_grad():
+    """Gluon's ignore_stale_grad: it was accepted and ignored (a stale gradient silently counted as
+    zeros). Now a step with a parameter backward did not reach is an error naming it, and with
+    ignore_stale_grad=True the gradient counts as zeros: the used parameter moves, the unused one
+    (plain SGD) keeps its value."""
+    import torch
+    import dtrain
+    import dtrain.torch
+
+    class TwoHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = torch.nn.Linear(2, 1, bias=False)
+            self.unused = torch.nn.Linear(2, 1, bias=False)
+
+        def forward(self, x):
+            return self.used(x)
+
+    net = TwoHeads()
+    with torch.no_grad():
+        net.used.weight.zero_()
+        net.unused.weight.fill_(5.0)
+    trainer = dtrain.torch.Trainer(net, "sgd", {"learning_rate": 1.0}, kvstore="local")
+    net(torch.ones(1, 2)).sum().backward()
+    with pytest.raises(dtrain.InvalidArgument,
+                       match="parameter 'unused.weight' on cpu has not been produced by backward"
+                       ".*ignore_stale_grad=True"):
+        trainer.step(1)
+    trainer.step(1, ignore_stale_grad=True)
+    trainer.wait()
+    assert net.used.weight.detach().tolist() == [[-1.0, -1.0]]
+    assert net.unused.weight.detach().tolist() == [[5.0, 5.0]]
+    # The next step checks afresh: a backward that reaches both is accepted.
+    (net(torch.ones(1, 2)) + net.unused(torch.ones(1, 2))).sum().backward()
+    trainer.step(1)
+    trainer.wait()
+    assert net.unused.weight.detach().tolist() == [[4.0, 4.0]]
+    trainer.close()
+
+
 def test_a_trainer_made_again_on_the_same_module_leaves_no_hooks_behind():
     """A new Trainer without close() on the old one (say, for another optimizer): the old one's
     hooks go with it, so its counts cannot call a later backward one too many."""

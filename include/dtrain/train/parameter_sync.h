@@ -52,10 +52,15 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/kvstore/kvstore.h"
 #include "dtrain/optim/optimizer.h"
+
+namespace dtrain {
+class Optimizer;  // the project's own (the spec, OptimizerSpec, is what users give)
+}  // namespace dtrain
 
 namespace dtrain::train {
 
@@ -106,6 +111,11 @@ class ParameterSync {
   // .grad (each backward writes them afresh, Gluon's grad_req "write"). Throws InvalidArgument
   // for a batch size other than the declared (or first) one.
   void Step(int64_t batch_size);
+
+  // The (parameter index, replica) pairs whose gradient no backward pass has produced since the
+  // last Step: parameters the forward did not use. Step sends zeros for them. Gluon's Trainer
+  // refuses such a step unless told to ignore stale gradients; the Python Trainer asks this.
+  std::vector<std::pair<size_t, size_t>> StaleGradients() const;
 
   // Waits until parameter `index` holds its latest weights on every replica.
   void WaitFor(size_t index);

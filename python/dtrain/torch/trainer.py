@@ -91,6 +91,10 @@ class Trainer:
         A saved optimizer state loads only under the same choice (pass it explicitly to load
         one saved under the other).
     fuse_below_kb: parameters smaller than this travel together as one key (0: never).
+    overlap: True (the default): each parameter's gradient leaves from an autograd hook as soon
+        as backward has produced it, and a module's forward waits only for its own parameters'
+        new weights. False: the gradients leave at step(), which waits for every new weight
+        before it returns (the simplest order to reason about; slower).
     backward_passes_per_step: gradient accumulation (Horovod's name): each step sums the
         gradients of this many backward passes (pass step() the samples of all of them); a
         parameter's gradient leaves during its last pass. A backward beyond them before step()
@@ -122,6 +126,8 @@ class Trainer:
         if len({len(r) for r in replicas}) != 1:
             raise InvalidArgument("the replicas have different numbers of parameters")
         self._params = [p for _, p in replicas[0]]
+        self._names = [n for n, _ in replicas[0]]
+        self._devices = [[p.device for _, p in r] for r in replicas]
         self._all_indexes = list(range(len(self._params)))
         self._modules = modules
         self._batch_size: int | None = None
@@ -151,7 +157,16 @@ class Trainer:
     # --- the Gluon Trainer's API ---
     def step(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
         """Ends a step of `batch_size` samples (this worker's, over all its devices): sends the
-        gradients backward has not sent yet; the new weights arrive in the background."""
+        gradients backward has not sent yet; the new weights arrive in the background.
+
+        A parameter whose gradient no backward produced since the last step (the forward did not
+        use it) is an error, as in Gluon, raised before anything more is sent: it names the
+        parameter. With ignore_stale_grad=True such a gradient counts as zeros in the workers'
+        sum instead. Unlike Gluon, the parameter is still updated with that sum (other workers
+        may have used it; a local skip would let the replicas drift apart), so momentum and weight
+        decay still move a parameter that no worker used."""
+        if not ignore_stale_grad:
+            self._refuse_stale_gradients()
         if self._forward_end is not None:  # the timeline's backward: from forward's end to here
             _dtrain.timeline_span("backward", self._forward_end, time.time(), self._steps)
             self._forward_end = None
@@ -172,6 +187,17 @@ class Trainer:
         self._sync.step(batch_size)
         if self._modules is None:
             self._sync.wait_for(self._all_indexes)
+
+    def _refuse_stale_gradients(self) -> None:
+        stale = self._sync.stale_gradients()
+        if stale:
+            index, replica = stale[0]
+            more = " (and %d more)" % (len(stale) - 1) if len(stale) > 1 else ""
+            raise InvalidArgument(
+                "the gradient of parameter '%s' on %s%s has not been produced by backward since "
+                "the last step: the forward did not use it. If that is intended, call "
+                "step(batch_size, ignore_stale_grad=True): its gradient then counts as zeros"
+                % (self._names[index], self._devices[replica][index], more))
 
     def wait(self) -> None:
         """Blocks until every parameter holds its latest weights (before evaluating or saving)."""
