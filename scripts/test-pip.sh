@@ -3,7 +3,8 @@
 #   torch2: a fresh venv, `pip install torch` (PyPI's newest 2.x), `pip install --no-build-isolation
 #           <checkout>`; then, from a scratch folder with no PYTHONPATH, the whole Python suite on the
 #           installed package (DTRAIN_TEST_INSTALLED=1), mypy on the public API included, and the
-#           two Python examples, whose Test_acc must match Debian's torch's within 0.5 points.
+#           two Python examples, run with both torches, each run's Test_acc at least a floor
+#           (example_floor below says how it was chosen).
 #   debian: Debian's python3-torch (a venv with system site-packages): `pip wheel` of the checkout,
 #           and that wheel installed into a second fresh venv, used without the source tree.
 # The C++ core is compiled once: ccache (scripts/build.sh turns it on) hands the main build's
@@ -50,10 +51,23 @@ example_accuracies() {
   echo
 }
 
-# torch 2's accuracy is at least Debian torch's less half a point (a defect on one side, such as
-# gradients averaged wrongly, costs far more than that).
-at_most_half_point_worse() {  # reference measured
-  "$system_python" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(b < a - 0.005)' "$1" "$2"
+# Each run against a fixed floor, not one run against the other: two runs of one commit differ by
+# up to 0.7 points (Debian's torch alone: horovod 0.8809 and 0.8879 on two fresh machines), so a
+# 0.5-point margin between two such figures failed correct trees at random. Best Test_acc of 5
+# epochs measured so far: gluon 0.8951 (1.13), 0.8964 (2.x); horovod 0.8809-0.8879 (both
+# torches, four runs). The floors sit 2 points under the lowest (about three times the spread); a
+# package that does not train (0.10) or diverges lands far below. Whether training is exact is
+# train_check's question (tests/python/test_trainer.py: one process's weights to 1e-5).
+example_floor() {  # example name
+  case $1 in
+    gluon) echo 0.875 ;;
+    horovod) echo 0.86 ;;
+  esac
+}
+
+at_least_floor() {  # example accuracy
+  "$system_python" -c 'import sys; sys.exit(float(sys.argv[2]) < float(sys.argv[1]))' \
+    "$(example_floor "$1")" "$2"
 }
 
 lane_torch2() {
@@ -95,8 +109,11 @@ compare_examples() {
   read -r ref_gluon ref_hvd <<<"$ref"
   read -r t2_gluon t2_hvd <<<"$t2"
   log "best Test_acc of 5 epochs, gluon: torch 1.13 $ref_gluon, torch 2 $t2_gluon; horovod: $ref_hvd, $t2_hvd"
-  at_most_half_point_worse "$ref_gluon" "$t2_gluon" || fail "gluon example: torch 2 is > 0.5 points worse"
-  at_most_half_point_worse "$ref_hvd" "$t2_hvd" || fail "horovod example: torch 2 is > 0.5 points worse"
+  log "floors: gluon $(example_floor gluon), horovod $(example_floor horovod)"
+  at_least_floor gluon "$ref_gluon" || fail "gluon example with torch 1.13: $ref_gluon < $(example_floor gluon)"
+  at_least_floor gluon "$t2_gluon" || fail "gluon example with torch 2: $t2_gluon < $(example_floor gluon)"
+  at_least_floor horovod "$ref_hvd" || fail "horovod example with torch 1.13: $ref_hvd < $(example_floor horovod)"
+  at_least_floor horovod "$t2_hvd" || fail "horovod example with torch 2: $t2_hvd < $(example_floor horovod)"
 }
 
 lane_debian() {

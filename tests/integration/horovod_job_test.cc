@@ -99,7 +99,7 @@ TEST(HorovodConvergence, LeNetOnFashionMnistWithTwoWorkers) {
              {BinaryPath("src/train/dtrain-train"), "--dataset", "fashion-mnist", "--network",
               "lenet", "--kvstore", "horovod", "--epochs", "2", "--log-interval", "0"},
              dir.path() + "/log");
-  EXPECT_GE(LastTestAccuracy(out), 0.88) << out;  // the dist_sync bar
+  EXPECT_GE(LastTestAccuracy(out), 0.86) << out;  // the dist_sync floor (train_job_test.cc)
 }
 
 // The LibTorch API (BroadcastParameters, DistributedOptimizer) in a Horovod-style loop: two ranks

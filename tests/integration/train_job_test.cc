@@ -81,7 +81,12 @@ TEST(Convergence, LeNetOnFashionMnistWithTwoWorkersDistSync) {
              {BinaryPath("src/train/dtrain-train"), "--dataset", "fashion-mnist", "--network",
               "lenet", "--kvstore", "dist_sync", "--epochs", "2", "--log-interval", "0"},
              dir.path() + "/log");
-  EXPECT_GE(LastTestAccuracy(out), 0.88) << out;
+  // The floor of a run on any machine, not of this seed here: seed 42 gives 0.8879 on a 2-core
+  // machine, but the trajectory moves with the thread count and the CPU's kernels as it does with
+  // the seed (seeds 1, 2, 3, 7, 8: 0.8826, 0.8817, 0.8813, 0.8752-0.8794, 0.8711; docs/performance.md,
+  // docs/reliability.md). A point under the worst of them; a model that does not learn or diverges
+  // lands far below.
+  EXPECT_GE(LastTestAccuracy(out), 0.86) << out;
 }
 
 TEST(Convergence, LeNetOnFashionMnistWithTwoWorkersDistAsync) {

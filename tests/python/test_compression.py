@@ -81,7 +81,10 @@ def test_dtrain_train_saves_and_resumes_with_compression(spawn, tmp_path):
             "--gc-type", "2bit", "--gc-min-elements", "0"]
     first = accuracy(run_ok(spawn, launch_argv(2, 2, base + ["--save", model]), timeout=300))
     assert os.path.getsize(model) > 0
-    out = run_ok(spawn, launch_argv(2, 2, base + ["--resume", model]), timeout=300)
-    # The same epoch again, from the saved model: better than the first time (0.44 -> 0.57 here,
-    # every key compressed; a resume that lost the model would start from scratch and repeat 0.44).
-    assert accuracy(out) > first + 0.05, out
+    # Two steps more from the saved model (256 samples, 64 a step on each worker) keep about its
+    # accuracy; a resume that lost the model starts from scratch and lands near chance after two
+    # steps. (It compared a whole second epoch with the first, two figures on the steep part of
+    # the learning curve, each moved by the machine's kernels and threads.)
+    resume = [a if a != "4000" else "256" for a in base]
+    out = run_ok(spawn, launch_argv(2, 2, resume + ["--resume", model]), timeout=300)
+    assert accuracy(out) > first - 0.1, (first, out)
