@@ -26,7 +26,36 @@ add_executable(kv_app kv_app.cc)
 target_link_libraries(kv_app PRIVATE dtrain::kvstore dtrain::collectives)
 add_executable(train_app train_app.cc)
 target_link_libraries(train_app PRIVATE dtrain::train)
+add_executable(readme_app readme_app.cc)
+target_link_libraries(readme_app PRIVATE dtrain::kvstore)
 """
+
+
+def readme_app():
+    """README.md's C++ snippet ("## From C++") as a program: its lines as they are, inside a main
+    that gives the arrays it names values and checks the pulled weight, so a README that no longer
+    compiles or trains fails here. Two workers' pushes of 0.25 + 0.75, SGD at 0.1 on the servers:
+    the weight 1 becomes 1 - 0.1 x 2 = 0.8."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = f.read()
+    section = readme[readme.index("## From C++"):]
+    snippet = section[section.index("```cpp\n") + 7:section.index("```\n", 7)]
+    includes = [line for line in snippet.splitlines() if line.startswith("#include")]
+    body = [line for line in snippet.splitlines() if not line.startswith("#include")]
+    assert includes and "dtrain::Initialize();" in body, snippet
+    return "\n".join(includes + [
+        "#include <cmath>",
+        "#include <cstdio>",
+        "#include <vector>",
+        "int main() {",
+        "  dtrain::Array weight = dtrain::Array::FromFloats(std::vector<float>(4, 1.0f));",
+        "  dtrain::Array grad_device0 = dtrain::Array::FromFloats(std::vector<float>(4, 0.25f));",
+        "  dtrain::Array grad_device1 = dtrain::Array::FromFloats(std::vector<float>(4, 0.75f));",
+    ] + body + [
+        "  const float w = weight.floats()[3];",
+        "  std::printf(\"readme_app worker %d of %d: weight %g\\n\", kv->rank(), kv->num_workers(), w);",
+        "  return std::fabs(w - (1.0f - 0.1f * kv->num_workers())) < 1e-6f ? 0 : 1;",
+        "}", ""])
 
 KV_APP = r"""
 #include <dtrain/collectives/collectives.h>
@@ -90,19 +119,35 @@ def prefix(tmp_path_factory):
     return prefix
 
 
-def test_cpp_project_finds_and_links_dtrain(prefix, tmp_path):
-    src = tmp_path / "src"
+@pytest.fixture(scope="module")
+def cpp_project(prefix, tmp_path_factory):
+    """A C++ project of a user's, built against the installed package with its headers alone."""
+    root = tmp_path_factory.mktemp("cpp_project")
+    src = root / "src"
     src.mkdir()
     (src / "CMakeLists.txt").write_text(CMAKE_PROJECT)
     (src / "kv_app.cc").write_text(KV_APP)
     (src / "train_app.cc").write_text(TRAIN_APP)
-    build = str(tmp_path / "build")
+    (src / "readme_app.cc").write_text(readme_app())
+    build = str(root / "build")
     run(["cmake", "-S", str(src), "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-         "-DCMAKE_PREFIX_PATH=" + prefix], cwd=str(tmp_path))
-    run(["cmake", "--build", build], cwd=str(tmp_path), timeout=900)
-    assert "kv_app 3 3 3" in run([os.path.join(build, "kv_app")], cwd=str(tmp_path))
-    assert "train_app 6 parameters, part of 25" in run([os.path.join(build, "train_app")],
+         "-DCMAKE_PREFIX_PATH=" + prefix], cwd=str(root))
+    run(["cmake", "--build", build], cwd=str(root), timeout=900)
+    return build
+
+
+def test_cpp_project_finds_and_links_dtrain(cpp_project, tmp_path):
+    assert "kv_app 3 3 3" in run([os.path.join(cpp_project, "kv_app")], cwd=str(tmp_path))
+    assert "train_app 6 parameters, part of 25" in run([os.path.join(cpp_project, "train_app")],
                                                        cwd=str(tmp_path))
+
+
+def test_readme_cpp_snippet_trains_in_a_job(prefix, cpp_project, tmp_path):
+    env = {"PATH": os.path.join(prefix, "bin") + os.pathsep + "/usr/bin:/bin",
+           "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    out = run([os.path.join(prefix, "bin", "dtrain"), "launch", "-n", "2", "-s", "1", "--",
+               os.path.join(cpp_project, "readme_app")], cwd=str(tmp_path), env=env, timeout=120)
+    assert out.count("of 2: weight 0.8") == 2, out
 
 
 def test_only_the_public_headers_are_installed(prefix):
