@@ -40,3 +40,8 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/dtrainConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/dtrainConfig.cmake ${PROJECT_BINARY_DIR}/dtrainConfigVersion.cmake
   DESTINATION ${config_dir})
+
+# `ninja dtrain_runtime`: only what the rules above install, for a set-up that runs dtrain without
+# building its tests (scripts/build.sh run).
+add_custom_target(dtrain_runtime)
+add_dependencies(dtrain_runtime ${targets} dtrain dtrain-train dtrain_python)

@@ -1,32 +1,44 @@
 #!/usr/bin/env bash
-# Installs every Debian package dtrain needs to build, test and run. Idempotent; run as root (or
-# with sudo available) on Debian 12.
+# Installs the Debian packages dtrain needs. Idempotent; run as root (or with sudo available) on
+# Debian 12.
+#   install-deps.sh [run]  what building and running needs: the toolchain, the libraries, LibTorch
+#                          and Debian's PyTorch, Gloo and OpenMPI, the Fashion-MNIST data set
+#                          (scripts/run-main-job.sh; also what `pip install ./dtrain` builds with)
+#   install-deps.sh test   that and what the tests use: GoogleTest and Google Benchmark, sshd,
+#                          a single-node Slurm and Grid Engine, clang for the fuzzers, Chromium...
 set -euo pipefail
+set_name=${1:-run}
 
-packages=(
+run_packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
   # ccache: the pip builds (scripts/test-pip.sh) reuse the main build's objects of the core
   ccache
-  # libraries: networking (standalone Asio), CLI, JSON, tests, benchmarks, OpenSSL (HMAC-SHA256
-  # for authenticated jobs)
-  libasio-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+  # libraries: networking (standalone Asio), CLI, JSON, OpenSSL (HMAC-SHA256 for authenticated
+  # jobs)
+  libasio-dev libcli11-dev nlohmann-json3-dev libssl-dev
   # the training front end: LibTorch, OpenBLAS (LibTorch otherwise falls back to the slow
   # reference BLAS), zlib for reading .gz data sets, and the real Fashion-MNIST data set
   libtorch-dev libopenblas0-pthread zlib1g-dev dataset-fashion-mnist
+  # allreduce mode: Gloo and OpenMPI (mpirun is also a launcher backend)
+  libgloo-dev openmpi-bin libopenmpi-dev
+  # the Python package: Debian's PyTorch (the same LibTorch as above) and pybind11
+  python3-dev python3-torch python3-numpy pybind11-dev
+)
+
+test_packages=(
+  # the C++ tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
   # what the tests and the launcher use: ip (network namespaces), procps (pgrep/pkill), nft (the
   # link-fault tests drop and duplicate packets with it: the kernel may lack netem)
   iproute2 procps nftables
-  # the launcher backends and their tests: ssh (sshd in namespaces, rsync for --sync-dst-dir),
-  # OpenMPI, a single-node Slurm (with munge), a single-node Grid Engine
-  openssh-server openssh-client rsync openmpi-bin libopenmpi-dev
+  # the launcher backends' tests: ssh (sshd in namespaces, rsync for --sync-dst-dir), a
+  # single-node Slurm (with munge), a single-node Grid Engine
+  openssh-server openssh-client rsync
   slurmd slurmctld slurm-client munge gridengine-master gridengine-exec gridengine-client
-  # allreduce mode: Gloo (OpenMPI above is the other backend)
-  libgloo-dev
-  # the Python package: Debian's PyTorch (the same LibTorch as above), pybind11, and pytest
-  python3-dev python3-torch python3-numpy pybind11-dev python3-pytest
-  # virtual environments: `pip install` of dtrain into one, with PyPI's torch 2 or Debian's
-  python3-venv python3-pip
+  # the Python suite, and `pip install` of dtrain into virtual environments with PyPI's torch 2
+  # or Debian's
+  python3-pytest python3-venv python3-pip
   # the fuzzers (scripts/fuzz.sh): clang with libFuzzer and the sanitizers
   clang libclang-rt-14-dev
   # plots (dtrain plot); the status page's test renders it in headless Chromium and reads the
@@ -34,12 +46,18 @@ packages=(
   python3-matplotlib chromium tesseract-ocr tesseract-ocr-eng
 )
 
+case $set_name in
+  run) packages=("${run_packages[@]}") ;;
+  test) packages=("${run_packages[@]}" "${test_packages[@]}") ;;
+  *) echo "install-deps: unknown set '$set_name' (run, test)" >&2; exit 2 ;;
+esac
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]} == 0)); then
-  echo "install-deps: all ${#packages[@]} packages already installed"
+  echo "install-deps: all ${#packages[@]} packages of the $set_name set already installed"
   exit 0
 fi
 

@@ -4,18 +4,24 @@
 #   - the dtrain and dtrain-train commands on PATH;
 #   - the C++ headers (include/dtrain/...), libraries and CMake package (find_package(dtrain));
 #   - the Python package, in Debian's python3 (`import dtrain`).
+# `install.sh [run]` installs and builds only what running needs (scripts/run-main-job.sh);
+# `install.sh test` also the tests' packages and the tests, benchmarks and examples
+# (scripts/test.sh). Both install into the same places, and each phase's time is printed.
 # When `python3` on PATH is another interpreter of the same Python version (pyenv, say), which
 # cannot see Debian's torch, a .pth file in its site-packages adds Debian's dist-packages folders
 # to its path, so that `python3 -c "import dtrain"` works there too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/phases.sh
+what=${1:-run}
+[[ $what == run || $what == test ]] || { echo "install: unknown set '$what' (run, test)" >&2; exit 2; }
 prefix=${DTRAIN_PREFIX:-/usr/local}
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 
-bash scripts/install-deps.sh
-bash scripts/build.sh
-$SUDO cmake --install build --prefix "$prefix" >/dev/null
+phase "packages ($what)" bash scripts/install-deps.sh "$what"
+if [[ $what == test ]]; then bash scripts/build.sh all; else bash scripts/build.sh run; fi
+phase "install" $SUDO cmake --install build --prefix "$prefix" >/dev/null
 echo "install: dtrain installed under $prefix"
 
 system_python=/usr/bin/python3
@@ -39,3 +45,4 @@ fi
 if [[ "$prefix" == /usr/local ]]; then
   command -v dtrain >/dev/null || { echo "install: dtrain is not on PATH" >&2; exit 1; }
 fi
+phase_summary
