@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "collectives/config.h"
-#include "collectives/gloo/rendezvous_store.h"
+#include "collectives/gloo/rendezvous_server.h"
 #include "common/elementwise.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/dtype.h"

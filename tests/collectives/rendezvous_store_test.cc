@@ -1,5 +1,6 @@
 // The gloo rendezvous store over real loopback sockets, in one process.
-#include "collectives/gloo/rendezvous_store.h"
+#include "collectives/gloo/rendezvous_client.h"
+#include "collectives/gloo/rendezvous_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

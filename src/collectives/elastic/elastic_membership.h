@@ -15,7 +15,7 @@
 #include <string>
 
 #include "collectives/config.h"
-#include "collectives/gloo/rendezvous_store.h"
+#include "collectives/gloo/rendezvous_server.h"
 
 namespace dtrain::collectives {
 

@@ -42,7 +42,7 @@
 #include "collectives/gloo/gloo_setup.h"
 #include "collectives/gloo/gloo_watchdog.h"
 #include "collectives/gloo/host_groups.h"
-#include "collectives/gloo/rendezvous_store.h"
+#include "collectives/gloo/rendezvous_client.h"
 #include "common/elementwise.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"

@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "collectives/config.h"
-#include "collectives/gloo/rendezvous_store.h"
+#include "collectives/gloo/rendezvous_client.h"
+#include "collectives/gloo/rendezvous_server.h"
 
 namespace dtrain::collectives {
 
