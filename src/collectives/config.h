@@ -30,7 +30,7 @@ struct CollectivesConfig : CollectiveTuning {
   std::string interface;         // DMLC_INTERFACE: gloo binds and announces this interface
   std::string node_host;         // DMLC_NODE_HOST: gloo binds and announces exactly this address
   // DTRAIN_GLOO_ALGORITHM: auto | ring | ring_chunked | halving_doubling | bcube; empty = auto,
-  // chosen by measurement (gloo_backend.cc). For benchmarks and tests.
+  // chosen by measurement (gloo/gloo_backend_allreduce.cc). For benchmarks and tests.
   std::string gloo_algorithm;
   // DTRAIN_GLOO_SHM: ranks of one host exchange through a shared memory segment instead of gloo's
   // loopback TCP, and with several hosts the collectives go through one leader per host

@@ -1,6 +1,6 @@
 // Joining the job's gloo mesh: the rendezvous (rank 0's RendezvousServer, a FileStore in a shared
 // directory, or nothing for a job of one), every rank's announcement, and the TCP pairs between
-// every two ranks. The communicator (gloo_backend.cc) runs collectives over what this returns.
+// every two ranks. The communicator (gloo_backend.h) runs collectives over what this returns.
 #pragma once
 
 #include <gloo/context.h>
