@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "common/elementwise.h"
 #include "compression/codec.h"
 #include "dtrain/common/array.h"
 

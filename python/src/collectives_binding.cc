@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
+#include "collectives/collectives_internal.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/error.h"
 #include "tensor_array.h"

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "collectives/backend.h"
+#include "collectives/collectives_internal.h"
 #include "collectives/config.h"
 #include "collectives/elastic/elastic_membership.h"
 #include "collectives/engine/engine.h"

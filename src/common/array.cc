@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "common/buffer_pool.h"
-#include "common/elementwise.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain {
@@ -107,28 +106,6 @@ void Array::CopyFrom(const Array& other) const {
 
 void Array::Fill(float value) const {
   for (float& x : floats()) x = value;
-}
-
-void AddInto(void* dst, const void* src, int64_t n, DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      float* __restrict d = static_cast<float*>(dst);
-      const float* __restrict s = static_cast<const float*>(src);
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-      return;
-    }
-    case DType::kFloat64: {
-      double* __restrict d = static_cast<double*>(dst);
-      const double* __restrict s = static_cast<const double*>(src);
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-      return;
-    }
-    case DType::kFloat16:
-    case DType::kBFloat16:
-      // Through float32, one rounding per element (elementwise.h).
-      return Sum(dst, dst, src, static_cast<size_t>(n), dtype);
-  }
-  throw InvalidArgument("cannot sum values of dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
 }  // namespace dtrain

@@ -228,6 +228,28 @@ void Sum(void* out, const void* a, const void* b, size_t n, DType dtype) {
   throw InvalidArgument("cannot sum values of dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
+void AddInto(void* dst, const void* src, int64_t n, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      float* __restrict d = static_cast<float*>(dst);
+      const float* __restrict s = static_cast<const float*>(src);
+      for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+      return;
+    }
+    case DType::kFloat64: {
+      double* __restrict d = static_cast<double*>(dst);
+      const double* __restrict s = static_cast<const double*>(src);
+      for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+      return;
+    }
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      // Through float32, one rounding per element.
+      return Sum(dst, dst, src, static_cast<size_t>(n), dtype);
+  }
+  throw InvalidArgument("cannot sum values of dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
 void Reduce(void* out, const void* a, const void* b, size_t n, DType dtype, Reduction how) {
   switch (how) {
     case Reduction::kSum:

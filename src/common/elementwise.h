@@ -22,6 +22,8 @@ void CopyBypassingCaches(void* out, const void* in, size_t bytes);
 
 // out[i] = a[i] + b[i]; `out` may alias `a` or `b`. Rounds once per element, to nearest even.
 void Sum(void* out, const void* a, const void* b, size_t n, DType dtype);
+// dst[i] += src[i] for n elements of `dtype` (float16 and bfloat16 through float32, rounded once).
+void AddInto(void* dst, const void* src, int64_t n, DType dtype);
 
 // How two values combine into one in a reduction.
 enum class Reduction : uint8_t { kSum, kMin, kMax, kProduct };

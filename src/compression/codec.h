@@ -28,6 +28,13 @@
 
 namespace dtrain {
 
+// Element counts of a compressed piece start at multiples of this (the values in one 1-bit word):
+// key partitions cut big values here, so every slot's words start at a word boundary.
+constexpr int64_t kCompressionAlignment = 32;
+
+// Whether `raw` (a byte off the wire) is one of Compression's values.
+bool IsValidCompression(uint8_t raw);
+
 // Bytes of `n` float32 values compressed with `type` (n * 4 for kNone).
 size_t CompressedBytes(Compression type, int64_t n);
 

@@ -1,9 +1,12 @@
 #include "kvstore/collective_kvstore.h"
 
+#include "collectives/collectives_internal.h"
+#include "common/elementwise.h"
 #include "compression/codec.h"
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
+#include "kvstore/operation_state.h"
 #include "report/timeline.h"
 
 namespace dtrain {

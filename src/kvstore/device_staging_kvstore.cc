@@ -8,6 +8,7 @@
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"
 #include "kvstore/key_names.h"
+#include "kvstore/operation_state.h"
 #include "report/timeline.h"
 
 namespace dtrain {

@@ -6,6 +6,7 @@
 #include <system_error>
 #include <thread>
 
+#include "common/elementwise.h"
 #include "cuda/cuda.h"
 #include "dtrain/common/error.h"
 #include "kvstore/array_checks.h"

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "dtrain/common/error.h"
+#include "kvstore/operation_state.h"
 
 namespace dtrain {
 
@@ -27,11 +28,6 @@ void OperationState::WhenDone(std::function<void()> fn) {
     }
   }
   fn();
-}
-
-void OperationState::AddParts(int n) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  remaining_ += n;
 }
 
 bool OperationState::done() const {
@@ -83,25 +79,6 @@ void Operation::OnDone(std::function<void(std::exception_ptr)> fn) const {
       if (left->fetch_sub(1) == 1) (*shared_finish)();
     });
   }
-}
-
-Operation Operation::Then(std::function<void()> next, std::string what) const {
-  auto state = std::make_shared<OperationState>(
-      std::move(what), 1,
-      states_.empty() ? Duration(std::chrono::hours(1)) : states_[0]->timeout());
-  OnDone([state, next = std::move(next)](std::exception_ptr error) {
-    if (error) {
-      state->PartDone(error);
-      return;
-    }
-    try {
-      next();
-      state->PartDone();
-    } catch (...) {
-      state->PartDone(std::current_exception());
-    }
-  });
-  return Operation(state);
 }
 
 bool Operation::done() const {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/buffer_pool.h"
+#include "common/elementwise.h"
 #include "common/logging.h"
 #include "compression/codec.h"
 #include "dtrain/common/array.h"

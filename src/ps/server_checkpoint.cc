@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "common/dtype_checks.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::ps {

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "collectives/collectives_internal.h"
 #include "common/config/config.h"
 #include "common/malloc_tuning.h"
 #include "dtrain/collectives/collectives.h"

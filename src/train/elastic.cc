@@ -1,6 +1,7 @@
 // RunElastic and ElasticState (elastic.h): Horovod's elastic loop for the C++ Trainer.
 #include "dtrain/train/elastic.h"
 
+#include "collectives/collectives_internal.h"
 #include "common/logging.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/error.h"

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "common/buffer_pool.h"
+#include "common/dtype_checks.h"
 #include "compression/codec.h"
 #include "dtrain/common/error.h"
 

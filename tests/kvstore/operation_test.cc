@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "dtrain/common/error.h"
+#include "kvstore/operation_state.h"
 
 namespace dtrain {
 namespace {
@@ -39,11 +40,6 @@ TEST(Operation, OnDoneHandsOnTheError) {
   Operation(a).OnDone([&](std::exception_ptr error) { seen = error; });  // already done: at once
   ASSERT_NE(seen, nullptr);
   EXPECT_THROW(std::rethrow_exception(seen), PeerError);
-  // Then passes it on without running its step.
-  bool ran = false;
-  Operation next = Operation(a).Then([&] { ran = true; }, "the next step");
-  EXPECT_FALSE(ran);
-  EXPECT_THROW(next.Wait(), PeerError);
 }
 
 TEST(Operation, OnDoneOfACompleteOperationRunsAtOnce) {

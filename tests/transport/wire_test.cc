@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype_checks.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::transport {

@@ -47,7 +47,6 @@
 #include <vector>
 
 #include "dtrain/common/array.h"
-#include "dtrain/common/deadline.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
@@ -101,19 +100,6 @@ class RemovedFromJob : public Error {
  public:
   using Error::Error;
 };
-// Whether this process runs in an elastic job (DTRAIN_ELASTIC=1).
-bool IsElastic();
-// What changed in an elastic job since this worker's membership formed: Horovod's "hosts
-// updated", asked of the launcher at a commit. kRemoved: workers only left (or failed before
-// joining), so the members' committed states are still equal and need no sync; kAdded: a new
-// worker waits, which needs rank 0's state. kNone outside an elastic job. Throws PeerError or
-// TimeoutError when the launcher cannot be asked within `timeout`.
-enum class HostsUpdate { kNone, kRemoved, kAdded };
-HostsUpdate ElasticHostsUpdate(Duration timeout = Duration(10000));
-// The training steps this worker rolls back to its last commit after a failed membership (steps
-// it will redo): told to the launcher with its next join, which lists them with the membership
-// it forms ("rolled back 12 step(s)"). Ignored outside an elastic job.
-void NoteElasticRollback(int64_t steps);
 
 BackendKind Backend();
 int Rank();
@@ -180,22 +166,10 @@ Handle BarrierAsync(int process_set = kGlobalProcessSet);
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op);
 Array Allgather(const std::string& name, const Array& in);
 void Broadcast(const std::string& name, const Array& inout, int root);
-// Root's `bytes` (any length) into everyone's: their length, then (unless empty) the bytes, as two
-// broadcasts named `name`.length and `name`.
-void BroadcastBytes(const std::string& name, std::string& bytes, int root);
 void Barrier(int process_set = kGlobalProcessSet);
 // Horovod's join: this rank has no more data; until every rank has joined it takes part in the
 // others' allreduces with zeros. Returns the rank that joined last, once every rank has joined.
 Handle JoinAsync();
 int Join();
-
-// Counters of this process's engine, for tests and benchmarks (zero before Init).
-struct EngineStats {
-  uint64_t rounds = 0;         // negotiation rounds (cycles) run
-  uint64_t data_calls = 0;     // backend calls that moved tensors: one per fusion buffer
-  uint64_t collectives = 0;    // collectives completed (successfully or not)
-  uint64_t fused_tensors = 0;  // allreduces that shared a backend call with others
-};
-EngineStats Stats();
 
 }  // namespace dtrain::collectives

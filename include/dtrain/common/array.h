@@ -77,7 +77,4 @@ class Array {
   void* stream_ = nullptr;
 };
 
-// dst[i] += src[i] for n elements of `dtype` (float16 and bfloat16 through float32, rounded once).
-void AddInto(void* dst, const void* src, int64_t n, DType dtype);
-
 }  // namespace dtrain

@@ -11,8 +11,6 @@ namespace dtrain {
 
 enum class DType : uint8_t { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kBFloat16 = 3 };
 
-constexpr int kNumDTypes = 4;
-
 inline size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kFloat32:
@@ -39,7 +37,5 @@ inline std::string_view DTypeName(DType t) {
   }
   return "unknown";
 }
-
-inline bool IsValidDType(uint32_t raw) { return raw < static_cast<uint32_t>(kNumDTypes); }
 
 }  // namespace dtrain

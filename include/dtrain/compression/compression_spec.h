@@ -13,12 +13,7 @@ namespace dtrain {
 
 enum class Compression : uint8_t { kNone = 0, kTwoBit = 1, kOneBit = 2, kFp16 = 3 };
 
-// Element counts of a compressed piece start at multiples of this (the values in one 1-bit word):
-// key partitions cut big values here, so every slot's words start at a word boundary.
-constexpr int64_t kCompressionAlignment = 32;
-
 std::string_view CompressionName(Compression type);  // "none", "2bit", "1bit", "fp16"
-bool IsValidCompression(uint8_t raw);
 
 struct CompressionSpec {
   Compression type = Compression::kNone;

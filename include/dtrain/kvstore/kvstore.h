@@ -124,13 +124,14 @@ class KVStore {
   virtual std::string SaveOptimizerState() = 0;
   virtual void LoadOptimizerState(const std::string& state) = 0;
 
-  // The optimizer the store runs takes base learning rate `learning_rate` from each key's update
-  // number `from_update` on (Optimizer::set_learning_rate_from: 1 for its first; a trainer passes
-  // its next step), so every key's update of that step uses it, whenever it runs. Call it on every
-  // worker with the same values, between steps, as a training script does: a dist store sends
-  // rank 0's to every server and returns once they hold it (and have checkpointed it), which is
-  // before rank 0 can push that step; other ranks' calls return at once. Throws InvalidArgument
-  // without an optimizer or for a bad rate or update number.
+  // The optimizer the store runs takes base learning rate `learning_rate` (the rate a schedule
+  // scales) from each key's update number `from_update` on: a key's updates count from 1, as
+  // OptimizerSpec's schedules count them, and those numbered below `from_update` keep their rate.
+  // A trainer passes its next step, so every key's update of that step uses the new rate, whenever
+  // it runs. Call it on every worker with the same values, between steps, as a training script
+  // does: a dist store sends rank 0's to every server and returns once they hold it (and have
+  // checkpointed it), which is before rank 0 can push that step; other ranks' calls return at once.
+  // Throws InvalidArgument without an optimizer or for a bad rate or update number.
   virtual void SetLearningRate(double learning_rate, uint64_t from_update) = 0;
 };
 

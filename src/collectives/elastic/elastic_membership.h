@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/collectives_internal.h"
 #include "collectives/config.h"
 #include "collectives/gloo/rendezvous_server.h"
 

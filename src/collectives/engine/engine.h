@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "collectives/backend.h"
+#include "collectives/collectives_internal.h"
 #include "collectives/config.h"
 #include "dtrain/collectives/collectives.h"
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "collectives/byte_codec.h"
+#include "common/dtype_checks.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::collectives {

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/collectives_internal.h"
 #include "common/elementwise.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/error.h"

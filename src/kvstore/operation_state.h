@@ -1,0 +1,48 @@
+// OperationState: what an Operation (dtrain/kvstore/operation.h) waits on. A store makes one per
+// call with the number of parts it waits for (a request per server, for instance) and marks each
+// part done from whichever thread finishes it. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtrain/common/deadline.h"
+#include "dtrain/kvstore/operation.h"
+
+namespace dtrain {
+
+class OperationState {
+ public:
+  OperationState(std::string what, int parts, Duration timeout)
+      : what_(std::move(what)), remaining_(parts), timeout_(timeout) {}
+
+  // One part finished; `error` (if not null) fails the whole operation. The first error wins.
+  void PartDone(std::exception_ptr error = nullptr);
+  // Runs `fn` once the operation is done: at once on this thread if it already is, else on the
+  // thread of the last part, in the order they were added. Any number of these (the timeline's
+  // spans, Operation::OnDone); they must not throw.
+  void WhenDone(std::function<void()> fn);
+
+  bool done() const;
+  // Waits for the operation; rethrows its error; throws TimeoutError at the deadline.
+  void Wait(Duration timeout) const;
+  void Wait() const { Wait(timeout_); }
+  const std::string& what() const { return what_; }
+  Duration timeout() const { return timeout_; }
+
+ private:
+  const std::string what_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  int remaining_;
+  std::exception_ptr error_;
+  const Duration timeout_;
+  std::vector<std::function<void()>> when_done_;
+};
+
+}  // namespace dtrain
