@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/config/env_reader.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
 #include "launcher/run/launch_command.h"
@@ -38,8 +39,9 @@ int RunService(dtrain::Role role) {
 // point sets to its own interpreter (a wheel is built once and installed into any environment),
 // else the one this program was built with.
 std::string PackagePython() {
-  const char* chosen = std::getenv("DTRAIN_PYTHON");
-  return chosen && *chosen ? chosen : DTRAIN_PYTHON;
+  return dtrain::EnvReader(dtrain::ProcessEnvironment())
+      .Text("DTRAIN_PYTHON")
+      .value_or(DTRAIN_PYTHON);
 }
 
 // `dtrain plot ...`: the plots are drawn by the Python package (dtrain/plot.py, matplotlib). In a
@@ -52,6 +54,7 @@ std::string PackagePython() {
   const std::filesystem::path build_tree =
       self.parent_path().parent_path().parent_path() / "python";
   if (std::filesystem::exists(build_tree / "dtrain" / "plot.py")) {
+    // Raw read: the user's PYTHONPATH is not dtrain's, only handed on with the package in front.
     const char* old = std::getenv("PYTHONPATH");
     const std::string path = build_tree.string() + (old ? ":" + std::string(old) : "");
     ::setenv("PYTHONPATH", path.c_str(), 1);

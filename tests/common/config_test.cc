@@ -90,6 +90,36 @@ TEST(ConfigTest, AJobSecretThatIsSetMustBeLongEnoughEvenEmpty) {
   EXPECT_EQ(Parse({{"DTRAIN_JOB_SECRET", "sixteen-chars-ok"}}).job_secret, "sixteen-chars-ok");
 }
 
+TEST(ConfigTest, TheTimelineIsDtrainsElseHorovodsAndEmptyIsUnset) {
+  EXPECT_EQ(Parse({}).timeline_path, "");
+  EXPECT_EQ(Parse({{"HOROVOD_TIMELINE", "/tmp/h.json"}}).timeline_path, "/tmp/h.json");
+  EXPECT_EQ(Parse({{"DTRAIN_TIMELINE", "/tmp/d.json"}, {"HOROVOD_TIMELINE", "/tmp/h.json"}})
+                .timeline_path,
+            "/tmp/d.json");
+  EXPECT_EQ(Parse({{"DTRAIN_TIMELINE", ""}, {"HOROVOD_TIMELINE", "/tmp/h.json"}}).timeline_path,
+            "/tmp/h.json");
+  // The one rule, which `dtrain launch` applies too (to know what to merge).
+  EXPECT_EQ(TimelinePathFromEnvironment(EnvReader(
+                MapEnvironment({{"DTRAIN_TIMELINE", ""}, {"HOROVOD_TIMELINE", "/tmp/h.json"}}))),
+            "/tmp/h.json");
+}
+
+TEST(ConfigTest, AnEmptyRestartWaitOrCheckpointDirIsUnset) {
+  const Config c = Parse({{"DTRAIN_RESTART_WAIT_MS", ""}, {"DTRAIN_CHECKPOINT_DIR", ""}});
+  EXPECT_EQ(c.restart_wait, Duration(0));
+  EXPECT_EQ(c.checkpoint_dir, "");
+  EXPECT_FALSE(c.ServersReplaceable());
+}
+
+TEST(ConfigTest, JobSecretFromEnvironmentIsConfigsRule) {
+  EXPECT_EQ(JobSecretFromEnvironment(EnvReader(MapEnvironment({}))), "");
+  EXPECT_EQ(JobSecretFromEnvironment(
+                EnvReader(MapEnvironment({{"DTRAIN_JOB_SECRET", "sixteen-chars-ok"}}))),
+            "sixteen-chars-ok");
+  EXPECT_THROW(JobSecretFromEnvironment(EnvReader(MapEnvironment({{"DTRAIN_JOB_SECRET", ""}}))),
+               ConfigError);
+}
+
 TEST(ConfigTest, JobLayoutVariables) {
   Env env = DistributedEnv("server");
   env["DMLC_INTERFACE"] = "eth1";

@@ -56,6 +56,15 @@ std::string JobSecretFromVariable(const std::optional<std::string>& value) {
   return *value;
 }
 
+std::string JobSecretFromEnvironment(const EnvReader& r) {
+  return JobSecretFromVariable(r.TextAsSet("DTRAIN_JOB_SECRET"));
+}
+
+std::string TimelinePathFromEnvironment(const EnvReader& r) {
+  if (auto v = r.First({"DTRAIN_TIMELINE", "HOROVOD_TIMELINE"})) return v->second;
+  return "";
+}
+
 namespace {
 
 // The name of a TCP congestion control algorithm as the kernel spells them (at most 15 lower-case
@@ -187,11 +196,9 @@ Config Config::FromEnvironment(const EnvLookup& env) {
   if (auto v = r.Integer("DTRAIN_MAX_MESSAGE_BYTES", 1 << 20, int64_t{1} << 40)) {
     c.max_message_bytes = *v;
   }
-  c.job_secret = JobSecretFromVariable(r.TextAsSet("DTRAIN_JOB_SECRET"));
+  c.job_secret = JobSecretFromEnvironment(r);
   c.allreduce = ReadAllreduce(r);
-  c.timeline_path = r.First({"DTRAIN_TIMELINE", "HOROVOD_TIMELINE"})
-                        .value_or(std::pair<std::string, std::string>{})
-                        .second;
+  c.timeline_path = TimelinePathFromEnvironment(r);
   c.report_address = r.Text("DTRAIN_REPORT_ADDR").value_or("");
   c.report_token = r.Text("DTRAIN_REPORT_TOKEN").value_or("");
   // A worker of an allreduce job (`dtrain launch -s 0`: DMLC_NUM_SERVER=0) has no servers to

@@ -1,12 +1,12 @@
 // The job configuration, read once from the environment.
 //
 // Every variable dtrain understands is read here and nowhere else (through EnvReader's one
-// grammar, common/env_reader.h; the table of names is common/variables.cc), validated, and kept
-// typed. The names are the ones MXNet, ps-lite and Horovod users already set (DMLC_*, PS_*,
-// MXNET_KVSTORE_*, HOROVOD_*), plus DTRAIN_* for what they lack (deadlines, streams per peer). A
-// missing or malformed variable is a ConfigError whose message names the variable and the value it
-// had. Modules take what they need from a Config (collectives/config.h derives the allreduce
-// mode's view from one) instead of reading the environment again.
+// grammar, common/config/env_reader.h; the table of names is common/config/variables.cc),
+// validated, and kept typed. The names are the ones MXNet, ps-lite and Horovod users already set
+// (DMLC_*, PS_*, MXNET_KVSTORE_*, HOROVOD_*), plus DTRAIN_* for what they lack (deadlines, streams
+// per peer). A missing or malformed variable is a ConfigError whose message names the variable and
+// the value it had. Modules take what they need from a Config (collectives/config.h derives the
+// allreduce mode's view from one) instead of reading the environment again.
 #pragma once
 
 #include <chrono>
@@ -35,6 +35,14 @@ constexpr size_t kMinSecretChars = 16;
 // it is shorter than kMinSecretChars; the message never quotes the value (it may reach a shared
 // log).
 std::string JobSecretFromVariable(const std::optional<std::string>& value);
+
+// The job secret from the environment: JobSecretFromVariable on DTRAIN_JOB_SECRET as set ("" kept,
+// and refused). For Config and for `dtrain launch`, which checks it before anything starts.
+std::string JobSecretFromEnvironment(const EnvReader& r);
+
+// DTRAIN_TIMELINE, else HOROVOD_TIMELINE ("" when neither is set: off). The one rule, for Config
+// and for `dtrain launch`, which merges what the processes write where they write it.
+std::string TimelinePathFromEnvironment(const EnvReader& r);
 
 // DTRAIN_KEEP_FREED_MB in bytes, when set: the one parse, for Config and for the worker's heap
 // setting at import (common/malloc_tuning.h), which runs before any Config. Throws ConfigError.
@@ -129,8 +137,8 @@ struct Config {
   bool ServersReplaceable() const { return restart_wait.count() > 0 && !checkpoint_dir.empty(); }
   // Defaults depend on the cores (FromEnvironment): half of them, 1 to 4. On a 2-core machine the
   // workers' compute needs both cores and every extra network thread costs wake-ups.
-  int streams_per_peer = 2;              // DTRAIN_STREAMS_PER_PEER: TCP connections per peer
-  int io_threads = 2;                    // DTRAIN_IO_THREADS
+  int streams_per_peer = 2;  // DTRAIN_STREAMS_PER_PEER: TCP connections per peer
+  int io_threads = 2;        // DTRAIN_IO_THREADS
   // DTRAIN_APPLY_THREADS: a server's threads that apply pushes and answer pulls, off the network
   // threads that receive them (ps/request_scheduler.h); 0: the network threads apply them.
   int apply_threads = 2;

@@ -55,7 +55,7 @@ std::optional<std::string> EnvReader::Text(const std::string& name) const {
 
 std::optional<std::string> EnvReader::TextAsSet(const std::string& name) const {
   if (!IsKnownVariable(name)) {
-    throw std::logic_error(name + " is read but missing from common/variables.cc");
+    throw std::logic_error(name + " is read but missing from common/config/variables.cc");
   }
   return env_(name);
 }

@@ -1,5 +1,7 @@
 // The one reader of environment variables, with one grammar for every variable dtrain reads
-// (common/config.cc is its only user; the table of variables is common/variables.h):
+// (common/config/config.cc reads a process's configuration with it, `dtrain launch` the few
+// variables it decides on and the `dtrain` command DTRAIN_PYTHON; the table of variables is
+// common/config/variables.cc):
 //   - NAME= (set but empty) counts as unset, as in the shell;
 //   - an integer is an optional '-' and decimal digits, nothing else (no spaces, '+', hex or
 //     exponent), within the range the variable allows;

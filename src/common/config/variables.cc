@@ -52,6 +52,8 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_JOB_SECRET"},
     // the worker process
     Variable{"DTRAIN_KEEP_FREED_MB"},
+    // the `dtrain` command (the `pip install`ed entry point sets it to its own interpreter)
+    Variable{"DTRAIN_PYTHON"},
     // allreduce mode (Horovod's names as fallbacks)
     Variable{"DTRAIN_COLLECTIVES"},
     Variable{"OMPI_COMM_WORLD_SIZE", true},

@@ -30,14 +30,15 @@ bool IsValidEnvName(const std::string& name) {
   });
 }
 
-std::optional<std::string> ProcessGetenv(const char* name) {
+std::optional<std::string> LauncherValue(const char* name) {
+  // Raw read: `--env NAME` hands the launcher's value of any variable on, "" included.
   const char* v = std::getenv(name);
   if (v == nullptr) return std::nullopt;
   return std::string(v);
 }
 
 // "NAME:VALUE" -> {NAME, VALUE}; "NAME" -> {NAME, the launcher's own value}.
-EnvVar ParseEnvArg(const std::string& flag, const std::string& arg, EnvGetter getenv_fn) {
+EnvVar ParseEnvArg(const std::string& flag, const std::string& arg, EnvGetter launcher_env) {
   const size_t colon = arg.find(':');
   std::string name = arg.substr(0, colon);
   if (!IsValidEnvName(name)) {
@@ -49,7 +50,7 @@ EnvVar ParseEnvArg(const std::string& flag, const std::string& arg, EnvGetter ge
                      " itself for every process; it cannot be overridden");
   }
   if (colon != std::string::npos) return {name, arg.substr(colon + 1)};
-  std::optional<std::string> value = getenv_fn(name.c_str());
+  std::optional<std::string> value = launcher_env(name.c_str());
   if (!value) {
     throw UsageError(flag + " " + name + ": " + name +
                      " is not set in the launcher's environment (pass a value: " + flag + " " +
@@ -59,9 +60,9 @@ EnvVar ParseEnvArg(const std::string& flag, const std::string& arg, EnvGetter ge
 }
 
 std::vector<EnvVar> ParseEnvArgs(const std::string& flag, const std::vector<std::string>& args,
-                                 EnvGetter getenv_fn) {
+                                 EnvGetter launcher_env) {
   std::vector<EnvVar> out;
-  for (const std::string& a : args) out.push_back(ParseEnvArg(flag, a, getenv_fn));
+  for (const std::string& a : args) out.push_back(ParseEnvArg(flag, a, launcher_env));
   return out;
 }
 
@@ -271,8 +272,8 @@ std::string LaunchHelp() {
 }
 
 std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args,
-                                             EnvGetter getenv_fn) {
-  if (getenv_fn == nullptr) getenv_fn = &ProcessGetenv;
+                                             EnvGetter launcher_env) {
+  if (launcher_env == nullptr) launcher_env = &LauncherValue;
   RawFlags f;
   std::unique_ptr<CLI::App> app = MakeParser(&f);
   try {
@@ -305,9 +306,9 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   o.num_servers = f.num_servers.value_or(o.num_workers);
   CheckRange("-s/--num-servers", o.num_servers, 0, kMaxProcessesPerRole);
   o.launcher = ParseLauncher(f.launcher);
-  o.env_all = ParseEnvArgs("--env", f.env_all, getenv_fn);
-  o.env_server = ParseEnvArgs("--env-server", f.env_server, getenv_fn);
-  o.env_worker = ParseEnvArgs("--env-worker", f.env_worker, getenv_fn);
+  o.env_all = ParseEnvArgs("--env", f.env_all, launcher_env);
+  o.env_server = ParseEnvArgs("--env-server", f.env_server, launcher_env);
+  o.env_worker = ParseEnvArgs("--env-worker", f.env_worker, launcher_env);
   if (f.output_dir && f.output_dir->empty()) throw UsageError("--output-dir must not be empty");
   if (f.hostfile && f.hostfile->empty()) throw UsageError("-H/--hostfile must not be empty");
   if (f.sync_dst_dir && f.sync_dst_dir->empty()) {

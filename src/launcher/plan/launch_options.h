@@ -87,7 +87,7 @@ using EnvGetter = std::optional<std::string> (*)(const char* name);
 // The user command is either everything after `--`, or everything from the first argument that is
 // not one of our flags (flags after it belong to the command).
 std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args,
-                                             EnvGetter getenv_fn = nullptr);
+                                             EnvGetter launcher_env = nullptr);
 
 // The help text (also printed for --help).
 std::string LaunchHelp();

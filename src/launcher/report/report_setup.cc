@@ -1,24 +1,24 @@
 #include "launcher/report/report_setup.h"
 
-#include <cstdlib>
+#include <optional>
+#include <string>
 
+#include "common/config/config.h"
 #include "launcher/plan/local_address.h"
 
 namespace dtrain::launcher {
-namespace {
 
-std::string TimelinePath(const LaunchOptions& options) {
-  for (const EnvVar& v : options.env_all) {
-    if (v.first == "DTRAIN_TIMELINE" || v.first == "HOROVOD_TIMELINE") return v.second;
-  }
-  for (const char* name : {"DTRAIN_TIMELINE", "HOROVOD_TIMELINE"}) {
-    const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') return value;
-  }
-  return "";
+std::string MergedTimelinePath(const LaunchOptions& options, const EnvLookup& launcher_env) {
+  // The environment the processes get: the launcher's, with --env applied in order (the last
+  // value of a name wins, as in ChildEnvironment).
+  const EnvLookup processes_env = [&](const std::string& name) -> std::optional<std::string> {
+    for (auto it = options.env_all.rbegin(); it != options.env_all.rend(); ++it) {
+      if (it->first == name) return it->second;
+    }
+    return launcher_env(name);
+  };
+  return TimelinePathFromEnvironment(EnvReader(processes_env));
 }
-
-}  // namespace
 
 void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions* supervision,
                   bool other_hosts) {
@@ -41,7 +41,7 @@ void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions
   supervision->report_options.status_host = options.status_host;
   supervision->report_options.status_linger = options.status_linger;
   supervision->report_options.summary = options.summary;
-  supervision->report_options.timeline_path = TimelinePath(options);
+  supervision->report_options.timeline_path = MergedTimelinePath(options, ProcessEnvironment());
   supervision->report_options.num_servers = plan->num_servers;
 }
 

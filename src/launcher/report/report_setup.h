@@ -4,6 +4,9 @@
 // launcher's environment, or --env, sets DTRAIN_TIMELINE or HOROVOD_TIMELINE).
 #pragma once
 
+#include <string>
+
+#include "common/config/env_reader.h"
 #include "launcher/plan/job_plan.h"
 #include "launcher/plan/launch_options.h"
 #include "launcher/watch/local_job.h"
@@ -17,5 +20,9 @@ namespace dtrain::launcher {
 // dtrain::Error when it cannot listen.
 void SetUpReports(const LaunchOptions& options, JobPlan* plan, SupervisorOptions* supervision,
                   bool other_hosts = false);
+
+// The timeline file the job's processes write (Config's rule, TimelinePathFromEnvironment, on the
+// environment they get: `launcher_env` with --env applied), for the launcher to merge; "" for none.
+std::string MergedTimelinePath(const LaunchOptions& options, const EnvLookup& launcher_env);
 
 }  // namespace dtrain::launcher

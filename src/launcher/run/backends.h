@@ -23,8 +23,8 @@ int RunSgeJob(const LaunchOptions& options);
 // --host-discovery-script, with --launcher local or ssh (elastic_launcher.cc).
 int RunElasticJob(const LaunchOptions& options);
 
-// DTRAIN_CHECKPOINT_DIR is set (by the user, or by `dtrain launch --max-restarts`): the servers
-// write checkpoints, so a lost server can be replaced like a lost worker.
+// DTRAIN_CHECKPOINT_DIR is set and not empty (by the user, or by `dtrain launch --max-restarts`):
+// the servers write checkpoints, so a lost server can be replaced like a lost worker.
 bool ServerCheckpointsOn();
 
 }  // namespace dtrain::launcher

@@ -19,8 +19,17 @@
 namespace dtrain::launcher {
 
 bool ServerCheckpointsOn() {
-  const char* dir = std::getenv("DTRAIN_CHECKPOINT_DIR");
-  return dir != nullptr && *dir != '\0';
+  return EnvReader(ProcessEnvironment()).Text("DTRAIN_CHECKPOINT_DIR").has_value();
+}
+
+LaunchVariables PlanLaunchVariables(const LaunchOptions& options, const EnvReader& env) {
+  LaunchVariables v;
+  // "" only when unset: a secret set but empty (or too short) is refused here, as by every process.
+  v.new_job_secret = JobSecretFromEnvironment(env).empty();
+  const bool restarts = options.max_restarts > 0;
+  if (restarts && !env.Text("DTRAIN_RESTART_WAIT_MS")) v.restart_wait_ms = "60000";
+  v.new_checkpoint_dir = restarts && options.num_servers > 0 && !env.Text("DTRAIN_CHECKPOINT_DIR");
+  return v;
 }
 
 namespace {
@@ -78,26 +87,9 @@ int RunLocalJob(const LaunchOptions& options) {
 
 namespace {
 
-// Every job gets a fresh secret unless the user set one (DTRAIN_JOB_SECRET in the launcher's
-// environment: e.g. to admit a process started by hand). Set in our own environment, it reaches
-// every process: local children inherit it, mpirun (-x), srun (--export=ALL) and qsub (-V) pass
-// it on, and the ssh backend writes it into each remote guard's stdin.
-void EnsureJobSecret() {
-  const char* set = std::getenv("DTRAIN_JOB_SECRET");
-  if (set != nullptr) {
-    // Empty or too short: a ConfigError, before anything starts.
-    (void)JobSecretFromVariable(std::string(set));
-    return;
-  }
-  ::setenv("DTRAIN_JOB_SECRET", auth::NewNonce().c_str(), 1);
-}
-
-// --max-restarts with servers and no DTRAIN_CHECKPOINT_DIR: a fresh folder for this job's
-// server checkpoints (each server makes its own under it, on its host). Returns it, to be
-// removed at the end by the local backend; "" when the user chose one or there are no restarts.
-std::string EnsureCheckpointDir(const LaunchOptions& options) {
-  if (options.max_restarts <= 0 || options.num_servers <= 0) return {};
-  if (std::getenv("DTRAIN_CHECKPOINT_DIR") != nullptr) return {};
+// A fresh folder for this job's server checkpoints (each server makes its own under it, on its
+// host), set as DTRAIN_CHECKPOINT_DIR; removed at the end by the local backend.
+std::string MakeCheckpointDir() {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("dtrain-checkpoints-" + auth::NewNonce().substr(0, 12)))
                               .string();
@@ -106,13 +98,12 @@ std::string EnsureCheckpointDir(const LaunchOptions& options) {
 }
 
 int RunBackend(const LaunchOptions& options) {
-  EnsureJobSecret();
-  // Set in our environment, it reaches every process as the secret does: the scheduler and the
-  // servers then wait for a lost member's replacement instead of failing the job.
-  if (options.max_restarts > 0 && std::getenv("DTRAIN_RESTART_WAIT_MS") == nullptr) {
-    ::setenv("DTRAIN_RESTART_WAIT_MS", "60000", 1);
-  }
-  const std::string made_checkpoint_dir = EnsureCheckpointDir(options);
+  // Every job gets a fresh secret unless the user set one (e.g. to admit a process started by
+  // hand); set in our environment, these reach every process (LaunchVariables).
+  const LaunchVariables set = PlanLaunchVariables(options, EnvReader(ProcessEnvironment()));
+  if (set.new_job_secret) ::setenv("DTRAIN_JOB_SECRET", auth::NewNonce().c_str(), 1);
+  if (set.restart_wait_ms) ::setenv("DTRAIN_RESTART_WAIT_MS", set.restart_wait_ms->c_str(), 1);
+  const std::string made_checkpoint_dir = set.new_checkpoint_dir ? MakeCheckpointDir() : "";
   switch (options.launcher) {
     case LauncherKind::kLocal: {
       const int code = RunLocalJob(options);

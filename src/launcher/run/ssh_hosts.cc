@@ -1,7 +1,8 @@
 #include "launcher/run/ssh_hosts.h"
 
-#include <cstdlib>
+#include <string>
 
+#include "common/config/config.h"
 #include "dtrain/common/error.h"
 #include "launcher/plan/forwarded_env.h"
 #include "launcher/run/remote_command.h"
@@ -37,15 +38,16 @@ std::map<std::string, std::string> SshHostnames(const std::vector<std::string>& 
 ProcessSpec RunOverSsh(const LaunchOptions& options, const std::string& remote_dir,
                        ProcessSpec spec, const std::string& address) {
   if (!options.interface) SetEnv(&spec.env, "DMLC_NODE_HOST", address);
-  const char* secret = std::getenv("DTRAIN_JOB_SECRET");
-  const bool has_secret = secret != nullptr && *secret != '\0';
+  // The job's secret, which `dtrain launch` has set (or checked) in its own environment.
+  const std::string secret = JobSecretFromEnvironment(EnvReader(ProcessEnvironment()));
+  const bool has_secret = !secret.empty();
   std::vector<EnvVar> env = ForwardedEnvironment(RemoteStart::kSsh);
   env.insert(env.end(), spec.env.begin(), spec.env.end());
   const std::string script =
       RemoteScript(remote_dir, env, spec.argv, options.kill_grace, has_secret);
   spec.argv = SshCommand(options.ssh_options, spec.host, script);
   spec.stdin_held_open = true;
-  if (has_secret) spec.stdin_preamble = std::string(secret) + "\n";
+  if (has_secret) spec.stdin_preamble = secret + "\n";
   spec.remote_via = "ssh";
   return spec;
 }

@@ -96,6 +96,7 @@ std::optional<std::string> FindProgram(const std::string& program) {
     if (::access(program.c_str(), X_OK) == 0) return program;
     return std::nullopt;
   }
+  // Raw read: PATH is the system's, searched as execvp would; not one of dtrain's variables.
   const char* path = std::getenv("PATH");
   std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
   for (std::string dir; std::getline(dirs, dir, ':');) {
@@ -149,6 +150,7 @@ ScratchDirectory::~ScratchDirectory() {
 }
 
 std::string TempDirectory() {
+  // Raw read: TMPDIR is the system's scratch folder (POSIX); not one of dtrain's variables.
   const char* dir = std::getenv("TMPDIR");
   return dir != nullptr && *dir != '\0' ? dir : "/tmp";
 }

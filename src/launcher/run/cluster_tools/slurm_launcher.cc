@@ -11,15 +11,15 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "launcher/run/backends.h"
-#include "launcher/watch/cluster_tool_job.h"
 #include "launcher/plan/cluster_tools/cluster_tool_plan.h"
-#include "launcher/plan/local_address.h"
-#include "launcher/run/process_group.h"
-#include "launcher/report/report_setup.h"
-#include "launcher/run/setup_command.h"
 #include "launcher/plan/cluster_tools/slurm_launcher_args.h"
+#include "launcher/plan/local_address.h"
+#include "launcher/report/report_setup.h"
+#include "launcher/run/backends.h"
 #include "launcher/run/cluster_tools/slurm_output.h"
+#include "launcher/run/process_group.h"
+#include "launcher/run/setup_command.h"
+#include "launcher/watch/cluster_tool_job.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -27,6 +27,7 @@ namespace {
 constexpr Duration kScontrolTimeout{30000};
 
 std::string AllocationVariable(const char* name) {
+  // Raw read: SLURM_* describe the allocation Slurm started us in; not dtrain's variables.
   const char* v = std::getenv(name);
   return v != nullptr ? v : "";
 }
