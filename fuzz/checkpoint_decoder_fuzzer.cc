@@ -1,4 +1,4 @@
-// libFuzzer target for the server checkpoint decoders (ps/server_checkpoint.h): a restored server
+// libFuzzer target for the server checkpoint decoders (ps/checkpoint_file.h): a restored server
 // decodes the checkpoint file it finds on disk, and a worker decodes the slot rounds its servers
 // send after each checkpoint and after a restore. Whatever the input, each decoder must return or
 // throw ProtocolError: no crash, no memory error, no undefined behaviour, no other exception. A
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "dtrain/common/error.h"
-#include "ps/server_checkpoint.h"
+#include "ps/checkpoint_file.h"
 
 namespace {
 

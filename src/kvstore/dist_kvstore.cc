@@ -17,7 +17,7 @@
 #include "kvstore/key_names.h"
 #include "kvstore/operation_state.h"
 #include "optim/optimizer.h"
-#include "ps/server_checkpoint.h"
+#include "ps/checkpoint_file.h"
 #include "report/reporter.h"
 #include "report/timeline.h"
 

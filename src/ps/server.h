@@ -24,7 +24,7 @@
 // far as the other workers pushed them (logged, once per slot): its gradient of those rounds is
 // gone with both processes.
 //
-// Checkpoints (DTRAIN_CHECKPOINT_DIR, server_checkpoint.h): when the server joins, after every
+// Checkpoints (DTRAIN_CHECKPOINT_DIR, checkpoint_file.h): when the server joins, after every
 // change of what it holds (an init, an optimizer or its state: acknowledged only once a checkpoint
 // holds them, so a restore never lacks a slot), every DTRAIN_SERVER_CHECKPOINT_S while pushes come,
 // when a worker asks ("checkpoint_now": its replay log is half full) and at the end, the server
@@ -63,7 +63,7 @@
 #include "optim/optimizer.h"
 #include "ps/node/node.h"
 #include "ps/request_scheduler.h"
-#include "ps/server_checkpoint.h"
+#include "ps/checkpoint_file.h"
 #include "transport/message.h"
 
 namespace dtrain::ps {

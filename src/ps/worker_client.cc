@@ -5,7 +5,7 @@
 
 #include "common/logging.h"
 #include "dtrain/common/error.h"
-#include "ps/server_checkpoint.h"
+#include "ps/checkpoint_file.h"
 
 namespace dtrain::ps {
 

@@ -1,4 +1,4 @@
-#include "ps/server_checkpoint.h"
+#include "ps/checkpoint_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
-// Server checkpoint files (server_checkpoint.h): written whole or not at all, read back exactly,
+// Server checkpoint files (checkpoint_file.h): written whole or not at all, read back exactly,
 // and every damaged or foreign file refused with a clear error instead of being restored.
-#include "ps/server_checkpoint.h"
+#include "ps/checkpoint_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
