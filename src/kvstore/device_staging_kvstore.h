@@ -57,11 +57,11 @@
 #include <string>
 #include <vector>
 
-#include "common/serial_queue.h"
 #include "cuda/cuda.h"
 #include "dtrain/kvstore/kvstore.h"
 #include "kvstore/device_updates.h"
 #include "kvstore/packed_pushes.h"
+#include "kvstore/serial_queue.h"
 #include "kvstore/staged_calls.h"
 
 namespace dtrain {

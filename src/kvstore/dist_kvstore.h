@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "common/config/config.h"
-#include "common/slab_arena.h"
 #include "compression/codec.h"
 #include "dtrain/kvstore/kvstore.h"
+#include "kvstore/slab_arena.h"
 #include "kvstore/staged_calls.h"
 #include "ps/key_partition.h"
 #include "ps/node/node.h"
@@ -128,7 +128,7 @@ class DistKVStore : public KVStore, public StagedCalls {
   // be this worker's copies, never the caller's arrays.
   const bool log_pushes_;
   // Where pushed values are copied to when log_pushes_, by the server of the key's first slot:
-  // the log keeps them long, outside malloc's heap (common/slab_arena.h). One per server, because
+  // the log keeps them long, outside malloc's heap (kvstore/slab_arena.h). One per server, because
   // each server's checkpoints trim its pushes: a slab shared with a server that checkpoints less
   // often would stay mapped until that one's. Empty otherwise (the process's BufferPool).
   const std::vector<std::shared_ptr<SlabArena>> log_buffers_;

@@ -59,11 +59,11 @@
 #include <vector>
 
 #include "common/config/config.h"
-#include "common/thread_pool.h"
 #include "optim/optimizer.h"
+#include "ps/checkpoint_file.h"
 #include "ps/node/node.h"
 #include "ps/request_scheduler.h"
-#include "ps/checkpoint_file.h"
+#include "ps/thread_pool.h"
 #include "transport/message.h"
 
 namespace dtrain::ps {

@@ -1,7 +1,4 @@
 // The gloo rendezvous store over real loopback sockets, in one process.
-#include "collectives/gloo/rendezvous_client.h"
-#include "collectives/gloo/rendezvous_server.h"
-
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -15,6 +12,8 @@
 #include <thread>
 
 #include "../integration/subprocess.h"
+#include "collectives/gloo/rendezvous_client.h"
+#include "collectives/gloo/rendezvous_server.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::collectives {

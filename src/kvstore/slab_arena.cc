@@ -1,4 +1,4 @@
-#include "common/slab_arena.h"
+#include "kvstore/slab_arena.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // SlabArena: aligned, non-overlapping buffers carved from slabs; a slab whose buffers are gone is
 // reused instead of mapping more (the push log's steady state maps nothing new); big buffers get
 // slabs of their own; spares beyond the limit are unmapped; buffers may outlive the arena.
-#include "common/slab_arena.h"
+#include "kvstore/slab_arena.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

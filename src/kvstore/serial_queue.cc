@@ -1,4 +1,4 @@
-#include "common/serial_queue.h"
+#include "kvstore/serial_queue.h"
 
 #include "common/logging.h"
 #include "dtrain/common/error.h"
