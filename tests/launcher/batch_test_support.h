@@ -65,7 +65,7 @@ inline std::string BuiltProgram(const std::string& relative) {
   if (var.empty()) GTEST_SKIP() << "kv_check_worker is not built (ninja kv_check_worker)"
 
 // The launcher's end-of-job summary names `node` as the job's cause from the scheduler's
-// structured failure record (launcher/report/job_status.h), which no log line can forge.
+// structured failure record (launcher/status/job_status.h), which no log line can forge.
 inline ::testing::Matcher<const std::string&> CauseReportedByScheduler(const std::string& node) {
   return ::testing::ContainsRegex("dtrain launch:   the job's cause: " + node +
                                   " failed: [^\n]* \\(reported by the scheduler\\)\n");

@@ -1,7 +1,7 @@
-// JobStatus (launcher/report/job_status.h): what the launcher makes of the processes' records —
+// JobStatus (launcher/status/job_status.h): what the launcher makes of the processes' records —
 // the status page's JSON, the straggler, the structured failure, the end-of-job summary — and that
 // a record that does not fit is dropped, never thrown on.
-#include "launcher/report/job_status.h"
+#include "launcher/status/job_status.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
-// ReportServer (launcher/report/report_server.h) on real loopback sockets: a member with the job's
+// ReportServer (launcher/status/report_server.h) on real loopback sockets: a member with the job's
 // token is heard as the node its hello names; strangers, wrong tokens, oversized or malformed lines
 // and random bytes are refused and logged, and never reach the job's status.
-#include "launcher/report/report_server.h"
+#include "launcher/status/report_server.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>

@@ -1,7 +1,7 @@
 // The timeline `dtrain launch` merges (MergedTimelinePath): the file the processes write, by
 // Config's rule (DTRAIN_TIMELINE, else HOROVOD_TIMELINE; NAME= is unset) applied to the
 // environment they get, the launcher's with --env applied in order.
-#include "launcher/report/report_setup.h"
+#include "launcher/status/report_setup.h"
 
 #include <gtest/gtest.h>
 

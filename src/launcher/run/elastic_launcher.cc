@@ -8,10 +8,10 @@
 
 #include "dtrain/common/error.h"
 #include "launcher/plan/local_address.h"
-#include "launcher/report/report_setup.h"
 #include "launcher/run/backends.h"
 #include "launcher/run/process_group.h"
 #include "launcher/run/ssh_hosts.h"
+#include "launcher/status/report_setup.h"
 #include "launcher/watch/elastic_job.h"
 
 namespace dtrain::launcher {

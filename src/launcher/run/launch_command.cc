@@ -11,9 +11,9 @@
 #include "launcher/plan/job_plan.h"
 #include "launcher/plan/launch_options.h"
 #include "launcher/plan/local_address.h"
-#include "launcher/report/report_setup.h"
 #include "launcher/run/backends.h"
 #include "launcher/run/process_group.h"
+#include "launcher/status/report_setup.h"
 #include "launcher/watch/local_job.h"
 
 namespace dtrain::launcher {

@@ -20,11 +20,11 @@
 #include "launcher/plan/hostfile.h"
 #include "launcher/plan/job_plan.h"
 #include "launcher/plan/local_address.h"
-#include "launcher/report/report_setup.h"
 #include "launcher/run/backends.h"
 #include "launcher/run/remote_command.h"
 #include "launcher/run/setup_command.h"
 #include "launcher/run/ssh_hosts.h"
+#include "launcher/status/report_setup.h"
 #include "launcher/watch/local_job.h"
 
 namespace dtrain::launcher {

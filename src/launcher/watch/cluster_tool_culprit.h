@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/config/config.h"
-#include "launcher/report/job_status.h"
+#include "launcher/status/job_status.h"
 #include "launcher/watch/cluster_tool_job.h"
 
 namespace dtrain::launcher {

@@ -36,8 +36,8 @@
 
 #include "dtrain/common/deadline.h"
 #include "launcher/plan/job_plan.h"
-#include "launcher/report/report_server.h"
-#include "launcher/report/report_sink.h"
+#include "launcher/status/report_server.h"
+#include "launcher/status/report_sink.h"
 
 namespace dtrain::launcher {
 

@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "launcher/plan/job_plan.h"
-#include "launcher/report/report_sink.h"
 #include "launcher/run/output_merger.h"
 #include "launcher/run/pipe_reader.h"
 #include "launcher/run/process_group.h"
+#include "launcher/status/report_sink.h"
 #include "launcher/watch/local_job.h"
 
 namespace dtrain::launcher {

@@ -19,11 +19,11 @@
 #include "launcher/plan/forwarded_env.h"
 #include "launcher/plan/hostfile.h"
 #include "launcher/plan/local_address.h"
-#include "launcher/report/report_setup.h"
 #include "launcher/run/backends.h"
 #include "launcher/run/cluster_tools/mpi_output.h"
 #include "launcher/run/process_group.h"
 #include "launcher/run/setup_command.h"
+#include "launcher/status/report_setup.h"
 #include "launcher/watch/cluster_tool_job.h"
 
 namespace dtrain::launcher {

@@ -14,11 +14,11 @@
 #include "launcher/plan/cluster_tools/cluster_tool_plan.h"
 #include "launcher/plan/cluster_tools/slurm_launcher_args.h"
 #include "launcher/plan/local_address.h"
-#include "launcher/report/report_setup.h"
 #include "launcher/run/backends.h"
 #include "launcher/run/cluster_tools/slurm_output.h"
 #include "launcher/run/process_group.h"
 #include "launcher/run/setup_command.h"
+#include "launcher/status/report_setup.h"
 #include "launcher/watch/cluster_tool_job.h"
 
 namespace dtrain::launcher {

@@ -1,4 +1,4 @@
-#include "launcher/report/status_page.h"
+#include "launcher/status/status_page.h"
 
 #include <asio/ip/tcp.hpp>
 #include <asio/read_until.hpp>

@@ -1,4 +1,4 @@
-#include "launcher/report/report_sink.h"
+#include "launcher/status/report_sink.h"
 
 #include <fstream>
 

@@ -22,8 +22,8 @@
 #include <string_view>
 
 #include "launcher/plan/job_plan.h"
-#include "launcher/report/job_status.h"
 #include "launcher/run/process_group.h"
+#include "launcher/status/job_status.h"
 
 namespace dtrain::launcher {
 

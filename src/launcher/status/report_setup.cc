@@ -1,4 +1,4 @@
-#include "launcher/report/report_setup.h"
+#include "launcher/status/report_setup.h"
 
 #include <optional>
 #include <string>

@@ -1,4 +1,4 @@
-#include "launcher/report/job_status.h"
+#include "launcher/status/job_status.h"
 
 #include <algorithm>
 #include <cstdio>

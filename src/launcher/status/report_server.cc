@@ -1,4 +1,4 @@
-#include "launcher/report/report_server.h"
+#include "launcher/status/report_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

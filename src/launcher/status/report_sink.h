@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/report/job_status.h"
-#include "launcher/report/report_server.h"
-#include "launcher/report/status_page.h"
+#include "launcher/status/job_status.h"
+#include "launcher/status/report_server.h"
+#include "launcher/status/status_page.h"
 
 namespace dtrain::launcher {
 
