@@ -72,6 +72,8 @@ void RegisterCollectives(py::module_& m) {
   m.def("collectives_local_rank", &coll::LocalRank);
   m.def("collectives_local_size", &coll::LocalSize);
   m.def("nccl_built", &coll::NcclBuilt, "Whether dtrain was compiled with NCCL");
+  m.def("nccl_version", &coll::NcclVersion,
+        "NCCL_VERSION_CODE of the NCCL compiled against; 0 without NCCL");
   m.def("collectives_nccl_enabled", &coll::NcclEnabled,
         "Whether CUDA tensors go over NCCL (else they are staged through host memory)");
   m.def(
@@ -120,6 +122,9 @@ void RegisterCollectives(py::module_& m) {
         return coll::BroadcastAsync(name, array, root, process_set);
       },
       py::arg("name"), py::arg("tensor"), py::arg("root"), py::arg("process_set") = 0);
+  m.def("refuse_collective", &coll::RefuseName, py::arg("name"), py::arg("process_set"),
+        "This rank refused its second collective of `name` itself: the other ranks' second one "
+        "fails too");
   m.def("collectives_barrier", &coll::Barrier, py::call_guard<py::gil_scoped_release>(),
         py::arg("process_set") = 0);
   m.def("add_process_set", &coll::AddProcessSet, py::call_guard<py::gil_scoped_release>(),

@@ -133,6 +133,7 @@ Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op,
   return EngineOf(process_set)->Reducescatter(name, in, op);
 }
 Handle BarrierAsync(int process_set) { return EngineOf(process_set)->Barrier(); }
+void RefuseName(const std::string& name, int process_set) { EngineOf(process_set)->Refuse(name); }
 
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op) {
   AllreduceAsync(name, in, out, op).Wait();

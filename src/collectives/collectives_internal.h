@@ -26,6 +26,9 @@ HostsUpdate ElasticHostsUpdate(Duration timeout = Duration(10000));
 // it forms ("rolled back 12 step(s)"). Ignored outside an elastic job.
 void NoteElasticRollback(int64_t steps);
 
+// The front end refused this rank's second collective of `name` in `process_set` (Engine::Refuse).
+void RefuseName(const std::string& name, int process_set);
+
 // Root's `bytes` (any length) into everyone's: their length, then (unless empty) the bytes, as two
 // broadcasts named `name`.length and `name`.
 void BroadcastBytes(const std::string& name, std::string& bytes, int root);

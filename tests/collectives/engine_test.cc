@@ -369,6 +369,45 @@ TEST(Engine, WaitTimesOutNamingTheCollectiveAndTheMissingRank) {
       [](CollectivesConfig& c) { c.collective_timeout = Duration(800); });
 }
 
+TEST(Engine, RanksWaitingForEachOthersCollectivesFailAsADeadlockNamingWhoSubmittedWhat) {
+  RunRanks(
+      2,
+      [](Engine& engine, int rank) {
+        // Each rank waits for a collective the other never submits (one rank gave up on a
+        // check and went on to its next collective, say).
+        Array a = Filled(4, 1.0f);
+        try {
+          engine.Allreduce(rank == 0 ? "x" : "y", a, a, ReduceOp::kSum).Wait();
+          ADD_FAILURE() << "no deadlock error";
+        } catch (const InvalidArgument& e) {
+          const std::string what = e.what();
+          EXPECT_NE(what.find("deadlock"), std::string::npos) << what;
+          EXPECT_NE(what.find("'x' submitted by rank 0, not by rank 1"), std::string::npos) << what;
+          EXPECT_NE(what.find("'y' submitted by rank 1, not by rank 0"), std::string::npos) << what;
+        }
+        // Both names start afresh on every rank.
+        for (const char* name : {"y", "x"}) {
+          Array ok = Filled(4, 1.0f);
+          engine.Allreduce(name, ok, ok, ReduceOp::kSum).Wait();
+          EXPECT_EQ(ok.floats()[0], 2.0f) << name;
+        }
+      },
+      [](CollectivesConfig& c) { c.deadlock_grace = Duration(300); });
+}
+
+TEST(Engine, ARankThatIsBusyRatherThanWaitingIsNoDeadlock) {
+  RunRanks(
+      2,
+      [](Engine& engine, int rank) {
+        // Rank 1 computes (no thread of it waits) for several grace times before it submits.
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        Array a = Filled(4, 1.0f);
+        engine.Allreduce("late", a, a, ReduceOp::kSum).Wait();
+        EXPECT_EQ(a.floats()[0], 2.0f);
+      },
+      [](CollectivesConfig& c) { c.deadlock_grace = Duration(100); });
+}
+
 TEST(Engine, ARankThatShutsDownFailsTheCollectivesAndJoinItNeverSubmitted) {
   // The deadline is far: the failure must come from rank 1's shutdown, not from a timeout.
   RunRanks(

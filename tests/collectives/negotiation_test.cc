@@ -187,6 +187,30 @@ TEST(Negotiation, WaitingCollectivesNameTheMissingRanks) {
   EXPECT_TRUE(ranks.table(2).MissingRanks("unknown").empty());
 }
 
+TEST(Negotiation, DroppingThePendingOnADeadlockLetsTheNamesStartAfresh) {
+  Ranks ranks(2);
+  ranks.Submit(0, "x", Reduce({4}));
+  ranks.Submit(1, "y", Reduce({4}));
+  EXPECT_TRUE(ranks.Round().empty());
+  for (int r = 0; r < 2; ++r) {
+    const auto dropped = ranks.table(r).DropPending(Clock::now());
+    ASSERT_EQ(dropped.size(), 2u);
+    EXPECT_EQ(dropped[0].name, "x");
+    EXPECT_EQ(dropped[0].missing_ranks, (std::vector<int>{1}));
+    EXPECT_EQ(dropped[1].name, "y");
+    EXPECT_EQ(dropped[1].missing_ranks, (std::vector<int>{0}));
+    EXPECT_EQ(ranks.table(r).pending(), 0u);
+  }
+  // A rank's second "x" is not "announced twice", and needs every rank again.
+  ranks.Submit(0, "x", Reduce({4}));
+  EXPECT_TRUE(ranks.Round().empty());
+  ranks.Submit(1, "x", Reduce({4}));
+  const auto ready = ranks.Round();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].name, "x");
+  EXPECT_EQ(ready[0].mismatch, "");
+}
+
 TEST(Negotiation, WhereTheArraysLiveRoundTripsAndRanksMustAgreeOnIt) {
   RoundMessage m;
   Descriptor gpu = Reduce({2, 3});
@@ -378,6 +402,9 @@ TEST(NegotiationJoin, TheJoinedFlagRoundTripsAndUnknownFlagsAreRefused) {
   auto back = DecodeRound(EncodeRound(m), 0);
   EXPECT_TRUE(back.joined);
   EXPECT_FALSE(back.shutting_down);
+  EXPECT_FALSE(back.stuck);
+  m.stuck = true;  // the deadlock vote
+  EXPECT_TRUE(DecodeRound(EncodeRound(m), 0).stuck);
   std::vector<char> bytes = EncodeRound(m);
   bytes[1] = 0x40;
   EXPECT_THROW(DecodeRound(bytes, 3), ProtocolError);

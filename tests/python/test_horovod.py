@@ -101,3 +101,18 @@ def test_distributed_optimizer_matches_one_process_on_mpi(spawn):
 def test_distributed_optimizer_with_fp16_compression_stays_close(spawn):
     out = run_ok(spawn, launch_argv(2, 0, program("train_check.py", "hvd", "--fp16")))
     assert relative_difference(out) < 2e-3
+
+
+def check_parity(out, n, backend):
+    for r in range(n):
+        assert "hvd_parity OK rank %d of %d (%s)" % (r, n, backend) in out, out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_horovod_arithmetic_sparse_and_state_on_gloo(spawn, n):
+    check_parity(run_ok(spawn, launch_argv(n, 0, program("hvd_parity_worker.py"))), n, "gloo")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_horovod_arithmetic_sparse_and_state_on_mpi(spawn, n):
+    check_parity(run_ok(spawn, mpirun_argv(n, program("hvd_parity_worker.py"))), n, "mpi")

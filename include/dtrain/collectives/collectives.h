@@ -108,6 +108,8 @@ int LocalRank();  // rank among the processes on this host
 int LocalSize();
 // Built with NCCL (found beside the CUDA toolkit or in PyTorch's nvidia packages).
 bool NcclBuilt();
+// The NCCL version compiled against, as NCCL_VERSION_CODE (22803 for 2.28.3); 0 without NCCL.
+int NcclVersion();
 // Whether collectives on CUDA arrays run over NCCL on the GPU (HOROVOD_GPU_OPERATIONS=NCCL, the
 // default where NCCL is built; one GPU per rank). When not, the collectives below take host
 // arrays only and front ends copy CUDA tensors to host memory first (Horovod's host staging).

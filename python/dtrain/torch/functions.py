@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .ops import broadcast_async_, broadcast_object, rank, synchronize
+from .optimizer import _DistributedOptimizer
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -36,10 +37,39 @@ def broadcast_parameters(params: dict[str, Any] | Iterable[tuple[str, torch.Tens
             synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
-    """Copies root's optimizer state (and hyper-parameters) into every rank's optimizer."""
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
+                              model: torch.nn.Module | None = None) -> None:
+    """Copies root's optimizer state (and hyper-parameters) into every rank's optimizer.
+
+    As Horovod's: an optimizer that has not stepped yet first makes its state with one step on
+    zero gradients (every parameter that requires one gets a zero .grad, sparse for SparseAdam
+    and for a sparse embedding of `model` under SGD), so that every rank holds the same state
+    afterwards. That step is the wrapped optimizer's own: a DistributedOptimizer does not
+    allreduce in it."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("broadcast_optimizer_state takes a torch.optim.Optimizer")
+    if not optimizer.state_dict()["state"]:
+        _make_state(optimizer, model)
     state = broadcast_object(optimizer.state_dict(), root_rank, "broadcast.optimizer_state")
     if rank() != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _make_state(optimizer: torch.optim.Optimizer, model: torch.nn.Module | None) -> None:
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if not p.requires_grad:
+                continue
+            p.grad = torch.zeros_like(p)
+            if isinstance(optimizer, torch.optim.SparseAdam) or \
+                    (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                p.grad = p.grad.to_sparse()
+    if type(optimizer).__module__ == _DistributedOptimizer.__module__:
+        super(type(optimizer), optimizer).step()  # the wrapped optimizer's step: no allreduce
+    else:
+        optimizer.step()

@@ -6,9 +6,11 @@ Asynchronous calls return an int handle; ``synchronize(handle)`` waits and retur
 may submit them in different orders; unnamed ones are numbered in submission order, which must
 then be the same on every rank.
 
-Float tensors (float32, float64, float16, bfloat16) are reduced as they are; integer and bool
-tensors are reduced exactly in float64 (up to 2^53); their prescale factor applies on each rank and
-their average and postscale factor after the sum, each cast back toward zero, as Horovod does;
+Float tensors (float32, float64, float16, bfloat16) are reduced as they are, and scaled (prescale,
+postscale, an average's 1 / size) in Horovod's arithmetic, so results equal Horovod's bit for bit:
+float16 and bfloat16 on the host in float32. Integer and bool tensors are reduced exactly in
+float64 (up to 2^53); their prescale factor applies on each rank and their average and postscale
+factor after the sum, each cast back toward zero, as Horovod does;
 allgather, broadcast and alltoall move any dtype's bytes unchanged. CUDA tensors go over NCCL where
 dtrain was built with it (HOROVOD_GPU_OPERATIONS=NCCL, one GPU per rank), else through host memory
 (alltoall, reducescatter and Adasum always stage through host memory).
@@ -85,6 +87,7 @@ def shutdown() -> None:
     # A later init() (an elastic job's reset) starts a new job for the names: every rank, new
     # ones included, numbers its unnamed collectives from 0 again.
     _handles.clear()
+    _unsynchronized.clear()
     _unnamed.clear()
 
 
@@ -149,8 +152,10 @@ def gloo_built() -> bool:
     return True
 
 
-def nccl_built() -> bool:
-    return _dtrain.nccl_built()
+def nccl_built() -> int:
+    """Horovod's: the NCCL version dtrain was compiled against, as NCCL_VERSION_CODE (e.g. 22803
+    for 2.28.3), or 0 without NCCL. Scripts compare it (``nccl_built() >= 2700``)."""
+    return int(_dtrain.nccl_version())
 
 
 def cuda_built() -> bool:
@@ -193,8 +198,20 @@ def stop_timeline() -> None:
 
 # --- handles ----------------------------------------------------------------------------------
 
-_Pending = collections.namedtuple("_Pending", "op finish")
-_handles: dict[int, _Pending] = {}  # handle -> (the op in flight, the function giving its output)
+# handle -> the op in flight, the function giving its output, and its (process set, name)
+_Pending = collections.namedtuple("_Pending", "op finish key", defaults=(None,))
+_handles: dict[int, _Pending] = {}
+# (process set, name) -> (op, when submitted) of every collective not yet synchronized. Horovod
+# refuses a second collective of a name while the first is in flight. The engine's own check ends
+# when the first finishes, which, when the other ranks were waiting for it, can be within
+# microseconds, before this caller submits the second: whether the second were refused would
+# depend on timing (Horovod's queue holds every collective for a cycle, so two calls in a row
+# always meet). Here the first counts as in flight until synchronized, or until it is done and
+# this process has waited for something since (synchronize, barrier): a handle the caller dropped
+# frees its name at the caller's next wait. The engine hears of each such refusal and passes it
+# on, so the other ranks' second collective of the name fails too (engine.h, Engine::Refuse).
+_unsynchronized: dict[tuple[int, str], tuple[Any, int]] = {}
+_waits = 0  # synchronize and barrier calls so far
 _next_handle = itertools.count()
 # Unnamed collectives are numbered per kind and per process set: ranks outside a set do not count
 # its collectives, and must still agree on the names of the others.
@@ -207,13 +224,31 @@ def _name(kind: str, name: str | None, pid: int = 0) -> str:
         return "%s.noname.%d" % (kind, next(_unnamed[(kind, pid)]))
     if not isinstance(name, str) or not name:
         raise TypeError("a collective's name is a non-empty str")
+    first = _unsynchronized.get((pid, name))
+    if first is not None and (not first[0].done or first[1] == _waits):
+        _dtrain.refuse_collective(name, pid)  # the other ranks' second fails too
+        raise InvalidArgument("%s '%s': a collective of this name is already in flight (submitted "
+                              "and not yet synchronized; names must be unique among the "
+                              "collectives in flight)" % (kind, name))
     return name
 
 
-def _handle(op: _dtrain.CollectiveHandle | _AllOf, finish: Callable[[], Any]) -> int:
+def _handle(op: _dtrain.CollectiveHandle | _AllOf, finish: Callable[[], Any],
+            key: tuple[int, str] | None = None) -> int:
+    """A handle for `op`; `key` (process set, name) stays taken until synchronize."""
     h = next(_next_handle)
-    _handles[h] = _Pending(op, finish)
+    _handles[h] = _Pending(op, finish, key)
+    if key is not None:
+        _unsynchronized[key] = (op, _waits)
     return h
+
+
+def _take(handle: int) -> _Pending:
+    """Removes `handle` (synchronized): its name is free again."""
+    pending = _handles.pop(handle)
+    if pending.key is not None and _unsynchronized.get(pending.key, (None,))[0] is pending.op:
+        del _unsynchronized[pending.key]
+    return pending
 
 
 def _pending(handle: int) -> _Pending:
@@ -231,11 +266,13 @@ def poll(handle: int) -> bool:
 def synchronize(handle: int) -> Any:
     """Waits for the collective behind `handle` and returns its output; raises its error
     (PeerError naming a rank that left, TimeoutError past DTRAIN_COLLECTIVE_TIMEOUT_MS)."""
+    global _waits
     pending = _pending(handle)
+    _waits += 1
     try:
         pending.op.wait()
     finally:
-        del _handles[handle]
+        _take(handle)
     return pending.finish()
 
 
@@ -313,15 +350,27 @@ def _check_adasum(tensor: torch.Tensor, pid: int) -> None:
                               "float64), not %s" % tensor.dtype)
 
 
+def _scaled(t: torch.Tensor, factor: float) -> torch.Tensor:
+    """`t` * `factor` in Horovod's arithmetic for float tensors (its ScaleBuffer): the factor
+    rounded to the tensor's type and the product rounded once; float16 and bfloat16 on the host in
+    float32 (Horovod converts each element), on a GPU with the factor in the tensor's own type."""
+    compute = t.dtype
+    if t.dtype in (torch.float16, torch.bfloat16) and t.device.type == "cpu":
+        compute = torch.float32
+    f = torch.tensor(factor, dtype=torch.float64).to(compute).to(t.device)
+    return (t.to(compute) * f).to(t.dtype)
+
+
 def _reduction(tensor: torch.Tensor, op: int, prescale_factor: float,
                postscale_factor: float, pid: int = 0) -> tuple[torch.Tensor, str, Callable[[torch.Tensor],
                                                                              torch.Tensor]]:
     """How the engine reduces `tensor` by `op` (allreduce and reducescatter): the values it is
     given (contiguous, prescaled), the engine's op, and what turns the engine's result into the
-    answer before the cast back to `tensor`'s dtype. Float tensors go as they are. Integers and
-    bools are exact in float64, as Horovod scales them: the prescale on each rank's values, cast
-    toward zero before the reduction; an average is a sum, then one factor (postscale / size) and a
-    cast toward zero (-75 and 0 average to -37)."""
+    answer before the cast back to `tensor`'s dtype, all in Horovod's arithmetic (bit for bit).
+    Float tensors are scaled as _scaled says; an average with a postscale factor is a sum scaled
+    once by postscale / size, as Horovod folds the two. Integers and bools are exact in float64:
+    the prescale on each rank's values, cast toward zero before the reduction; an average is a
+    sum, then one factor (postscale / size) and a cast toward zero (-75 and 0 average to -37)."""
     if op == Adasum:
         _check_adasum(tensor, pid)
     exact = tensor.dtype in _FLOATS
@@ -329,16 +378,19 @@ def _reduction(tensor: torch.Tensor, op: int, prescale_factor: float,
     if tensor.dtype == torch.bfloat16 and op == Adasum:
         src = src.float()  # the engine's Adasum takes Horovod's three float types
     if prescale_factor != 1.0:
-        src = src * prescale_factor if exact else \
+        src = _scaled(src, prescale_factor) if exact else \
             (src.to(torch.float64) * prescale_factor).trunc()
     src = (src if exact else src.to(torch.float64)).contiguous()
-    engine_op = "sum" if (not exact and op == Average) else _ENGINE_OPS[op]
+    # The engine averages with one factor of 1 / size (Horovod's arithmetic too); a postscale
+    # factor joins that factor instead of scaling the average a second time.
+    fold = op == Average and (not exact or postscale_factor != 1.0)
+    engine_op = "sum" if fold else _ENGINE_OPS[op]
+    factor = postscale_factor / _set_size(pid) if fold else postscale_factor
 
     def after(result: torch.Tensor) -> torch.Tensor:
-        if exact:
-            return result * postscale_factor if postscale_factor != 1.0 else result
-        factor = postscale_factor / _set_size(pid) if op == Average else postscale_factor
-        return (result * factor).trunc() if factor != 1.0 else result
+        if factor == 1.0:
+            return result
+        return _scaled(result, factor) if exact else (result * factor).trunc()
 
     return src, engine_op, after
 
@@ -366,7 +418,7 @@ def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | Non
                 output.copy_(result)
         return output
 
-    return _handle(pending, finish)
+    return _handle(pending, finish, (pid, name))
 
 
 def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -424,7 +476,7 @@ def _grouped(handles: list[int]) -> int:
     """One handle for several collectives, submitted together so that they share negotiation
     rounds (and fusion buffers, for allreduces); synchronize gives their outputs as a list."""
     return _handle(_AllOf([_handles[h].op for h in handles]),
-                   lambda: [_handles.pop(h).finish() for h in handles])
+                   lambda: [_take(h).finish() for h in handles])
 
 
 class _AllOf:
@@ -454,7 +506,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
     name = _name("allgather", name, pid)
     work, back = _rows_for_engine(tensor, host_only=pid != 0)
     pending = _dtrain.allgather_async(name, work, pid)
-    return _handle(pending, lambda: back(pending.result()))
+    return _handle(pending, lambda: back(pending.result()), (pid, name))
 
 
 def _check_rows(kind: str, tensor: torch.Tensor) -> None:
@@ -504,7 +556,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
                 tensor.copy_(back(work))
         return tensor
 
-    return _handle(pending, finish)
+    return _handle(pending, finish, (pid, name))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
@@ -555,7 +607,9 @@ def allgather_object(obj: object, name: str | None = None,
 
 def barrier(process_set: object = None) -> None:
     """Blocks until every rank (of `process_set`) has reached the barrier."""
+    global _waits
     _initialized()
+    _waits += 1
     _dtrain.collectives_barrier(_set_id(process_set))
 
 

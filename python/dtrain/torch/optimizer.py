@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, overload
 import torch
 
 from .. import _dtrain
+from ..errors import InvalidArgument
 from .compression import Compression
 from .ops import (
-    Adasum, Average, Sum, _AllOf, _handle, _handles, _reduce_op, allgather_async,
+    Adasum, Average, Sum, _AllOf, _handle, _handles, _reduce_op, _take, allgather_async,
     allreduce_async_, synchronize,
 )
 from .process_sets import _set_id, _set_size
@@ -147,15 +148,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _allreduce_grad_async(self, p: torch.Tensor) -> tuple[int, Any]:
         if p.grad is None:
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-        if p.grad.is_sparse:
+        tensor = p.grad
+        if tensor.is_sparse:
             if not self._sparse_as_dense:
-                return sparse_allreduce_async(p.grad, self._names[p], self._op,
+                return sparse_allreduce_async(tensor, self._names[p], self._op,
                                               self._process_set), None
-            p.grad = p.grad.to_dense()
+            # A dense copy goes out; .grad stays sparse (a sparse optimizer such as SparseAdam
+            # refuses dense gradients) and gets the result as a sparse tensor (synchronize).
+            tensor = tensor.to_dense()
         prescale = postscale = 1.0
         if self._predivide != 1.0:
             prescale, postscale = 1.0 / self._predivide, self._predivide
-        compressed, ctx = self._compression.compress(p.grad)
+        compressed, ctx = self._compression.compress(tensor)
         handle = allreduce_async_(compressed, name=self._names[p], op=self._op,
                                   prescale_factor=prescale, postscale_factor=postscale,
                                   process_set=self._process_set)
@@ -177,6 +181,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.grad = output
                     continue
                 result = self._compression.decompress(output, ctx)
+                if p.grad is not None and p.grad.is_sparse:  # sparse_as_dense
+                    p.grad = result.to_sparse()
+                    continue
                 if result is not p.grad:
                     p.grad.copy_(result)  # type: ignore[union-attr]  # set by _allreduce_grad_async
         finally:
@@ -325,14 +332,26 @@ def DistributedOptimizer(optimizer: _Optimizer,
                op, gradient_predivide_factor, sparse_as_dense, process_set)
 
 
+class SparseAllreduceHandle(int):
+    """What sparse_allreduce_async returns: a handle for synchronize() and poll(), and, as
+    Horovod's is, callable: ``handle()`` waits and gives the result."""
+
+    def __call__(self) -> torch.Tensor:
+        return synchronize(self)  # type: ignore[no-any-return]
+
+
 def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
-                           process_set: object = None) -> int:
+                           process_set: object = None) -> SparseAllreduceHandle:
     """Starts Horovod's allreduce of a sparse COO tensor: every rank's indices and values
-    allgathered (values divided by the number of ranks for Average); synchronize gives the sparse
-    result, uncoalesced (indices may repeat; torch sums them)."""
+    allgathered (values divided by the number of ranks for Average). ``handle()`` (Horovod's
+    form) or synchronize(handle) gives the sparse result, uncoalesced (indices may repeat; torch
+    sums them)."""
     op = _reduce_op(None, op)
     if op not in (Average, Sum):
         raise ValueError("a sparse allreduce sums or averages, not op=%r" % (op,))
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise InvalidArgument("sparse_allreduce_async takes a sparse COO tensor (allreduce_async "
+                              "takes dense ones)")
     t = tensor.coalesce()  # itself when coalesced already
     # allgather concatenates along the first dimension: one row per nonzero.
     indices = allgather_async(t.indices().t().contiguous(), name + ".indices", process_set)
@@ -340,10 +359,11 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
     ranks = _set_size(_set_id(process_set))
 
     def finish() -> torch.Tensor:
-        rows = _handles.pop(indices).finish()
-        vals = _handles.pop(values).finish()
+        rows = _take(indices).finish()
+        vals = _take(values).finish()
         if op == Average:
             vals = vals / ranks
         return torch.sparse_coo_tensor(rows.t(), vals, t.shape)
 
-    return _handle(_AllOf([_handles[indices].op, _handles[values].op]), finish)
+    return SparseAllreduceHandle(
+        _handle(_AllOf([_handles[indices].op, _handles[values].op]), finish))

@@ -71,7 +71,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Sequence[int] | torch.Tensor | 
         rows = torch.tensor(pending.received_rows(), dtype=torch.int32, device=splits_device)
         return back(pending.result()), rows
 
-    return _handle(pending, finish)
+    return _handle(pending, finish, (pid, name))
 
 
 def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int | None = None,
@@ -99,7 +99,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int |
         # The result is memory of its own (the engine's, kept alive by the tensor): no copy.
         return after(pending.result()).to(dtype=tensor.dtype, device=tensor.device)
 
-    return _handle(pending, finish)
+    return _handle(pending, finish, (pid, name))
 
 
 def grouped_allgather_async(tensors: Iterable[torch.Tensor], name: str | None = None,

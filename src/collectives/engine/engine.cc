@@ -27,9 +27,6 @@ namespace {
 constexpr size_t kSlotBytes = 1024;
 constexpr size_t kSlotPayload = kSlotBytes - 4;
 constexpr size_t kMaxRoundBytes = size_t{64} << 20;
-// How often pending handles learn which ranks they wait for (for their TimeoutError).
-constexpr Duration kDescribeEvery(200);
-constexpr size_t kMaxNamesInWarning = 20;
 // An idle engine (nothing announced or pending on any rank) runs a round only every kIdleCycle,
 // or as soon as something is submitted: every round is an allgather, and MPI's spin while they
 // wait for a peer, which would take the CPU from the training between steps. Every rank sees the
@@ -45,6 +42,7 @@ constexpr Duration kFailedShutdownGrace(3000);
 
 Handle Engine::Impl::Submit(Request request) {
   auto state = request.state;
+  state->waiters = waiters;
   std::unique_lock<std::mutex> lock(mutex);
   if (failure || shutdown_requested) {
     const Failure f =
@@ -119,6 +117,7 @@ void Engine::Impl::Run() {
       RoundMessage mine;
       mine.shutting_down = shutting_down;
       mine.joined = joined;
+      mine.stuck = fresh.empty() && StuckVote(now);
       for (auto& r : fresh) {
         table.Announce(rank, r.name, r.desc, &mine);
         std::string name = r.name;
@@ -133,7 +132,9 @@ void Engine::Impl::Run() {
       const bool quiet =
           std::all_of(round.begin(), round.end(), [](const RoundMessage& m) { return m.empty(); });
       auto ready = table.Apply(round, now);
+      if (!quiet || !ready.empty() || !runnable.empty()) last_progress = Clock::now();
       if (!ready.empty() || !runnable.empty()) Execute(ready);
+      FailDeadlock(round, now);
       if (const auto last = table.TakeJoinCompleted()) CompleteJoin(nullptr, *last);
       FailWhatShutDownRanksMiss(round);
       // When to start the next round (a submission starts one sooner, see Submit):
@@ -369,37 +370,6 @@ void Engine::Impl::FailWhatShutDownRanksMiss(const std::vector<RoundMessage>& ro
   }
 }
 
-void Engine::Impl::Monitor(Clock::time_point now) {
-  if (!pending.empty() && now - last_describe >= kDescribeEvery) {
-    last_describe = now;
-    for (auto& [name, r] : pending) {
-      const auto missing = table.MissingRanks(name);
-      std::lock_guard<std::mutex> lock(r.state->mutex);
-      r.state->waiting_for = missing.empty() ? "" : RankList(missing);
-    }
-  }
-  // Rank 0 warns for the job, as Horovod's coordinator does; every rank knows the same.
-  if (rank != 0 || config.stall_warning.count() == 0 ||
-      now - last_stall_check < config.stall_warning) {
-    return;
-  }
-  last_stall_check = now;
-  const auto waiting = table.Waiting(now, config.stall_warning);
-  if (waiting.empty()) return;
-  std::ostringstream out;
-  out << "collectives stalled: " << waiting.size()
-      << " collective(s) submitted by some ranks have waited more than "
-      << SecondsText(config.stall_warning) << " (DTRAIN_STALL_WARNING_S) for the others:";
-  for (size_t i = 0; i < waiting.size() && i < kMaxNamesInWarning; ++i) {
-    out << (i ? ";" : "") << " '" << waiting[i].name << "' waits for "
-        << RankList(waiting[i].missing_ranks) << " (" << SecondsText(waiting[i].waiting) << ")";
-  }
-  if (waiting.size() > kMaxNamesInWarning)
-    out << "; and " << waiting.size() - kMaxNamesInWarning << " more";
-  out << ". Every rank must submit the same collectives; the missing ranks may be stuck or slow.";
-  DTRAIN_LOG(kWarning) << out.str();
-}
-
 void Engine::Impl::Finish(Request& r, std::exception_ptr error, Array result) {
   auto state = r.state;
   const std::string name = r.name;
@@ -598,6 +568,26 @@ Handle Engine::Reducescatter(const std::string& name, const Array& in, ReduceOp 
                           "cannot be divided among the ranks)");
   }
   return impl_->Submit(std::move(r));
+}
+
+void Engine::Refuse(const std::string& name) {
+  if (name.empty() || name.size() > kMaxNameLength) return;  // Submit refuses such names anyway
+  Request refusal;
+  refusal.name = name;
+  refusal.desc.kind = OpKind::kRefused;
+  refusal.state =
+      std::make_shared<Handle::State>("'" + name + "'", impl_->config.collective_timeout);
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (impl_->failure || impl_->shutdown_requested) return;
+  if (impl_->in_flight.count(name)) {
+    impl_->refused[name].push_back(std::move(refusal));
+    return;
+  }
+  impl_->in_flight.emplace(name, refusal.state);
+  const bool was_empty = impl_->queue.empty();
+  impl_->queue.push_back(std::move(refusal));
+  lock.unlock();
+  if (was_empty) impl_->wake.notify_one();
 }
 
 Handle Engine::Barrier() {

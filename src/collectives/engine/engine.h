@@ -19,6 +19,7 @@
 // handle's Wait throws TimeoutError once DTRAIN_COLLECTIVE_TIMEOUT_MS have passed since submission.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -56,6 +57,9 @@ struct Handle::State {
   std::string waiting_for;             // "ranks 1, 3" while some ranks have not submitted it
   std::vector<int64_t> received_rows;  // alltoall: the rows that came from each rank
   std::function<void(std::exception_ptr)> on_done;  // Handle::OnDone, run once by Complete
+  // The engine's count of threads in Handle::Wait on its collectives (its deadlock vote);
+  // null for handles no engine counts (a join's).
+  std::shared_ptr<std::atomic<int>> waiters;
 };
 
 class Engine {
@@ -85,6 +89,11 @@ class Engine {
   // rank has joined). Completes once every rank has joined; result() is then a float32 scalar
   // holding the rank that joined last. InvalidArgument if this rank's last Join is still pending.
   Handle Join();
+  // A front end refused this rank's second collective of `name` itself (its caller had not yet
+  // waited for the first, which may have finished already): the refusal goes to the other ranks
+  // as Submit's own refusals do, after this rank's collective of that name if one is in flight,
+  // so that their second collective of the name fails too and the ranks stay in step.
+  void Refuse(const std::string& name);
 
   // Collective: stops once every rank has called Shutdown, or once DTRAIN_COLLECTIVE_TIMEOUT_MS
   // has passed (then the other ranks see this rank leave). Collectives that not every rank

@@ -1,5 +1,6 @@
 // Engine::Impl, shared by the engine's files: engine.cc (submission, the negotiation rounds,
-// failures, shutdown) and run_collectives.cc (what each agreed collective does with the backend).
+// failures, shutdown), run_collectives.cc (what each agreed collective does with the backend) and
+// waiting.cc (stall warnings and the deadlock vote).
 // Internal to src/collectives/engine.
 #pragma once
 
@@ -62,6 +63,9 @@ struct Engine::Impl {
   // there at the same point of the agreed order).
   DeviceCommunicator& Nccl();
   void Monitor(Clock::time_point now);
+  // This round's deadlock vote (RoundMessage::stuck), and what the ranks' votes decide.
+  bool StuckVote(Clock::time_point now) const;
+  void FailDeadlock(const std::vector<RoundMessage>& round, Clock::time_point now);
   // A rank that shuts its collectives down submits nothing more: what it has not submitted (and
   // a join it has not made) fails now, naming it, rather than at the collective deadline.
   void FailWhatShutDownRanksMiss(const std::vector<RoundMessage>& round);
@@ -104,6 +108,10 @@ struct Engine::Impl {
   std::atomic<bool> nccl_abort{false};  // set by Abandon: NCCL's waits end at once
   std::vector<char> send_slot, recv_slots, overflow;
   Clock::time_point last_describe{};
+  // Threads in Handle::Wait on this engine's collectives (Handle::State::waiters).
+  const std::shared_ptr<std::atomic<int>> waiters = std::make_shared<std::atomic<int>>(0);
+  // When some rank last submitted something or a collective last ran: the deadlock vote's clock.
+  Clock::time_point last_progress = Clock::now();
   Clock::time_point last_stall_check = Clock::now();
 
   std::atomic<uint64_t> rounds{0}, data_calls{0}, collectives{0}, fused_tensors{0};

@@ -49,6 +49,17 @@ void Handle::OnDone(std::function<void(std::exception_ptr)> callback) const {
 
 void Handle::Wait() const {
   auto& s = Checked(state_);
+  // Counted while waiting: a thread that waits submits nothing meanwhile (engine.cc's deadlock
+  // vote).
+  struct Counted {
+    explicit Counted(std::atomic<int>* c) : count(c) {
+      if (count) count->fetch_add(1);
+    }
+    ~Counted() {
+      if (count) count->fetch_sub(1);
+    }
+    std::atomic<int>* count;
+  } counted(s.waiters.get());
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
     throw TimeoutError(

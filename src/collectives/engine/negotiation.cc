@@ -13,9 +13,10 @@ namespace {
 
 // 2: a priority after each descriptor's shape; 3: on_device; 4: alltoall splits, and the kinds
 // and ops of Horovod's whole API.
-constexpr uint8_t kVersion = 4;
+constexpr uint8_t kVersion = 5;
 constexpr uint8_t kShuttingDown = 1;
 constexpr uint8_t kJoined = 2;
+constexpr uint8_t kStuck = 4;
 // The smallest encodings, to bound counts read off the wire before allocating for them.
 constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1 + 4 + 1 + 4;
 constexpr size_t kNumberBytes = 4;
@@ -104,7 +105,8 @@ std::string Descriptor::ToString() const {
 std::vector<char> EncodeRound(const RoundMessage& message) {
   ByteWriter out;
   out.U8(kVersion);
-  out.U8((message.shutting_down ? kShuttingDown : 0) | (message.joined ? kJoined : 0));
+  out.U8((message.shutting_down ? kShuttingDown : 0) | (message.joined ? kJoined : 0) |
+         (message.stuck ? kStuck : 0));
   out.U32(static_cast<uint32_t>(message.named.size()));
   for (const auto& [name, d] : message.named) {
     out.U16(static_cast<uint16_t>(name.size()));
@@ -134,9 +136,10 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
                            "; are all ranks the same dtrain?)");
   }
   const uint8_t flags = in.U8("flags");
-  if ((flags & ~(kShuttingDown | kJoined)) != 0) in.Fail("flags", std::to_string(flags));
+  if ((flags & ~(kShuttingDown | kJoined | kStuck)) != 0) in.Fail("flags", std::to_string(flags));
   m.shutting_down = (flags & kShuttingDown) != 0;
   m.joined = (flags & kJoined) != 0;
+  m.stuck = (flags & kStuck) != 0;
   const uint32_t named = in.U32("named count");
   if (named > in.left() / kMinNamedBytes) in.Fail("named count", std::to_string(named));
   m.named.reserve(named);
@@ -329,6 +332,13 @@ std::vector<PendingCollective> NegotiationTable::Waiting(Clock::time_point now,
     out.push_back(std::move(c));
   }
   return out;
+}
+
+std::vector<PendingCollective> NegotiationTable::DropPending(Clock::time_point now) {
+  std::vector<PendingCollective> dropped = Waiting(now, Duration(0));
+  pending_.clear();
+  pending_sequence_.clear();
+  return dropped;
 }
 
 std::vector<int> NegotiationTable::MissingRanks(const std::string& name) const {

@@ -82,6 +82,11 @@ constexpr size_t kMaxDimensions = 32;
 struct RoundMessage {
   bool shutting_down = false;
   bool joined = false;  // this rank called Join this round (it has no more data)
+  // This rank's vote for a deadlock: a thread here waits for one of its collectives that some
+  // rank has not submitted, and nothing was submitted or run for the grace time (engine.cc).
+  // When every rank votes in the same round, every table sees it, and every rank fails its
+  // pending collectives alike.
+  bool stuck = false;
   std::vector<std::pair<std::string, Descriptor>> named;  // announced in full
   std::vector<uint32_t> numbered;  // announced by number: same descriptor as this rank's last time
 
@@ -128,6 +133,10 @@ class NegotiationTable {
 
   // Collectives waiting for some ranks since before now - `older_than`, oldest first.
   std::vector<PendingCollective> Waiting(Clock::time_point now, Duration older_than) const;
+  // Forgets every pending collective (a deadlock: the ranks fail theirs), returning them with
+  // their missing ranks, oldest first. Every rank calls it in the same round, so the tables stay
+  // the same: a later collective of one of these names starts afresh on every rank.
+  std::vector<PendingCollective> DropPending(Clock::time_point now);
   // The ranks that have not yet submitted `name`; empty when it is not pending.
   std::vector<int> MissingRanks(const std::string& name) const;
   size_t pending() const { return pending_.size(); }

@@ -528,6 +528,7 @@ void RequireOneRankPerGpu(const std::vector<GpuIdentity>& gpus, const std::vecto
 }  // namespace
 
 bool NcclBuilt() { return true; }
+int NcclVersion() { return NCCL_VERSION_CODE; }
 
 std::unique_ptr<DeviceCommunicator> CreateNcclCommunicator(std::shared_ptr<Communicator> host,
                                                            int device, Duration timeout,

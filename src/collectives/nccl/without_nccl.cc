@@ -6,6 +6,7 @@
 namespace dtrain::collectives {
 
 bool NcclBuilt() { return false; }
+int NcclVersion() { return 0; }
 
 std::unique_ptr<DeviceCommunicator> CreateNcclCommunicator(std::shared_ptr<Communicator>, int,
                                                            Duration, const std::atomic<bool>&,

@@ -115,6 +115,7 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
         Duration(EnvReader::ParseInteger(v->first, v->second, 0, 1 << 24) * 1000);
   }
   r.Millis("DTRAIN_COLLECTIVE_TIMEOUT_MS", &a.tuning.collective_timeout);
+  r.Millis("DTRAIN_DEADLOCK_MS", &a.tuning.deadlock_grace, 0);
   if (auto v = r.Boolean("DTRAIN_FP16_ALLREDUCE")) a.tuning.fp16_allreduce = *v;
   return a;
 }

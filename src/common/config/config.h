@@ -58,7 +58,11 @@ struct CollectiveTuning {
   // DTRAIN_STALL_WARNING_S, else HOROVOD_STALL_CHECK_TIME_SECONDS; 0: no warnings.
   Duration stall_warning{60000};
   Duration collective_timeout{600000};  // DTRAIN_COLLECTIVE_TIMEOUT_MS
-  bool fp16_allreduce = false;          // DTRAIN_FP16_ALLREDUCE
+  // DTRAIN_DEADLOCK_MS: how long every rank may wait, each for a collective another rank has not
+  // submitted, with nothing submitted or run meanwhile, before those collectives fail as a
+  // deadlock (engine.cc); 0: only the collective timeout ends such a wait.
+  Duration deadlock_grace{10000};
+  bool fp16_allreduce = false;  // DTRAIN_FP16_ALLREDUCE
 };
 
 // The allreduce mode's variables, as read (collectives/config.h checks the layout it needs).

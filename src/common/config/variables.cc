@@ -64,6 +64,7 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_STALL_WARNING_S"},
     Variable{"HOROVOD_STALL_CHECK_TIME_SECONDS"},
     Variable{"DTRAIN_COLLECTIVE_TIMEOUT_MS"},
+    Variable{"DTRAIN_DEADLOCK_MS"},
     Variable{"DTRAIN_FP16_ALLREDUCE"},
     Variable{"DTRAIN_GLOO_FILE_STORE"},
     Variable{"DTRAIN_GLOO_ALGORITHM"},
