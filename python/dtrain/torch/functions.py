@@ -56,7 +56,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
 
 
 def _make_state(optimizer: torch.optim.Optimizer, model: torch.nn.Module | None) -> None:
-    sparse = set()
+    sparse: set[int] = set()
     if model is not None:
         for m in model.modules():
             if isinstance(m, torch.nn.Embedding) and m.sparse:
@@ -70,6 +70,7 @@ def _make_state(optimizer: torch.optim.Optimizer, model: torch.nn.Module | None)
                     (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
                 p.grad = p.grad.to_sparse()
     if type(optimizer).__module__ == _DistributedOptimizer.__module__:
-        super(type(optimizer), optimizer).step()  # the wrapped optimizer's step: no allreduce
+        # The wrapped optimizer's step (the class DistributedOptimizer derived from): no allreduce.
+        getattr(super(type(optimizer), optimizer), "step")()
     else:
         optimizer.step()

@@ -337,7 +337,8 @@ class SparseAllreduceHandle(int):
     Horovod's is, callable: ``handle()`` waits and gives the result."""
 
     def __call__(self) -> torch.Tensor:
-        return synchronize(self)  # type: ignore[no-any-return]
+        result: torch.Tensor = synchronize(self)
+        return result
 
 
 def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
