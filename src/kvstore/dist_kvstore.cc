@@ -151,7 +151,8 @@ int DistKVStore::rank() const { return node_.self().rank; }
 void DistKVStore::Rejoin() {
   const int servers = node_.layout().num_servers;
   auto counts = std::make_shared<std::set<int64_t>>();
-  auto pushed = std::make_shared<std::vector<ps::SlotRounds>>();
+  // Each slot's rounds, with the server that holds it.
+  auto pushed = std::make_shared<std::vector<std::pair<int, ps::SlotRounds>>>();
   AskEveryServer("asking where this worker's rank is", {{"cmd", "rejoin_state"}},
                  [counts, pushed](int s, const Message& reply) {
                    auto meta = nlohmann::json::parse(reply.meta, nullptr, false);
@@ -160,8 +161,9 @@ void DistKVStore::Rejoin() {
                        counts->insert(c);
                      }
                      for (const auto& e : meta.at("pushed")) {
-                       pushed->push_back({e.at(0).get<uint64_t>(), e.at(1).get<uint32_t>(),
-                                          e.at(2).get<int64_t>()});
+                       pushed->emplace_back(
+                           s, ps::SlotRounds{e.at(0).get<uint64_t>(), e.at(1).get<uint32_t>(),
+                                             e.at(2).get<int64_t>()});
                      }
                    } catch (const nlohmann::json::exception&) {
                      throw PeerError("malformed rejoin state from server " + std::to_string(s));
@@ -177,8 +179,8 @@ void DistKVStore::Rejoin() {
     rounds_done_ = *counts->lower_bound(most - 1);
   }
   // Where each slot's rounds resume (the server's "rejoin" below): the push log counts from there.
-  for (const ps::SlotRounds& s : *pushed) {
-    client_.StartLogAt(s.key, s.part, std::min(s.rounds, rounds_done_));
+  for (const auto& [server, s] : *pushed) {
+    client_.StartLogAt(server, s.key, s.part, std::min(s.rounds, rounds_done_));
   }
   std::vector<std::pair<int, Message>> requests;
   for (int s = 0; s < servers; ++s) {
@@ -188,12 +190,14 @@ void DistKVStore::Rejoin() {
     requests.emplace_back(s, std::move(msg));
   }
   RequestAndWait("resuming at round " + std::to_string(rounds_done_), std::move(requests));
+  resume_told_ = true;
   DTRAIN_LOG(kConnections) << "replacing a lost worker: resuming at round " << rounds_done_;
   if (log_pushes_) {
-    // The lost process's pushes since the servers' last checkpoints are gone with it: new
-    // checkpoints at once keep the window where a lost server could not be restored short.
-    AskEveryServer("asking for checkpoints", {{"cmd", "checkpoint_now"}},
-                   [](int, const Message&) {});
+    // The lost process's pushes since the servers' last checkpoints are gone with it, and this
+    // process's log starts where its rank resumes: until every server has written a checkpoint
+    // covering those rounds, a lost server could not be restored. Wait for them (issue 63).
+    AskEveryServer("waiting for the servers' checkpoints of the rounds so far",
+                   {{"cmd", "checkpoint_now"}, {"durable", true}}, [](int, const Message&) {});
   }
 }
 
@@ -220,6 +224,22 @@ void DistKVStore::OnServerRestarted(int server) {
       });
   try {
     state->Wait();
+    if (resume_told_ && log_pushes_ && !client_.LoggedPushTo(server)) {
+      // This replacement told the lost server where its rank resumes, and has pushed nothing to
+      // it since: the replacement server restored the lost process's counts without that (a
+      // round the lost process had pushed would count this process's push twice). Tell it again
+      // before anything is repeated (issue 63).
+      auto told = std::make_shared<OperationState>(
+          "telling server " + std::to_string(server) + "'s replacement where this rank resumes", 1,
+          config_.request_timeout);
+      Message rejoin;
+      rejoin.header.command = Command::kCommand;
+      rejoin.meta = nlohmann::json{{"cmd", "rejoin"}, {"round", rounds_done_}}.dump();
+      client_.RequestPastHold(
+          server, std::move(rejoin),
+          [told](const Message*, std::exception_ptr error) { told->PartDone(error); });
+      told->Wait();
+    }
   } catch (const Error& e) {
     return client_.FailAll(e.what());
   }

@@ -143,6 +143,9 @@ class DistKVStore : public KVStore, public StagedCalls {
   ps::Node node_;
   ps::WorkerClient client_;
 
+  // A replacement: the servers were told where its rank resumes (Rejoin's "rejoin"), so a
+  // server restored later must be told again (OnServerRestarted). Set once rounds_done_ is final.
+  std::atomic<bool> resume_told_{false};
   int64_t rounds_done_ = 0;
   // A replacement that joined after the job's keys were made: Init and SetOptimizer only record
   // (the servers have both, with the optimizer's state).

@@ -11,11 +11,13 @@ PushLog::PushLog(size_t bound_bytes, int num_servers)
     : fixed_bound_(bound_bytes),
       server_bytes_(num_servers, 0),
       asked_(num_servers, 0),
+      recorded_(num_servers, 0),
       heard_(num_servers, 0) {}
 
 PushLog::Recorded PushLog::Record(int server, uint64_t request_id, const transport::Message& push) {
   SlotLog& log = slots_[{push.header.key, push.header.part}];
   log.server = server;
+  recorded_[server] = 1;
   Entry entry{++log.pushed, request_id, push};
   entry.push.header.command = transport::Command::kPush;  // repeated, it needs no answer value
   const size_t size = push.body.size;
@@ -53,8 +55,9 @@ void PushLog::Drop(SlotLog& log) {
   log.entries.pop_front();
 }
 
-void PushLog::StartAt(SlotId slot, int64_t rounds) {
+void PushLog::StartAt(int server, SlotId slot, int64_t rounds) {
   SlotLog& log = slots_[slot];
+  log.server = server;
   log.pushed = rounds;
   log.dropped_through = rounds;  // the lost process's pushes were never here
 }

@@ -52,8 +52,9 @@ class PushLog {
 
   // Keeps `push` (to `server`, slot push.header.key/part) as the slot's next round.
   Recorded Record(int server, uint64_t request_id, const transport::Message& push);
-  // A replacement worker: the slot's rounds so far (its lost process pushed them).
-  void StartAt(SlotId slot, int64_t rounds);
+  // A replacement worker: the slot's rounds so far (its lost process pushed them to `server`,
+  // which holds the slot: a restore of that server, not another's, checks and repeats them).
+  void StartAt(int server, SlotId slot, int64_t rounds);
   // `server` checkpointed these slots at these rounds: their pushes up to them go.
   void Trim(int server, SlotId slot, int64_t rounds);
   // The server's checkpoint number `checkpoint` came (with its Trims): it may be asked again.
@@ -63,6 +64,8 @@ class PushLog {
   std::vector<Entry> Since(int server, const std::map<SlotId, int64_t>& restored) const;
   // The round of slot's pushes so far.
   int64_t pushed(SlotId slot) const;
+  // Whether this process has recorded a push to `server` (a replacement: since it rejoined).
+  bool RecordedFor(int server) const { return recorded_[server] != 0; }
 
   size_t bytes() const { return total_; }
   size_t bound() const;
@@ -82,6 +85,7 @@ class PushLog {
   std::map<SlotId, SlotLog> slots_;
   std::vector<size_t> server_bytes_;
   std::vector<char> asked_;
+  std::vector<char> recorded_;   // per server: a push recorded
   std::vector<uint64_t> heard_;  // by server: its last checkpoint's number
   size_t total_ = 0;
 };

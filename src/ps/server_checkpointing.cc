@@ -86,6 +86,9 @@ void Server::HandleCheckpointCommand(const transport::Header& h, const nlohmann:
   if (!node_.layout().IsWorker(h.sender)) return ReplyError(h, cmd + " is for workers");
   if (cmd == "checkpoint_now") {
     if (checkpoint_folder_.empty()) return Reply(h);
+    // {"durable": true}: answered once a checkpoint taken after this request is written (a
+    // replacement worker waits for it: issue 63).
+    if (meta.contains("durable") && meta["durable"] == true) return AcknowledgeOnceCheckpointed(h);
     uint64_t after = 0;  // an asker that names no checkpoint gets a new one
     if (meta.contains("after")) {
       if (!meta["after"].is_number_unsigned()) return ReplyError(h, "checkpoint_now: bad 'after'");
@@ -152,8 +155,8 @@ void Server::StopCheckpoints() {
 void Server::FinalCheckpoint() {
   if (checkpoint_folder_.empty()) return;
   StopCheckpoints();
-  scheduler_.Fence(scheduler_wait_);  // everything received is in it
-  WriteAndAnnounce(/*announce=*/false);        // the workers have left
+  scheduler_.Fence(scheduler_wait_);     // everything received is in it
+  WriteAndAnnounce(/*announce=*/false);  // the workers have left
 }
 
 ServerCheckpoint Server::Capture(std::vector<SlotRounds>* rounds) {

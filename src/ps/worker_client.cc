@@ -43,9 +43,14 @@ void WorkerClient::EnableReplay(size_t bound_bytes, bool log_pushes) {
   if (log_pushes) log_ = std::make_unique<PushLog>(bound_bytes, node_.layout().num_servers);
 }
 
-void WorkerClient::StartLogAt(uint64_t key, uint32_t part, int64_t rounds) {
+bool WorkerClient::LoggedPushTo(int server_rank) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (log_) log_->StartAt({key, part}, rounds);
+  return log_ && log_->RecordedFor(server_rank);
+}
+
+void WorkerClient::StartLogAt(int server, uint64_t key, uint32_t part, int64_t rounds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (log_) log_->StartAt(server, {key, part}, rounds);
 }
 
 void WorkerClient::Request(int server_rank, Message request, Body reply_into, Done done,

@@ -52,8 +52,10 @@ class WorkerClient {
   // Keeps what Resume needs: the requests themselves and (sync stores) the pushes since each
   // server's last checkpoint, up to bound_bytes. Call before the first request.
   void EnableReplay(size_t bound_bytes, bool log_pushes);
-  // A replacement worker: the slot's rounds so far (its lost process pushed them).
-  void StartLogAt(uint64_t key, uint32_t part, int64_t rounds);
+  // A replacement worker: the slot's rounds so far (its lost process pushed them to `server`).
+  void StartLogAt(int server, uint64_t key, uint32_t part, int64_t rounds);
+  // Whether this process has logged a push to `server_rank` (false without a push log).
+  bool LoggedPushTo(int server_rank);
   // Server `server_rank` was lost and its replacement is coming: requests for it wait.
   void Hold(int server_rank);
   // The replacement restored these rounds; sends it what it lacks, then lets requests through.

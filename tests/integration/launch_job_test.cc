@@ -169,6 +169,23 @@ TEST(LaunchJob, AWorkerAndThenAServerLostTogetherAreBothReplacedAndEveryRoundSta
       << out;
 }
 
+// Issue 63: a worker lost, and server 0 lost once the worker's replacement has rejoined but before
+// its first push. The replacement's push log started each slot at its rank's rounds, all counted
+// as server 0's, so server 0's restore failed for the slots of server 1 ("restored key 1 at round
+// 0 ... the rounds between are lost"). Each slot now starts on the server that holds it.
+TEST(LaunchJob, AServerLostBeforeAReplacementWorkersFirstPushIsRestoredAndEveryRoundStaysExact) {
+  TempDir dir;
+  auto argv = SyncJobWithOneRestart({"--round-pause-ms", "20", "--kill-at-round", "5", "--die-rank",
+                                     "1", "--replacement-kills-server", "0"});
+  argv[std::find(argv.begin(), argv.end(), "--max-restarts") - argv.begin() + 1] = "2";
+  const std::string out = RunToTheEndExact(
+      argv, {{"DTRAIN_CHECKPOINT_DIR", dir.path() + "/checkpoints"}}, dir.path() + "/launch.log");
+  EXPECT_NE(out.find("[worker 1] rank 1's replacement killed server 0 before its first push"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("restart 2 of 2, --max-restarts"), std::string::npos) << out;
+}
+
 // A server lost, and right after it the worker that pushed to it: the worker's pushes since the
 // server's last checkpoint (its first, at the start: the interval is long) are gone with both
 // processes. Those rounds complete without them, the ranks stay in step (every other value is

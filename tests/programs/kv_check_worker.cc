@@ -22,6 +22,11 @@
 //       process it leaves behind), while rank 1's replacement starts (it waits 400 ms first):
 //       the server checkpoints the lost worker's pushes when it loses it, and every pull must
 //       still be exact
+//   kv_check_worker --scenario sync --kill-at-round 5 --die-rank 1 --replacement-kills-server 0
+//       rank 1 kills itself half-way through round 5; its replacement, once it has rejoined and
+//       before its first push, kills server 0 and waits 1.5 s: server 0's replacement restores
+//       while the replacement's push log has only the rounds it started at, and every pull must
+//       still be exact
 //   kv_check_worker --scenario sync --kill-at-round 5 --die-rank 0 --kill-server 1 --and-die
 //       as --kill-server, but rank 0 kills itself right after the server: its pushes to server 1
 //       since the server's last checkpoint are lost with both processes, and those rounds
@@ -58,6 +63,7 @@ struct Options {
   int kill_server = -1;       // sync: the server rank die_rank kills instead of itself
   int then_kill_server = -1;  // sync: the server rank killed 150 ms after die_rank dies
   bool and_die = false;       // sync: die_rank dies right after killing kill_server
+  int replacement_kills_server = -1;  // sync: die_rank's replacement kills this server at once
   std::string dir;
   std::vector<int64_t> sizes = {1, 7, 1000, 70000, 250000, 1200000};
 };
@@ -146,6 +152,19 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
   if (kv.rejoined()) {
     std::printf("rank %d replaces a lost worker: resuming at round %d\n", kv.rank(), first_round);
     std::fflush(stdout);
+    if (o.replacement_kills_server >= 0) {
+      // Before this process's first push: the server is restored while the new push log holds
+      // no push of this process yet (issue 63's double fault, worker then server).
+      const pid_t server = FindServer(o.replacement_kills_server);
+      if (server <= 0)
+        return Fail("cannot find server " + std::to_string(o.replacement_kills_server));
+      ::kill(server, SIGKILL);
+      std::printf("rank %d's replacement killed server %d before its first push\n", kv.rank(),
+                  o.replacement_kills_server);
+      std::fflush(stdout);
+      // No push until the server's replacement has restored: the window stays open.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    }
   }
   for (int round = first_round; round < o.rounds; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(o.round_pause_ms));
@@ -349,6 +368,7 @@ int main(int argc, char** argv) {
   app.add_option("--kill-server", o.kill_server);
   app.add_option("--then-kill-server", o.then_kill_server);
   app.add_flag("--and-die", o.and_die);
+  app.add_option("--replacement-kills-server", o.replacement_kills_server);
   app.add_option("--dir", o.dir);
   app.add_option("--round-pause-ms", o.round_pause_ms);
   CLI11_PARSE(app, argc, argv);

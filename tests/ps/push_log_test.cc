@@ -109,11 +109,23 @@ TEST(PushLogTest, PastTheBoundOldPushesGoAndARestoreThatNeedsThemFails) {
 
 TEST(PushLogTest, AReplacementWorkerCountsFromWhereItsRankWas) {
   PushLog log(1 << 20, 1);
-  log.StartAt({1, 0}, 7);
+  log.StartAt(0, {1, 0}, 7);
   EXPECT_EQ(log.Record(0, 1, Push(1, 0, 8)).round, 8);
   EXPECT_EQ(log.Since(0, {{{1, 0}, 7}}).size(), 1u);
   // Its lost process's rounds were never here: a restore before them cannot be repeated.
   EXPECT_THROW(log.Since(0, {{{1, 0}, 6}}), PeerError);
+}
+
+TEST(PushLogTest, AReplacementWorkersSlotsBelongToTheirServerBeforeItsFirstPush) {
+  // Issue 63: the replacement's slots on server 1 were counted as server 0's until its first
+  // push, so server 0 restored in that window threw for them ("restored key 1 at round 0").
+  PushLog log(1 << 20, 2);
+  log.StartAt(0, {0, 0}, 767);
+  log.StartAt(1, {1, 0}, 767);
+  EXPECT_TRUE(log.Since(0, {{{0, 0}, 767}}).empty());  // server 1's slot is not server 0's
+  // Server 1 restored before the replacement's start is refused: those rounds were never here.
+  EXPECT_THROW(log.Since(1, {{{1, 0}, 766}}), PeerError);
+  EXPECT_TRUE(log.Since(1, {{{1, 0}, 767}}).empty());
 }
 
 }  // namespace
