@@ -201,7 +201,7 @@ def stop_timeline() -> None:
 # handle -> the op in flight, the function giving its output, and its (process set, name)
 _Pending = collections.namedtuple("_Pending", "op finish key", defaults=(None,))
 _handles: dict[int, _Pending] = {}
-# (process set, name) -> (op, when submitted) of every collective not yet synchronized. Horovod
+# (process set, name) -> (op, _waits when submitted) of every collective not yet synchronized. Horovod
 # refuses a second collective of a name while the first is in flight. The engine's own check ends
 # when the first finishes, which, when the other ranks were waiting for it, can be within
 # microseconds, before this caller submits the second: whether the second were refused would

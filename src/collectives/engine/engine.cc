@@ -40,6 +40,19 @@ constexpr Duration kFailedShutdownGrace(3000);
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// A refusal of `name` (OpKind::kRefused) for the other ranks; nobody waits for its handle.
+Request Refusal(const std::string& name, const std::string& what, Duration timeout) {
+  Request refusal;
+  refusal.name = name;
+  refusal.desc.kind = OpKind::kRefused;
+  refusal.state = std::make_shared<Handle::State>(what, timeout);
+  return refusal;
+}
+
+}  // namespace
+
 Handle Engine::Impl::Submit(Request request) {
   auto state = request.state;
   state->waiters = waiters;
@@ -72,11 +85,7 @@ Handle Engine::Impl::Submit(Request request) {
     // the second, and accepted it: the refusal follows the first collective to the other ranks
     // (announced once the first is done, where the other ranks' second one is), so that every
     // rank's fails. Nobody waits for the refusal's own handle.
-    Request refusal;
-    refusal.name = request.name;
-    refusal.desc.kind = OpKind::kRefused;
-    refusal.state = std::make_shared<Handle::State>(state->what, state->timeout);
-    refused[request.name].push_back(std::move(refusal));
+    refused[request.name].push_back(Refusal(request.name, state->what, state->timeout));
     throw InvalidArgument(state->what +
                           ": a collective of this name is already in flight (names must be unique "
                           "among the collectives in flight; wait for the first one)");
@@ -572,22 +581,11 @@ Handle Engine::Reducescatter(const std::string& name, const Array& in, ReduceOp 
 
 void Engine::Refuse(const std::string& name) {
   if (name.empty() || name.size() > kMaxNameLength) return;  // Submit refuses such names anyway
-  Request refusal;
-  refusal.name = name;
-  refusal.desc.kind = OpKind::kRefused;
-  refusal.state =
-      std::make_shared<Handle::State>("'" + name + "'", impl_->config.collective_timeout);
-  std::unique_lock<std::mutex> lock(impl_->mutex);
-  if (impl_->failure || impl_->shutdown_requested) return;
-  if (impl_->in_flight.count(name)) {
-    impl_->refused[name].push_back(std::move(refusal));
-    return;
+  try {
+    impl_->Submit(Refusal(name, "'" + name + "'", impl_->config.collective_timeout));
+  } catch (const InvalidArgument&) {
+    // This rank's collective of the name is in flight: Submit queued the refusal behind it.
   }
-  impl_->in_flight.emplace(name, refusal.state);
-  const bool was_empty = impl_->queue.empty();
-  impl_->queue.push_back(std::move(refusal));
-  lock.unlock();
-  if (was_empty) impl_->wake.notify_one();
 }
 
 Handle Engine::Barrier() {
