@@ -81,7 +81,14 @@ cd "$scratch" && exec "$python" -m pytest -p no:cacheprovider --color=no -q -rfE
   parallel/test_torch.py > "logs/\$SUITE_LAUNCHER.\$r.txt" 2>&1
 EOF
 chmod +x "$scratch/rank.sh"
-export PYTHONPATH="$scratch/shim${PYTHONPATH:+:$PYTHONPATH}"
+# The ranks run in the scratch folder: a relative PYTHONPATH entry (PYTHONPATH=build/python) is
+# made absolute here, else they would import whatever dtrain is installed instead.
+abs_pythonpath=""
+IFS=: read -ra entries <<< "${PYTHONPATH:-}"
+for entry in "${entries[@]}"; do
+  [[ -n $entry ]] && abs_pythonpath+=":$(realpath -m "$entry")"
+done
+export PYTHONPATH="$scratch/shim$abs_pythonpath"
 
 status=0
 run() {  # launcher, command...
@@ -101,8 +108,11 @@ run() {  # launcher, command...
 mpi_root=()
 [[ $(id -u) == 0 ]] && mpi_root=(--allow-run-as-root)
 if [[ $which == mpi || $which == both ]]; then
+  # mpirun passes on only the variables named: dtrain's and Horovod's settings as well.
+  forwarded=()
+  for var in $(compgen -e | grep -E '^(DTRAIN|HOROVOD)_' || true); do forwarded+=(-x "$var"); done
   run mpi mpirun "${mpi_root[@]}" --oversubscribe --bind-to none -np $ranks -x PYTHONPATH \
-    -x SUITE_LAUNCHER "$scratch/rank.sh"
+    -x SUITE_LAUNCHER "${forwarded[@]}" "$scratch/rank.sh"
 fi
 if [[ $which == gloo || $which == both ]]; then
   run gloo "$dtrain" launch -n $ranks -s 0 --launcher local -- "$scratch/rank.sh"

@@ -7,7 +7,14 @@
 // returned instead of aborting (MPI_ERRORS_RETURN on our own communicator), so a broken connection
 // becomes a PeerError; a rank that dies outright is normally reported by mpirun itself, which then
 // ends the job.
+//
+// Waiting MPI calls yield the core (Open MPI's mpi_yield_when_idle, unless the user set it): each
+// rank runs its training thread beside the engine's, and Open MPI's busy-polling wait, which it
+// only gives up by itself on an oversubscribed node, took the core from the training. Two LeNet
+// ranks on 2 cores trained ~1.5x faster with it, and a submission was no longer done before its
+// caller's next line because the caller had lost its core (bench/python_bench.sh, docs/design.md).
 #include <mpi.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <climits>
@@ -67,6 +74,7 @@ class MpiBackend final : public Communicator {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);  // read by MPI_Init
       int provided = 0;
       if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
         throw PeerError("MPI_Init_thread failed (is this process started by mpirun?)");

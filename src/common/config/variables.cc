@@ -57,6 +57,7 @@ constexpr std::array kVariables = {
     // allreduce mode (Horovod's names as fallbacks)
     Variable{"DTRAIN_COLLECTIVES"},
     Variable{"OMPI_COMM_WORLD_SIZE", true},
+    Variable{"OMPI_MCA_mpi_yield_when_idle"},
     Variable{"DTRAIN_FUSION_THRESHOLD_MB"},
     Variable{"HOROVOD_FUSION_THRESHOLD"},
     Variable{"DTRAIN_CYCLE_TIME_MS"},

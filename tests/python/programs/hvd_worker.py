@@ -5,6 +5,7 @@ on the GPU, and results must come back there with the same values (over NCCL whe
 uses it: "(gloo, nccl)").
 """
 
+import ctypes
 import os
 import sys
 
@@ -156,6 +157,15 @@ def main():
             assert "rank 0" in str(e) and "rank 1" in str(e), e
         else:
             raise AssertionError("a shape mismatch between ranks was not reported")
+
+    if hvd.mpi_enabled():
+        # Waiting MPI calls yield the core (mpi_backend.cc sets Open MPI's variable before
+        # MPI_Init) unless the user set it: the process's environment says which took effect.
+        libc = ctypes.CDLL(None)
+        libc.getenv.restype = ctypes.c_char_p
+        want = os.environ.get("OMPI_MCA_mpi_yield_when_idle", "1")  # as the process started
+        got = libc.getenv(b"OMPI_MCA_mpi_yield_when_idle")
+        assert got == want.encode(), "OMPI_MCA_mpi_yield_when_idle is %r, want %r" % (got, want)
 
     backend = "mpi" if hvd.mpi_enabled() else "gloo"
     if "--cuda" in sys.argv[1:] and dtrain._dtrain.collectives_nccl_enabled():
