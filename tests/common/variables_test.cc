@@ -20,7 +20,7 @@ namespace {
 std::set<std::string> ReadmeVariables() {
   std::ifstream in(std::string(DTRAIN_SOURCE_DIR) + "/README.md");
   std::set<std::string> names;
-  const std::regex name("`([A-Z][A-Z0-9_]+)`");
+  const std::regex name("`([A-Z][A-Za-z0-9_]+)`");  // Open MPI's are mixed case
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("| `", 0) != 0) continue;
