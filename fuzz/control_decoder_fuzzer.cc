@@ -48,14 +48,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
       });
   Try([&] { return DecodeBarrier(text); },
-      [](const auto& b) {
+      [&](const auto& b) {
         if (DecodeBarrier(EncodeBarrier(b.first, b.second)) != b) Fail("a barrier changed");
+        const bool setup = BarrierIsSetup(text);  // a ProtocolError for a malformed flag
+        if (BarrierIsSetup(EncodeBarrier(b.first, b.second, setup)) != setup) {
+          Fail("a barrier's setup flag changed");
+        }
       });
   Try([&] { return DecodeFailure(text); }, [](const Failure&) {});
   Try([&] { return DecodeRejoin(text); },
       [](const Rejoin& r) {
         const Rejoin again = DecodeRejoin(EncodeRejoin(r));
-        if (again.workers_barriers != r.workers_barriers || again.all_barriers != r.all_barriers) {
+        if (again.workers_barriers != r.workers_barriers || again.all_barriers != r.all_barriers ||
+            again.setup_barriers != r.setup_barriers) {
           Fail("a rejoin changed");
         }
       });

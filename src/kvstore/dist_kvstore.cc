@@ -173,8 +173,12 @@ void DistKVStore::Rejoin() {
   // step or not: its slots are at the most rounds, or one fewer, and it died in the step of the
   // fewer. Keys pushed once (a setup key, a metric) lag further behind and do not count. The
   // answers were read on transport threads; AskEveryServer's wait ordered them before this.
-  past_setup_ = !counts->empty();
-  if (past_setup_) {
+  // Which setup steps the job had completed comes from the scheduler's count of setup barriers,
+  // not from these counts: asynchronous keys have none, and a process lost between rank 0's init
+  // and the init barrier leaves counts of 0 (issue 63: the replacement skipped a barrier the
+  // others waited at, or waited at one they had passed).
+  setup_barriers_done_by_the_job_ = node_.setup_barriers_before_joining();
+  if (!counts->empty()) {
     const int64_t most = *counts->rbegin();
     rounds_done_ = *counts->lower_bound(most - 1);
   }
@@ -285,6 +289,7 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
   }
   node_.ThrowIfFailed();
   std::vector<std::pair<int, Message>> requests;
+  bool setup_done = false;  // by the job, before this replacement came: only record the keys
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -299,13 +304,14 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
           throw InvalidArgument("init lists key " + KeyLabel(keys[i]) + " twice");
       }
     }
+    setup_done = TakeSetupDoneByTheJob();
     for (size_t i = 0; i < keys.size(); ++i) {
       const Array& v = values[i];
       const auto& slots = partition_.Add(static_cast<uint64_t>(keys[i]), v.size(), v.dtype());
       keys_[keys[i]] =
           KeyInfo{v.shape(), v.dtype(), slots, ServersOf(slots), std::make_shared<Residual>()};
       // Rank 0's values are the ones kept, as in MXNet; a replacement finds them there.
-      if (rank() != 0 || past_setup_) continue;
+      if (rank() != 0 || setup_done) continue;
       const Body whole = WholeArray(v);
       for (const auto& slot : slots) {
         Message msg;
@@ -313,14 +319,23 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
         msg.header.key = static_cast<uint64_t>(keys[i]);
         msg.header.part = slot.part;
         msg.header.dtype = v.dtype();
-        msg.meta = nlohmann::json{{"length", slot.length}, {"sync", sync_}}.dump();
+        // "again": a replacement of rank 0 that the lost process may have beaten to it.
+        msg.meta =
+            nlohmann::json{{"length", slot.length}, {"sync", sync_}, {"again", node_.rejoined()}}
+                .dump();
         msg.body = Slice(whole, slot.offset, slot.length, v.dtype());
         requests.emplace_back(slot.server, std::move(msg));
       }
     }
   }
   RequestAndWait("init", std::move(requests));
-  if (!past_setup_) node_.Barrier(ps::Group::kWorkers);
+  if (!setup_done) node_.Barrier(ps::Group::kWorkers, /*setup=*/true);
+}
+
+bool DistKVStore::TakeSetupDoneByTheJob() {
+  if (setup_barriers_done_by_the_job_ == 0) return false;
+  --setup_barriers_done_by_the_job_;
+  return true;
 }
 
 std::string DistKVStore::ServersOf(const std::vector<ps::Slot>& slots) const {
@@ -378,7 +393,7 @@ void DistKVStore::SetOptimizer(const OptimizerSpec& spec) {
     std::lock_guard<std::mutex> lock(mutex_);
     optimizer_spec_ = spec;
   }
-  if (past_setup_) return;  // the servers' optimizer, and its state, are the job's
+  if (TakeSetupDoneByTheJob()) return;  // the servers' optimizer, and its state, are the job's
   if (rank() == 0) {
     std::vector<std::pair<int, Message>> requests;
     for (int s = 0; s < node_.layout().num_servers; ++s) {
@@ -389,7 +404,7 @@ void DistKVStore::SetOptimizer(const OptimizerSpec& spec) {
     }
     RequestAndWait("set optimizer", std::move(requests));
   }
-  node_.Barrier(ps::Group::kWorkers);
+  node_.Barrier(ps::Group::kWorkers, /*setup=*/true);
 }
 
 // The servers' states side by side: "DTKV", u32 count, then per server u64 length and bytes.

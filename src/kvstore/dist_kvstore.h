@@ -147,9 +147,12 @@ class DistKVStore : public KVStore, public StagedCalls {
   // server restored later must be told again (OnServerRestarted). Set once rounds_done_ is final.
   std::atomic<bool> resume_told_{false};
   int64_t rounds_done_ = 0;
-  // A replacement that joined after the job's keys were made: Init and SetOptimizer only record
-  // (the servers have both, with the optimizer's state).
-  bool past_setup_ = false;
+  // A replacement: how many of the job's setup barriers (Init's, SetOptimizer's, in the order the
+  // program calls them) the job completed before it joined. Those steps only record here (the
+  // servers have the keys, the optimizer and its state); the first one not completed is done
+  // in full, with the others waiting at its barrier (TakeSetupDoneByTheJob).
+  uint64_t setup_barriers_done_by_the_job_ = 0;
+  bool TakeSetupDoneByTheJob();
 
   mutable std::mutex mutex_;
   ps::KeyPartition partition_;

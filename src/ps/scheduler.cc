@@ -105,6 +105,7 @@ struct Scheduler::State {
   std::map<NodeId, Clock::time_point> last_heard;
   std::optional<int> exit_code;
   std::map<Group, uint64_t> barriers_completed;
+  uint64_t setup_barriers_completed = 0;  // of the workers' group (control.h's EncodeBarrier)
   std::map<NodeId, Vacancy> vacant;
   std::map<NodeId, Rejoining> rejoining;
   std::vector<std::pair<control::Registration, Clock::time_point>> held;
@@ -365,8 +366,8 @@ struct Scheduler::State {
 
   void SendNodeTable(NodeId id) {
     SendTo(id, Command::kRejoin,
-           control::EncodeRejoin(
-               {barriers_completed[Group::kWorkers], barriers_completed[Group::kAll]}));
+           control::EncodeRejoin({barriers_completed[Group::kWorkers],
+                                  barriers_completed[Group::kAll], setup_barriers_completed}));
     SendTo(id, Command::kNodeTable, control::EncodeNodeTable(table));
   }
 
@@ -428,6 +429,7 @@ struct Scheduler::State {
   void OnBarrier(const Message& msg) {
     const NodeId from = msg.header.sender;
     auto [group, seq] = control::DecodeBarrier(msg.meta);
+    const bool setup = control::BarrierIsSetup(msg.meta);
     auto& arrived = barrier_arrivals[group];
     arrived.insert(from);
     barrier_meta[group] = msg.meta;
@@ -440,6 +442,7 @@ struct Scheduler::State {
     for (NodeId n : arrived) SendTo(n, Command::kBarrierDone, barrier_meta[group]);
     arrived.clear();
     ++barriers_completed[group];
+    if (group == Group::kWorkers && setup) ++setup_barriers_completed;
   }
 
   // A barrier that waits for a worker that has already left the job can never complete: fail it

@@ -201,7 +201,14 @@ void Server::HandleInit(Message&& msg) {
   {
     std::unique_lock<std::shared_mutex> lock(slots_mutex_);
     auto [it, inserted] = slots_.try_emplace({h.key, h.part}, std::move(slot));
-    if (!inserted) return ReplyError(h, SlotName(h.key, h.part) + " is already initialised");
+    if (!inserted) {
+      // A replacement of rank 0 repeats the init its lost process may have sent: the slot, as
+      // it is, stays the job's when it has the same size and type.
+      const bool again = meta.contains("again") && meta["again"].is_boolean() &&
+                         meta["again"].get<bool>() && it->second->length == length &&
+                         it->second->dtype == h.dtype;
+      if (!again) return ReplyError(h, SlotName(h.key, h.part) + " is already initialised");
+    }
   }
   AcknowledgeOnceCheckpointed(h);
 }

@@ -186,6 +186,41 @@ TEST(LaunchJob, AServerLostBeforeAReplacementWorkersFirstPushIsRestoredAndEveryR
   EXPECT_NE(out.find("restart 2 of 2, --max-restarts"), std::string::npos) << out;
 }
 
+// A worker lost after a user barrier and before the keys' init, whose barrier the other waits at
+// (issue 63's 600 s barrier wait): its replacement must join that barrier, while it skips the
+// setup the job had completed (the rank check's init). The setup barriers are counted on the
+// wire; the servers' push counts could not tell (the init keys have none yet).
+TEST(LaunchJob, AWorkerLostBetweenSetupBarriersJoinsTheOneTheOthersWaitAt) {
+  TempDir dir;
+  const std::string out =
+      RunToTheEndExact(SyncJobWithOneRestart({"--die-rank", "1", "--die-before-init"}), {},
+                       dir.path() + "/launch.log");
+  EXPECT_NE(out.find("[worker 1] rank 1 kills itself before the keys' init"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("restart 1 of 1, --max-restarts"), std::string::npos) << out;
+}
+
+// dist_async: a worker lost after its keys' inits, before any push. Asynchronous keys count no
+// rounds, so its replacement used to think the job was still in setup and waited at a barrier
+// that the others passed long ago ("it finished the job while the others wait at a barrier").
+TEST(LaunchJob, AnAsyncWorkerLostAfterSetupIsReplacedAndEveryPushCounts) {
+  TempDir dir;
+  auto argv = SyncJobWithOneRestart({"--die-rank", "1", "--die-after-init"});
+  argv[std::find(argv.begin(), argv.end(), "sync") - argv.begin()] = "async";
+  Subprocess launch(argv, {}, dir.path() + "/launch.log");
+  const auto code = launch.Wait(kHangGuardMs);
+  const std::string out = launch.Output();
+  ASSERT_TRUE(code.has_value()) << out;
+  EXPECT_EQ(*code, 0) << out;
+  EXPECT_NE(out.find("[worker 1] rank 1 kills itself after the keys' inits"), std::string::npos)
+      << out;
+  for (const char* rank : {"0", "1"}) {
+    EXPECT_NE(out.find(std::string("[worker ") + rank + "] async OK: rank " + rank + " of 2"),
+              std::string::npos)
+        << out;
+  }
+}
+
 // A server lost, and right after it the worker that pushed to it: the worker's pushes since the
 // server's last checkpoint (its first, at the start: the interval is long) are gone with both
 // processes. Those rounds complete without them, the ranks stay in step (every other value is

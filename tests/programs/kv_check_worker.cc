@@ -27,6 +27,13 @@
 //       before its first push, kills server 0 and waits 1.5 s: server 0's replacement restores
 //       while the replacement's push log has only the rounds it started at, and every pull must
 //       still be exact
+//   kv_check_worker --scenario sync --die-rank 1 --die-before-init
+//       rank 1's first process kills itself after the rank check (a user barrier) and before
+//       the keys' init, whose barrier the others then wait at: its replacement must join that
+//       barrier, and skip the rank check's init (issue 63)
+//   kv_check_worker --scenario async --die-rank 1 --die-after-init
+//       rank 1's first process kills itself after its keys' inits, before any push: its
+//       replacement must skip every init's barrier (dist_async keys have no rounds to say so)
 //   kv_check_worker --scenario sync --kill-at-round 5 --die-rank 0 --kill-server 1 --and-die
 //       as --kill-server, but rank 0 kills itself right after the server: its pushes to server 1
 //       since the server's last checkpoint are lost with both processes, and those rounds
@@ -64,6 +71,8 @@ struct Options {
   int then_kill_server = -1;  // sync: the server rank killed 150 ms after die_rank dies
   bool and_die = false;       // sync: die_rank dies right after killing kill_server
   int replacement_kills_server = -1;  // sync: die_rank's replacement kills this server at once
+  bool die_before_init = false;       // sync: see the top of the file
+  bool die_after_init = false;        // async: see the top of the file
   std::string dir;
   std::vector<int64_t> sizes = {1, 7, 1000, 70000, 250000, 1200000};
 };
@@ -120,6 +129,18 @@ std::vector<Array> DeviceValues(const Array& value, int devices) {
   return out;
 }
 
+// The first process of `rank` (DTRAIN_RESTART_COUNT unset or 0): a replacement never kills itself.
+bool FirstLifeOf(const dtrain::KVStore& kv, int rank) {
+  const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
+  return kv.rank() == rank && (restart == nullptr || std::string(restart) == "0");
+}
+
+void KillSelf(const dtrain::KVStore& kv, const char* when) {
+  std::printf("rank %d kills itself %s\n", kv.rank(), when);
+  std::fflush(stdout);
+  ::raise(SIGKILL);
+}
+
 int CheckRanks(dtrain::KVStore& kv) {
   // Each worker sets its own slot of a one-hot vector; the sum is all ones iff ranks are distinct.
   const int n = kv.num_workers();
@@ -143,6 +164,7 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
   for (size_t k = 0; k < o.sizes.size(); ++k) keys.push_back(static_cast<Key>(k));
   std::vector<Array> init;
   for (int64_t s : o.sizes) init.push_back(Array({s}));
+  if (o.die_before_init && FirstLifeOf(kv, o.die_rank)) KillSelf(kv, "before the keys' init");
   kv.Init(keys, init);
   // A replacement's first process never kills itself; DTRAIN_RESTART_COUNT says which this is.
   const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
@@ -255,6 +277,7 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
 int RunAsync(dtrain::KVStore& kv, const Options& o) {
   const int n = kv.num_workers();
   for (size_t k = 0; k < o.sizes.size(); ++k) kv.Init(static_cast<Key>(k), Array({o.sizes[k]}));
+  if (o.die_after_init && FirstLifeOf(kv, o.die_rank)) KillSelf(kv, "after the keys' inits");
   for (int round = 0; round < o.rounds; ++round) {
     for (size_t k = 0; k < o.sizes.size(); ++k) {
       Array value({o.sizes[k]});
@@ -369,6 +392,8 @@ int main(int argc, char** argv) {
   app.add_option("--then-kill-server", o.then_kill_server);
   app.add_flag("--and-die", o.and_die);
   app.add_option("--replacement-kills-server", o.replacement_kills_server);
+  app.add_flag("--die-before-init", o.die_before_init);
+  app.add_flag("--die-after-init", o.die_after_init);
   app.add_option("--dir", o.dir);
   app.add_option("--round-pause-ms", o.round_pause_ms);
   CLI11_PARSE(app, argc, argv);

@@ -245,6 +245,29 @@ TEST(ControlBarrier, RejectsMalformedBarriers) {
   for (const auto& text : bad) ExpectProtocolError(DecodeBarrier, text);
 }
 
+// A setup barrier (Init's, SetOptimizer's) says so; a replacement learns how many the job
+// completed (issue 63).
+TEST(ControlBarrier, CarriesTheSetupFlag) {
+  EXPECT_TRUE(BarrierIsSetup(EncodeBarrier(Group::kWorkers, 3, true)));
+  EXPECT_FALSE(BarrierIsSetup(EncodeBarrier(Group::kWorkers, 3)));
+  EXPECT_FALSE(BarrierIsSetup("{\"group\":1,\"seq\":1}"));
+  for (const char* text : {"{\"group\":1,\"seq\":1,\"setup\":1}",
+                           "{\"group\":1,\"seq\":1,\"setup\":\"true\"}",
+                           "{\"group\":1,\"seq\":1,\"setup\":null}"}) {
+    ExpectProtocolError(BarrierIsSetup, text, "bad 'setup'");
+  }
+}
+
+TEST(ControlRejoin, RoundTripsAndRejectsMoreSetupBarriersThanBarriers) {
+  const Rejoin back = DecodeRejoin(EncodeRejoin({7, 2, 3}));
+  EXPECT_EQ(back.workers_barriers, 7u);
+  EXPECT_EQ(back.all_barriers, 2u);
+  EXPECT_EQ(back.setup_barriers, 3u);
+  ExpectProtocolError(DecodeRejoin, "{\"workers\":2,\"all\":0,\"setup\":3}", "more setup");
+  ExpectProtocolError(DecodeRejoin, "{\"workers\":2,\"all\":0}", "lacks 'setup'");
+  ExpectProtocolError(DecodeRejoin, "{\"workers\":2,\"all\":0,\"setup\":-1}", "bad 'setup'");
+}
+
 // --- node failed ---
 
 TEST(ControlFailure, RoundTrips) {

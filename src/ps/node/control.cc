@@ -139,8 +139,10 @@ std::vector<NodeInfo> DecodeNodeTable(const std::string& text) {
   return nodes;
 }
 
-std::string EncodeBarrier(Group group, uint64_t sequence) {
-  return json{{"group", static_cast<int>(group)}, {"seq", sequence}}.dump();
+std::string EncodeBarrier(Group group, uint64_t sequence, bool setup) {
+  json j{{"group", static_cast<int>(group)}, {"seq", sequence}};
+  if (setup) j["setup"] = true;
+  return j.dump();
 }
 
 std::pair<Group, uint64_t> DecodeBarrier(const std::string& text) {
@@ -150,13 +152,27 @@ std::pair<Group, uint64_t> DecodeBarrier(const std::string& text) {
   return {static_cast<Group>(g), Field<uint64_t>(j, "seq", "barrier")};
 }
 
+bool BarrierIsSetup(const std::string& text) {
+  json j = Parse(text, "barrier");
+  const auto it = j.find("setup");
+  if (it == j.end()) return false;
+  if (!it->is_boolean()) throw ProtocolError("barrier message has a bad 'setup'");
+  return it->get<bool>();
+}
+
 std::string EncodeRejoin(const Rejoin& r) {
-  return json{{"workers", r.workers_barriers}, {"all", r.all_barriers}}.dump();
+  return json{{"workers", r.workers_barriers}, {"all", r.all_barriers}, {"setup", r.setup_barriers}}
+      .dump();
 }
 
 Rejoin DecodeRejoin(const std::string& text) {
   json j = Parse(text, "rejoin");
-  return Rejoin{Field<uint64_t>(j, "workers", "rejoin"), Field<uint64_t>(j, "all", "rejoin")};
+  Rejoin r{Field<uint64_t>(j, "workers", "rejoin"), Field<uint64_t>(j, "all", "rejoin")};
+  r.setup_barriers = Field<uint64_t>(j, "setup", "rejoin");
+  if (r.setup_barriers > r.workers_barriers) {
+    throw ProtocolError("rejoin message: more setup barriers than workers' barriers");
+  }
+  return r;
 }
 
 std::string EncodeFailure(const Failure& f) {

@@ -23,14 +23,19 @@ Registration DecodeRegistration(const std::string& json);
 std::string EncodeNodeTable(const std::vector<NodeInfo>& nodes);
 std::vector<NodeInfo> DecodeNodeTable(const std::string& json);
 
-std::string EncodeBarrier(Group group, uint64_t sequence);
+// `setup`: the barrier ends a step of the KVStore's setup (Init, SetOptimizer), which a
+// replacement repeats only where the job has not completed it (Rejoin::setup_barriers).
+std::string EncodeBarrier(Group group, uint64_t sequence, bool setup = false);
 std::pair<Group, uint64_t> DecodeBarrier(const std::string& json);
+bool BarrierIsSetup(const std::string& json);  // after DecodeBarrier accepted it
 
 // What a replacement worker (DTRAIN_RESTART_WAIT_MS) learns before its node table: how many
-// barriers of each group the job has completed, so that its own barriers join the next ones.
+// barriers of each group the job has completed, so that its own barriers join the next ones, and
+// how many of the workers' were setup barriers (its program's first ones of those are done).
 struct Rejoin {
   uint64_t workers_barriers = 0;
   uint64_t all_barriers = 0;
+  uint64_t setup_barriers = 0;
 };
 std::string EncodeRejoin(const Rejoin& r);
 Rejoin DecodeRejoin(const std::string& json);

@@ -252,6 +252,7 @@ void Node::OnControl(Message&& msg) {
       const auto r = control::DecodeRejoin(msg.meta);
       barrier_done_[Group::kWorkers] = barrier_sent_[Group::kWorkers] = r.workers_barriers;
       barrier_done_[Group::kAll] = barrier_sent_[Group::kAll] = r.all_barriers;
+      setup_barriers_before_joining_ = r.setup_barriers;
       rejoined_ = true;
       break;
     }
@@ -448,13 +449,18 @@ void Node::WaitUntil(const std::function<bool()>& pred, const Deadline& deadline
   }
 }
 
-void Node::Barrier(Group group) {
+uint64_t Node::setup_barriers_before_joining() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return setup_barriers_before_joining_;
+}
+
+void Node::Barrier(Group group, bool setup) {
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     seq = ++barrier_sent_[group];
   }
-  SendControl(Command::kBarrier, control::EncodeBarrier(group, seq));
+  SendControl(Command::kBarrier, control::EncodeBarrier(group, seq, setup));
   WaitUntil([&] { return barrier_done_[group] >= seq; }, Deadline(config_.request_timeout),
             std::string("barrier of ") + GroupName(group) + " did not complete");
 }

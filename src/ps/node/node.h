@@ -81,6 +81,9 @@ class Node {
   const NodeInfo& self() const { return self_; }
   // This process replaces a lost member of a running job (the scheduler said so).
   bool rejoined() const { return rejoined_; }
+  // A replacement: how many of the workers' setup barriers (Barrier's `setup`) the job had
+  // completed when it joined; 0 for the job's first processes.
+  uint64_t setup_barriers_before_joining() const;
   const JobLayout& layout() const { return layout_; }
   const Config& config() const { return config_; }
   // "server 1 (10.0.0.2:4000)"; a plain description for ids not in the table.
@@ -89,8 +92,9 @@ class Node {
   // Stamps sender and recipient and queues the message. Throws PeerError after a failure.
   void Send(NodeId to, transport::Message msg);
 
-  // Blocks until every node of the group has arrived. Throws PeerError / TimeoutError.
-  void Barrier(Group group);
+  // Blocks until every node of the group has arrived. Throws PeerError / TimeoutError. `setup`:
+  // the barrier of a KVStore setup step (control.h's EncodeBarrier).
+  void Barrier(Group group, bool setup = false);
 
   std::optional<std::string> failure() const;
   void ThrowIfFailed() const;
@@ -156,6 +160,7 @@ class Node {
   std::optional<std::string> failure_;
   std::map<Group, uint64_t> barrier_done_;  // group -> barriers completed
   std::map<Group, uint64_t> barrier_sent_;
+  uint64_t setup_barriers_before_joining_ = 0;  // set by kRejoin, before Start returns
   Clock::time_point last_heard_from_scheduler_;
   // A worker or server whose link closed; a failure unless the job ends before the deadline.
   std::optional<std::string> pending_loss_;
