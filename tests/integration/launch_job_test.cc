@@ -221,6 +221,24 @@ TEST(LaunchJob, AnAsyncWorkerLostAfterSetupIsReplacedAndEveryPushCounts) {
   }
 }
 
+// A worker killed after the scheduler ended the job (it had finished): a replacement could not
+// join any more and failed 30 s later on its connect deadline. The launcher now does not replace
+// it and fails the job at once, saying why (issue 63's fault campaign).
+TEST(LaunchJob, AWorkerKilledAfterTheJobEndedIsNotReplaced) {
+  TempDir dir;
+  Subprocess launch(SyncJobWithOneRestart({"--die-rank", "1", "--die-after-the-job"}), {},
+                    dir.path() + "/launch.log");
+  const auto code = launch.Wait(kHangGuardMs);
+  const std::string out = launch.Output();
+  ASSERT_TRUE(code.has_value()) << out;
+  EXPECT_NE(*code, 0) << out;
+  EXPECT_NE(out.find("[worker 1] rank 1 kills itself after the job"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 1 (pid"), std::string::npos) << out;
+  EXPECT_NE(out.find("after the scheduler had ended the job; not replaced"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("starting a replacement"), std::string::npos) << out;
+}
+
 // A server lost, and right after it the worker that pushed to it: the worker's pushes since the
 // server's last checkpoint (its first, at the start: the interval is long) are gone with both
 // processes. Those rounds complete without them, the ranks stay in step (every other value is

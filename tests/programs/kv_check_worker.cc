@@ -34,6 +34,9 @@
 //   kv_check_worker --scenario async --die-rank 1 --die-after-init
 //       rank 1's first process kills itself after its keys' inits, before any push: its
 //       replacement must skip every init's barrier (dist_async keys have no rounds to say so)
+//   kv_check_worker --scenario sync --die-rank 1 --die-after-the-job
+//       rank 1's first process finishes the job, then kills itself once the scheduler has
+//       ended the job: no replacement could join any more
 //   kv_check_worker --scenario sync --kill-at-round 5 --die-rank 0 --kill-server 1 --and-die
 //       as --kill-server, but rank 0 kills itself right after the server: its pushes to server 1
 //       since the server's last checkpoint are lost with both processes, and those rounds
@@ -73,6 +76,7 @@ struct Options {
   int replacement_kills_server = -1;  // sync: die_rank's replacement kills this server at once
   bool die_before_init = false;       // sync: see the top of the file
   bool die_after_init = false;        // async: see the top of the file
+  bool die_after_the_job = false;     // see the top of the file
   std::string dir;
   std::vector<int64_t> sizes = {1, 7, 1000, 70000, 250000, 1200000};
 };
@@ -394,6 +398,7 @@ int main(int argc, char** argv) {
   app.add_option("--replacement-kills-server", o.replacement_kills_server);
   app.add_flag("--die-before-init", o.die_before_init);
   app.add_flag("--die-after-init", o.die_after_init);
+  app.add_flag("--die-after-the-job", o.die_after_the_job);
   app.add_option("--dir", o.dir);
   app.add_option("--round-pause-ms", o.round_pause_ms);
   CLI11_PARSE(app, argc, argv);
@@ -412,6 +417,18 @@ int main(int argc, char** argv) {
       if (int rc = CheckRanks(*kv)) return rc;
     } else {
       kv->Init(999, Array({kv->num_workers()}));
+    }
+    if (o.scenario == "sync" && o.die_after_the_job) {
+      const int rc = RunSync(*kv, o);
+      const bool dies = FirstLifeOf(*kv, o.die_rank);
+      kv.reset();  // the job ends: the scheduler exits once every worker has finished
+      if (rc == 0 && dies) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        std::printf("rank %d kills itself after the job\n", o.die_rank);
+        std::fflush(stdout);
+        ::raise(SIGKILL);
+      }
+      return rc;
     }
     if (o.scenario == "sync") return RunSync(*kv, o);
     if (o.scenario == "async") return RunAsync(*kv, o);

@@ -77,6 +77,12 @@ class Supervisor : public JobWatch {
     if (phase() == Phase::kRunning) {
       if (!st.succeeded()) {
         if (MayReplace(*c) && Replace(c)) return;
+        if (SchedulerEndedTheJob() && c->spec.role != Role::kScheduler) {
+          // A replacement could not join (the scheduler is gone) and would fail 30 s later on
+          // its connect deadline (issue 63's fault campaign): fail now, saying why.
+          Say(c->Who() + " " + DescribeExit(c->spec, c->status) +
+              " after the scheduler had ended the job; not replaced");
+        }
         OnFailure(c);
       } else if (failures_.empty() && AllWorkersSucceeded()) {
         AfterTheWorkersSucceeded();
@@ -102,7 +108,15 @@ class Supervisor : public JobWatch {
     const bool replaceable =
         c.spec.role == Role::kWorker || (c.spec.role == Role::kServer && options().replace_servers);
     return replaceable && plan_.num_servers > 0 && failures_.empty() &&
-           restarts_ < options().max_restarts;
+           restarts_ < options().max_restarts && !SchedulerEndedTheJob();
+  }
+
+  // The scheduler exited 0: every worker finished, and no replacement can join any more.
+  bool SchedulerEndedTheJob() const {
+    for (const auto& c : children_) {
+      if (c->spec.role == Role::kScheduler && c->reaped && c->status.succeeded()) return true;
+    }
+    return false;
   }
 
   bool Replace(Child* c) {
