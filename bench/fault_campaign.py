@@ -190,7 +190,10 @@ def judge(r: dict, args: argparse.Namespace, base_acc: list[float]) -> tuple[str
     """(outcome, the rules met, why not)."""
     kills = [f for f in r["faults"] if f["kind"] == "kill"]
     scheduler_killed = any(f["role"] == "scheduler" for f in kills)
-    after_end = [f for f in kills if f.get("after_end")]
+    # The scheduler may exit between the check above and the kill: the launcher says so.
+    ended = " ".join(l for _, l in r["lines"] if "after the scheduler had ended the job" in l)
+    after_end = [f for f in kills if f.get("after_end") or (
+        f["role"] != "scheduler" and f"{f['role']} {f['rank']} (pid" in ended)]
     covered = not scheduler_killed and not after_end and len(kills) <= args.max_restarts
     outcome = "hang" if r["hang"] else ("completed" if r["code"] == 0 and r["test_acc"] is not None
                                         else "failed")
@@ -205,7 +208,7 @@ def judge(r: dict, args: argparse.Namespace, base_acc: list[float]) -> tuple[str
                 r["test_acc"], "-".join("%.4f" % a for a in sorted(set(base_acc))))
         return outcome, True, ""
     # Uncovered: the end within NAMED_WITHIN_S of the fault that could not be covered.
-    fatal = next(f for f in kills if f["role"] == "scheduler" or f.get("after_end")) \
+    fatal = next(f for f in kills if f["role"] == "scheduler" or f in after_end) \
         if scheduler_killed or after_end else kills[args.max_restarts]
     if outcome == "completed":  # e.g. a kill of a member that had already finished its part
         return outcome, True, ""
