@@ -428,8 +428,7 @@ struct Scheduler::State {
 
   void OnBarrier(const Message& msg) {
     const NodeId from = msg.header.sender;
-    auto [group, seq] = control::DecodeBarrier(msg.meta);
-    const bool setup = control::BarrierIsSetup(msg.meta);
+    const auto [group, seq, setup] = control::DecodeBarrier(msg.meta);
     auto& arrived = barrier_arrivals[group];
     arrived.insert(from);
     barrier_meta[group] = msg.meta;

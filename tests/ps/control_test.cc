@@ -214,9 +214,9 @@ TEST(ControlNodeTable, RejectsMalformedAndHostileTables) {
 TEST(ControlBarrier, RoundTrips) {
   for (Group g : {Group::kWorkers, Group::kServers, Group::kAll}) {
     for (uint64_t seq : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}}) {
-      auto [group, back] = DecodeBarrier(EncodeBarrier(g, seq));
-      EXPECT_EQ(group, g);
-      EXPECT_EQ(back, seq);
+      const BarrierMessage back = DecodeBarrier(EncodeBarrier(g, seq));
+      EXPECT_EQ(back.group, g);
+      EXPECT_EQ(back.sequence, seq);
     }
   }
 }
@@ -248,13 +248,13 @@ TEST(ControlBarrier, RejectsMalformedBarriers) {
 // A setup barrier (Init's, SetOptimizer's) says so; a replacement learns how many the job
 // completed (issue 63).
 TEST(ControlBarrier, CarriesTheSetupFlag) {
-  EXPECT_TRUE(BarrierIsSetup(EncodeBarrier(Group::kWorkers, 3, true)));
-  EXPECT_FALSE(BarrierIsSetup(EncodeBarrier(Group::kWorkers, 3)));
-  EXPECT_FALSE(BarrierIsSetup("{\"group\":1,\"seq\":1}"));
-  for (const char* text : {"{\"group\":1,\"seq\":1,\"setup\":1}",
-                           "{\"group\":1,\"seq\":1,\"setup\":\"true\"}",
-                           "{\"group\":1,\"seq\":1,\"setup\":null}"}) {
-    ExpectProtocolError(BarrierIsSetup, text, "bad 'setup'");
+  EXPECT_TRUE(DecodeBarrier(EncodeBarrier(Group::kWorkers, 3, true)).setup);
+  EXPECT_FALSE(DecodeBarrier(EncodeBarrier(Group::kWorkers, 3)).setup);
+  EXPECT_FALSE(DecodeBarrier("{\"group\":1,\"seq\":1}").setup);
+  for (const char* text :
+       {"{\"group\":1,\"seq\":1,\"setup\":1}", "{\"group\":1,\"seq\":1,\"setup\":\"true\"}",
+        "{\"group\":1,\"seq\":1,\"setup\":null}"}) {
+    ExpectProtocolError(DecodeBarrier, text, "bad 'setup'");
   }
 }
 

@@ -145,19 +145,17 @@ std::string EncodeBarrier(Group group, uint64_t sequence, bool setup) {
   return j.dump();
 }
 
-std::pair<Group, uint64_t> DecodeBarrier(const std::string& text) {
+BarrierMessage DecodeBarrier(const std::string& text) {
   json j = Parse(text, "barrier");
   int g = Field<int>(j, "group", "barrier");
   if (g < 1 || g > 3) throw ProtocolError("barrier message: unknown group " + std::to_string(g));
-  return {static_cast<Group>(g), Field<uint64_t>(j, "seq", "barrier")};
-}
-
-bool BarrierIsSetup(const std::string& text) {
-  json j = Parse(text, "barrier");
-  const auto it = j.find("setup");
-  if (it == j.end()) return false;
-  if (!it->is_boolean()) throw ProtocolError("barrier message has a bad 'setup'");
-  return it->get<bool>();
+  BarrierMessage b{static_cast<Group>(g), Field<uint64_t>(j, "seq", "barrier")};
+  if (const auto it = j.find("setup"); it != j.end()) {
+    // Field<bool> would take numbers: only a JSON boolean is one.
+    if (!it->is_boolean()) throw ProtocolError("barrier message has a bad 'setup'");
+    b.setup = it->get<bool>();
+  }
+  return b;
 }
 
 std::string EncodeRejoin(const Rejoin& r) {

@@ -23,11 +23,16 @@ Registration DecodeRegistration(const std::string& json);
 std::string EncodeNodeTable(const std::vector<NodeInfo>& nodes);
 std::vector<NodeInfo> DecodeNodeTable(const std::string& json);
 
-// `setup`: the barrier ends a step of the KVStore's setup (Init, SetOptimizer), which a
-// replacement repeats only where the job has not completed it (Rejoin::setup_barriers).
+struct BarrierMessage {
+  Group group = Group::kWorkers;
+  uint64_t sequence = 0;
+  // The barrier ends a step of the KVStore's setup (Init, SetOptimizer), which a replacement
+  // repeats only where the job has not completed it (Rejoin::setup_barriers).
+  bool setup = false;
+  bool operator==(const BarrierMessage&) const = default;
+};
 std::string EncodeBarrier(Group group, uint64_t sequence, bool setup = false);
-std::pair<Group, uint64_t> DecodeBarrier(const std::string& json);
-bool BarrierIsSetup(const std::string& json);  // after DecodeBarrier accepted it
+BarrierMessage DecodeBarrier(const std::string& json);
 
 // What a replacement worker (DTRAIN_RESTART_WAIT_MS) learns before its node table: how many
 // barriers of each group the job has completed, so that its own barriers join the next ones, and

@@ -266,8 +266,8 @@ void Node::OnControl(Message&& msg) {
       started_ = true;
       break;
     case Command::kBarrierDone: {
-      auto [group, seq] = control::DecodeBarrier(msg.meta);
-      barrier_done_[group] = std::max(barrier_done_[group], seq);
+      const auto b = control::DecodeBarrier(msg.meta);
+      barrier_done_[b.group] = std::max(barrier_done_[b.group], b.sequence);
       break;
     }
     case Command::kHeartbeat:
