@@ -170,9 +170,6 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
   for (int64_t s : o.sizes) init.push_back(Array({s}));
   if (o.die_before_init && FirstLifeOf(kv, o.die_rank)) KillSelf(kv, "before the keys' init");
   kv.Init(keys, init);
-  // A replacement's first process never kills itself; DTRAIN_RESTART_COUNT says which this is.
-  const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
-  const bool first_life = restart == nullptr || std::string(restart) == "0";
   const int first_round = static_cast<int>(kv.rounds_done());
   int short_pulls = 0;  // --and-die: pulls that lacked exactly the lost push
   if (kv.rejoined()) {
@@ -194,7 +191,7 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
   }
   for (int round = first_round; round < o.rounds; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(o.round_pause_ms));
-    const bool kill_now = first_life && kv.rank() == o.die_rank && round == o.kill_at_round;
+    const bool kill_now = FirstLifeOf(kv, o.die_rank) && round == o.kill_at_round;
     size_t pushed_already = 0;  // keys of this round pushed before killing a server
     if (kill_now && o.kill_server >= 0) {
       for (; pushed_already < keys.size() / 2; ++pushed_already) {

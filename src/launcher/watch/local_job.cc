@@ -76,12 +76,13 @@ class Supervisor : public JobWatch {
     const ExitStatus& st = c->status;
     if (phase() == Phase::kRunning) {
       if (!st.succeeded()) {
-        if (MayReplace(*c) && Replace(c)) return;
-        if (SchedulerEndedTheJob() && c->spec.role != Role::kScheduler) {
+        if (SchedulerEndedTheJob()) {
           // A replacement could not join (the scheduler is gone) and would fail 30 s later on
           // its connect deadline (issue 63's fault campaign): fail now, saying why.
           Say(c->Who() + " " + DescribeExit(c->spec, c->status) +
               " after the scheduler had ended the job; not replaced");
+        } else if (MayReplace(*c) && Replace(c)) {
+          return;
         }
         OnFailure(c);
       } else if (failures_.empty() && AllWorkersSucceeded()) {
@@ -108,7 +109,7 @@ class Supervisor : public JobWatch {
     const bool replaceable =
         c.spec.role == Role::kWorker || (c.spec.role == Role::kServer && options().replace_servers);
     return replaceable && plan_.num_servers > 0 && failures_.empty() &&
-           restarts_ < options().max_restarts && !SchedulerEndedTheJob();
+           restarts_ < options().max_restarts;
   }
 
   // The scheduler exited 0: every worker finished, and no replacement can join any more.
