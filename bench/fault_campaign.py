@@ -36,31 +36,13 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from restart_bench import job_members  # noqa: E402  (the bench folder is no package)
+
 ROLES = [("worker", 0), ("worker", 1), ("server", 0), ("server", 1), ("scheduler", 0)]
 HANG_S = 60.0
 NAMED_WITHIN_S = 10.0
 ACC_POINTS = 0.5
-
-
-def members(session: int) -> dict[tuple[str, int], int]:
-    """The job's live processes by (role, rank): those of the launcher's session."""
-    found = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read().rsplit(")", 1)[1].split()
-            if int(stat[3]) != session or stat[0] == "Z":  # field 6: session; state
-                continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
-        except (OSError, ValueError, IndexError):
-            continue
-        role = env.get(b"DMLC_ROLE", b"").decode()
-        if role in ("worker", "server", "scheduler") and int(pid) != session:
-            found[(role, int(env.get(b"DTRAIN_NODE_RANK", b"0") or 0))] = int(pid)
-    return found
 
 
 def launch(args: argparse.Namespace, mode: str) -> subprocess.Popen:
@@ -106,7 +88,7 @@ def run(args: argparse.Namespace, mode: str, load: bool, faults: list[dict]) -> 
                 time.sleep(0.01)
             pid, alive = None, {}
             for _ in range(300):  # a member being replaced has no process yet: wait for it
-                alive = members(proc.pid)
+                alive = job_members(proc.pid)
                 pid = alive.get((f["role"], f["rank"]))
                 if pid is not None or proc.poll() is not None:
                     break
@@ -155,7 +137,7 @@ def run(args: argparse.Namespace, mode: str, load: bool, faults: list[dict]) -> 
         for h in hogs:
             h.kill()
             h.wait()
-        for pid in members(proc.pid).values():  # anything left of the job
+        for pid in job_members(proc.pid).values():  # anything left of the job
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -36,25 +36,38 @@ import time
 from emulated_hosts import emulated_hosts
 
 
-def member_pid(role: str, rank: int) -> int | None:
-    """The pid of the job's `role` `rank` (a dtrain-train whose DTRAIN_NODE_RANK is rank)."""
+def job_members(session: int | None = None) -> dict[tuple[str, int], int]:
+    """The live processes of a dtrain job by (role, rank): its workers (dtrain-train) and its
+    servers and scheduler (`dtrain server`, `dtrain scheduler`), by DMLC_ROLE and DTRAIN_NODE_RANK
+    (the scheduler is rank 0). With `session`, only that session's (a launcher started with
+    start_new_session: its pid)."""
+    found = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().split(b"\0")
             with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        except (OSError, ValueError, IndexError):
             continue
-        # Workers run dtrain-train; servers run `dtrain server`.
-        if not cmd or not (cmd[0].endswith(b"dtrain-train") or
-                           (cmd[0].endswith(b"dtrain") and cmd[1:2] == [b"server"])):
+        if stat[0] == "Z" or (session is not None and int(stat[3]) != session):
             continue
-        if f"DTRAIN_NODE_RANK={rank}".encode() in env and f"DMLC_ROLE={role}".encode() in env:
-            return int(pid)
-    return None
+        if not (cmd[0].endswith(b"dtrain-train") or
+                (cmd[0].endswith(b"dtrain") and cmd[1:2] in ([b"server"], [b"scheduler"]))):
+            continue
+        role = env.get(b"DMLC_ROLE", b"").decode()
+        if role in ("worker", "server", "scheduler"):
+            found[(role, int(env.get(b"DTRAIN_NODE_RANK", b"0") or 0))] = int(pid)
+    return found
+
+
+def member_pid(role: str, rank: int) -> int | None:
+    """The pid of the job's `role` `rank` (any job's on this machine), or None."""
+    return job_members().get((role, rank))
 
 
 def same_weights(a: str, b: str) -> bool:
