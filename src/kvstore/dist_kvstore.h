@@ -110,6 +110,8 @@ class DistKVStore : public KVStore, public StagedCalls {
   // A replacement for a lost worker: asks the servers where its rank is and tells them where it
   // resumes (server.h).
   void Rejoin();
+  // The server's "rejoin" command: this rank resumes at rounds_done_ (Rejoin, OnServerRestarted).
+  transport::Message ResumeRequest() const;
   // A lost server's replacement has started: asks it which rounds it restored and has the client
   // send it what it lacks (worker_client.h). On its own thread; fails the client if it cannot.
   void OnServerRestarted(int server);
