@@ -74,7 +74,7 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
                          std::unique_ptr<transport::Transport> transport, bool exit_on_failure)
     : type_(std::move(type)),
       sync_(type_.find("async") == std::string::npos),
-      log_pushes_(sync_ && config.ServersReplaceable()),
+      log_pushes_(config.ServersReplaceable()),
       log_buffers_(log_pushes_ ? PushLogArenas(config) : std::vector<std::shared_ptr<SlabArena>>{}),
       config_(config),
       node_(config, Role::kWorker, std::move(transport), ps::Node::Options{exit_on_failure}),

@@ -126,8 +126,8 @@ class DistKVStore : public KVStore, public StagedCalls {
 
   const std::string type_;
   const bool sync_;
-  // Pushes are kept for a restored server (dist_sync with replaceable servers): their bodies must
-  // be this worker's copies, never the caller's arrays.
+  // Pushes are kept for a restored server (replaceable servers, dist_sync or dist_async): their
+  // bodies must be this worker's copies, never the caller's arrays.
   const bool log_pushes_;
   // Where pushed values are copied to when log_pushes_, by the server of the key's first slot:
   // the log keeps them long, outside malloc's heap (kvstore/slab_arena.h). One per server, because

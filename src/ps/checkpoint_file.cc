@@ -86,12 +86,11 @@ size_t WriteCheckpoint(const std::string& folder, const ServerCheckpoint& checkp
 
   nlohmann::json slots = nlohmann::json::array();
   for (const CheckpointSlot& s : checkpoint.slots) {
-    slots.push_back({{"key", s.key},
-                     {"part", s.part},
-                     {"dtype", static_cast<int>(s.dtype)},
-                     {"length", s.length},
-                     {"sync", s.sync},
-                     {"rounds", s.rounds}});
+    nlohmann::json slot{
+        {"key", s.key},       {"part", s.part}, {"dtype", static_cast<int>(s.dtype)},
+        {"length", s.length}, {"sync", s.sync}, {"rounds", s.rounds}};
+    if (!s.sync) slot["pushes"] = s.pushes;
+    slots.push_back(std::move(slot));
   }
   const std::string index =
       nlohmann::json{{"slots", slots},
@@ -195,6 +194,16 @@ ServerCheckpoint DecodeCheckpoint(std::string_view bytes) {
     s.length = IntField(j, "length", 0, std::numeric_limits<int64_t>::max());
     s.sync = j["sync"].get<bool>();
     s.rounds = IntField(j, "rounds", 0, std::numeric_limits<int64_t>::max());
+    if (j.contains("pushes")) {
+      if (s.sync || !j["pushes"].is_array()) throw ProtocolError("malformed checkpoint pushes");
+      for (const auto& count : j["pushes"]) {
+        if (!count.is_number_unsigned() ||
+            count.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          throw ProtocolError("malformed checkpoint push count");
+        }
+        s.pushes.push_back(count.get<int64_t>());
+      }
+    }
     // In elements first: length * size could wrap around.
     const size_t elem = DTypeSize(s.dtype);
     if (static_cast<uint64_t>(s.length) > (trailer - at) / elem) {

@@ -1,9 +1,10 @@
-// A server's checkpoint: its slots (values and completed dist_sync rounds) and its optimizer (the
+// A server's checkpoint: its slots (values, completed dist_sync rounds or each worker's dist_async
+// pushes) and its optimizer (the
 // spec and the state), in one file per server rank that is only ever replaced whole.
 //
 // File DIR/server-<rank>/checkpoint.dtsc (all integers little-endian):
 //   "DTSC" u32 version(1) u64 index_bytes  index (JSON)  values  optimizer state  "DTSE" u64 size
-// where index = {"slots": [{"key", "part", "dtype", "length", "sync", "rounds"}...],
+// where index = {"slots": [{"key", "part", "dtype", "length", "sync", "rounds"[, "pushes"]}...],
 // "optimizer": spec JSON or "", "optimizer_state_bytes": n}, the values are the slots' bytes back
 // to back in index order, and size is the whole file's. Written to a temporary name in the same
 // folder, flushed to disk (fsync) and renamed over the old one, so a reader sees the previous
@@ -32,8 +33,17 @@ struct CheckpointSlot {
   DType dtype = DType::kFloat32;
   int64_t length = 0;
   bool sync = true;
-  int64_t rounds = 0;     // dist_sync rounds applied to value
+  int64_t rounds = 0;  // dist_sync rounds applied to value
+  // dist_async: the pushes applied to value, per worker rank (empty for dist_sync). A restored
+  // server counts from them; each worker repeats its pushes since (issue 63).
+  std::vector<int64_t> pushes;
   transport::Body value;  // length elements of dtype
+
+  // What worker `worker` has pushed into value: the rounds, or its asynchronous pushes.
+  int64_t PushedBy(int worker) const {
+    if (sync) return rounds;
+    return worker >= 0 && static_cast<size_t>(worker) < pushes.size() ? pushes[worker] : 0;
+  }
 };
 
 struct ServerCheckpoint {

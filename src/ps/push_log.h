@@ -1,7 +1,8 @@
-// PushLog: what a worker keeps of its dist_sync pushes since its servers' last checkpoints, so
-// that it can push them again to a server restored from its checkpoint (server.h).
+// PushLog: what a worker keeps of its pushes since its servers' last checkpoints, so that it can
+// push them again to a server restored from its checkpoint (server.h).
 //
-// Each slot (key, part) counts the rounds this worker has pushed into it; a push is kept with its
+// Each slot (key, part) counts the rounds this worker has pushed into it (dist_async: its pushes,
+// which the server counts per worker the same way); a push is kept with its
 // round until the slot's server says a checkpoint holds that round (Trim). The log is bounded:
 // when a server's share passes half of the bound, the caller is told to ask that server for a
 // checkpoint (it answers with a Trim); past the whole bound the oldest pushes of the slot being

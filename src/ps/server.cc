@@ -42,10 +42,6 @@ bool IsDataRequest(const Header& h) {
                               h.command == Command::kPushPull);
 }
 
-std::string SlotName(uint64_t key, uint32_t part) {
-  return "key " + std::to_string(key) + (part ? " part " + std::to_string(part) : "");
-}
-
 Body NewBuffer(size_t bytes) {
   auto buffer = BufferPool::Default().Get(bytes);
   Body b;
@@ -316,102 +312,6 @@ void Server::HandleCommand(const Message& msg) {
   AcknowledgeOnceCheckpointed(h);
 }
 
-void Server::HandleRejoinCommand(const Message& msg, const std::string& cmd, int64_t round) {
-  const Header& h = msg.header;
-  if (!node_.layout().IsWorker(h.sender)) return ReplyError(h, "only workers rejoin");
-  const int worker = node_.layout().RankOf(h.sender);
-  std::set<int64_t> counts;
-  nlohmann::json pushed = nlohmann::json::array();  // [key, part, rounds pushed] per sync slot
-  int64_t slots = 0;
-  {
-    std::shared_lock<std::shared_mutex> lock(slots_mutex_);
-    for (auto& [id, slot] : slots_) {
-      std::lock_guard<std::mutex> slot_lock(slot->mutex);
-      if (!slot->sync) continue;
-      ++slots;
-      int64_t& contributed = slot->contributed[worker];
-      if (cmd == "rejoin_state") {
-        counts.insert(contributed);
-        pushed.push_back({slot->key, slot->part, contributed});
-      } else if (contributed > round) {
-        slot->absorb[worker] = contributed - round;
-        contributed = round;
-      } else if (contributed < round) {
-        slot->resume_at[worker] = round;  // decided at its first push (DecideLostRounds)
-      }
-    }
-  }
-  if (cmd == "rejoin") {
-    DTRAIN_LOG(kConnections) << node_.NameOf(h.sender) << " resumes at round " << round;
-    return Reply(h);
-  }
-  Reply(h, {}, nlohmann::json{{"counts", counts}, {"slots", slots}, {"pushed", pushed}}.dump());
-}
-
-void Server::OnWorkerReplaced(int worker_rank) {
-  scheduler_.Fence(scheduler_wait_);  // the lost process's requests received before go first
-  const NodeId lost = node_.layout().WorkerId(worker_rank);
-  std::shared_lock<std::shared_mutex> lock(slots_mutex_);
-  for (auto& [id, slot] : slots_) {
-    std::lock_guard<std::mutex> slot_lock(slot->mutex);
-    // Its push stays in the round (pushed, merged); only the answers it waited for go.
-    std::erase_if(slot->waiting, [lost](const Header& w) { return w.sender == lost; });
-    slot->deferred[worker_rank].clear();
-    slot->absorb[worker_rank] = 0;
-    slot->resume_at[worker_rank] = -1;
-    slot->skip[worker_rank] = 0;
-  }
-  std::lock_guard<std::mutex> reported(lost_rounds_mutex_);
-  lost_rounds_reported_.erase(worker_rank);
-}
-
-void Server::OnWorkerLost(int /*worker_rank*/) {
-  scheduler_.Fence(scheduler_wait_);  // the checkpoint holds what it pushed before
-  if (!checkpoint_folder_.empty()) RequestCheckpoint();
-}
-
-void Server::DecideLostRounds(SlotState& slot, int worker) {
-  if (slot.resume_at[worker] < 0) return;
-  // The rounds the other workers have pushed (or queued) beyond this rank's: those its lost
-  // process had pushed, up to where its replacement resumes.
-  int64_t others = 0;
-  for (size_t w = 0; w < slot.contributed.size(); ++w) {
-    if (static_cast<int>(w) == worker) continue;
-    int64_t pushes = 0;
-    for (const Message& m : slot.deferred[w]) pushes += m.header.command != Command::kPull;
-    others = std::max(others, slot.contributed[w] + pushes);
-  }
-  const int64_t lost = std::min(slot.resume_at[worker], others) - slot.contributed[worker];
-  slot.resume_at[worker] = -1;
-  if (lost > 0) {
-    slot.skip[worker] = lost;
-    DTRAIN_LOG(kWarning) << "worker " << worker << "'s pushes of rounds "
-                         << slot.contributed[worker] + 1 << "-" << slot.contributed[worker] + lost
-                         << " of " << SlotName(slot.key, slot.part)
-                         << " were lost with its process and this server's: those rounds "
-                            "complete without them";
-    std::lock_guard<std::mutex> reported(lost_rounds_mutex_);
-    if (lost_rounds_reported_.insert(worker).second) {
-      // The launcher lists them with the worker's restart (status page, summary).
-      report::Send({{"kind", "rounds_lost"},
-                    {"worker", worker},
-                    {"first", slot.contributed[worker] + 1},
-                    {"last", slot.contributed[worker] + lost}});
-    }
-  }
-}
-
-void Server::SkipLostRounds(SlotState& slot) {
-  for (size_t w = 0; w < slot.skip.size(); ++w) {
-    if (slot.skip[w] > 0 && !slot.pushed[w]) {
-      --slot.skip[w];
-      slot.pushed[w] = 1;
-      ++slot.pushed_count;
-      ++slot.contributed[w];
-    }
-  }
-}
-
 void Server::HandleData(Message&& msg) {
   const Header& h = msg.header;
   bytes_in_.fetch_add(static_cast<int64_t>(msg.body.size), std::memory_order_relaxed);
@@ -464,7 +364,7 @@ void Server::HandleData(Message&& msg) {
   if (slot->sync) {
     SyncMessage(*slot, node_.layout().RankOf(h.sender), std::move(msg));
   } else {
-    AsyncMessage(*slot, std::move(msg));
+    AsyncMessage(*slot, node_.layout().RankOf(h.sender), std::move(msg));
   }
 }
 
@@ -624,15 +524,20 @@ void Server::DrainDeferred(SlotState& slot) {
   }
 }
 
-void Server::AsyncMessage(SlotState& slot, Message&& msg) {
+void Server::AsyncMessage(SlotState& slot, int worker, Message&& msg) {
   const Header h = msg.header;
-  if (h.compression != Compression::kNone) {
+  const bool is_push = h.command != Command::kPull;
+  if (is_push && slot.absorb[worker] > 0) {
+    // A replacement's repeat of a push its lost process had made: that one was applied.
+    --slot.absorb[worker];
+  } else if (h.compression != Compression::kNone) {
     Body grad = NewBuffer(slot.bytes());
     Decompress(h, msg.body, grad.data, slot.length, /*accumulate=*/false);
     ApplyGradient(slot, grad, CurrentOptimizer().get());
-  } else if (h.command != Command::kPull) {
+  } else if (is_push) {
     ApplyGradient(slot, msg.body, CurrentOptimizer().get());
   }
+  if (is_push) ++slot.contributed[worker];
   if (h.command == Command::kPush) {
     Reply(h);
   } else {

@@ -7,7 +7,8 @@
 // Compressed pushes (compression/codec.h) are checked against the slot (length, float32, well
 // formed words) and decoded into float32 as they are summed; replies are never compressed.
 // dist_async: each push is applied on arrival under the slot's lock (with the optimizer, or added
-// to the value when there is none, so the value is the total of all pushes).
+// to the value when there is none, so the value is the total of all pushes), and counted per
+// worker rank: the counts play the part of rounds for restarts (below).
 //
 // A lost worker's replacement (DTRAIN_RESTART_WAIT_MS): the rounds its rank had pushed into when
 // it was lost are completed, not rolled back. What the lost process pushed stays in its round;
@@ -34,8 +35,9 @@
 // replacement for a lost server (the scheduler says so: Node::rejoined) restores its rank's
 // checkpoint before it answers anyone, and says where each slot resumes
 // ("restored_rounds"); each worker then repeats its pushes of the rounds since, in order, so the
-// values become exactly what they would have been (dist_sync). A dist_async server resumes from
-// the checkpoint's values: the pushes applied since are lost (docs/reliability.md).
+// values become exactly what they would have been (dist_sync). A dist_async slot's checkpoint
+// holds each worker's count of pushes applied, and each worker repeats its pushes since its own
+// count: none is lost or applied twice, though they apply in another order than the first time.
 //
 // Values are never copied to answer a pull: the reply shares the stored buffer, and an update that
 // finds the buffer still being sent writes into a fresh one (copy on write).
@@ -130,7 +132,7 @@ class Server {
   // checkpoints.
   void AcknowledgeOnceCheckpointed(const transport::Header& request);
   // Every slot paused at once: values, rounds and the optimizer's state.
-  ServerCheckpoint Capture(std::vector<SlotRounds>* rounds);
+  ServerCheckpoint Capture();
   // Captures, writes and (announce) tells the workers each slot's rounds; logs a failure.
   void WriteAndAnnounce(bool announce);
   void Restore(const ServerCheckpoint& checkpoint);
@@ -148,7 +150,7 @@ class Server {
   void FailRound(SlotState& slot, const std::string& why);
   std::string FinishedWorkerProblem();
   // Async mode, slot lock held.
-  void AsyncMessage(SlotState& slot, transport::Message&& msg);
+  void AsyncMessage(SlotState& slot, int worker, transport::Message&& msg);
   // With an optimizer: weight update; without: the gradient is added to the value (async).
   void ApplyGradient(SlotState& slot, const transport::Body& grad, Optimizer* optimizer);
   std::shared_ptr<Optimizer> CurrentOptimizer();
@@ -197,7 +199,8 @@ class Server {
   std::atomic<bool> pushed_since_checkpoint_{false};
   uint64_t checkpoints_taken_ = 0;  // guarded by checkpoint_mutex_: captured, and written or being
   std::vector<transport::Header> acknowledge_after_checkpoint_;  // guarded by checkpoint_mutex_
-  std::vector<SlotRounds> restored_rounds_;  // a replacement's, from its checkpoint
+  // A replacement's, from its checkpoint (values dropped): what each worker had pushed into them.
+  std::vector<CheckpointSlot> restored_slots_;
   std::thread checkpoint_thread_;
   // The longest a network thread waits for room in the scheduler, or a control request for the
   // data requests before it; both end as soon as the scheduler's threads catch up. A third of

@@ -22,6 +22,15 @@ double ThreadCpuMs() {
   return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
 }
 
+// What `worker` had pushed into each slot (the rounds of dist_sync slots, its own pushes into
+// dist_async ones), as workers are told after a checkpoint and by a restored server.
+std::vector<SlotRounds> PushedBy(const std::vector<CheckpointSlot>& slots, int worker) {
+  std::vector<SlotRounds> out;
+  out.reserve(slots.size());
+  for (const CheckpointSlot& c : slots) out.push_back({c.key, c.part, c.PushedBy(worker)});
+  return out;
+}
+
 }  // namespace
 
 using transport::Command;
@@ -65,20 +74,28 @@ void Server::Restore(const ServerCheckpoint& checkpoint) {
   int64_t least = -1, most = 0;
   std::unique_lock<std::shared_mutex> lock(slots_mutex_);
   for (const CheckpointSlot& c : checkpoint.slots) {
+    if (!c.sync && !c.pushes.empty() && c.pushes.size() != static_cast<size_t>(workers)) {
+      throw Error("the checkpoint in " + checkpoint_folder_ + " counts pushes of " +
+                  std::to_string(c.pushes.size()) + " workers, this job has " +
+                  std::to_string(workers));
+    }
     auto slot = std::make_unique<SlotState>(c.key, c.part, c.length, c.dtype, c.sync, c.value,
                                             workers, c.rounds);
+    for (int w = 0; w < workers; ++w) slot->contributed[w] = c.PushedBy(w);
     if (c.sync) {
-      restored_rounds_.push_back({c.key, c.part, c.rounds});
       least = least < 0 ? c.rounds : std::min(least, c.rounds);
       most = std::max(most, c.rounds);
     }
+    restored_slots_.push_back(c);
+    restored_slots_.back().value = transport::Body{};
     slots_[{c.key, c.part}] = std::move(slot);
   }
   DTRAIN_LOG(kWarning) << "restored " << checkpoint.slots.size() << " slot(s) from "
                        << checkpoint_folder_ << " at rounds " << std::max<int64_t>(least, 0) << "-"
                        << most
+                       << (least < 0 ? " (dist_async: at each worker's count of pushes)" : "")
                        << (checkpoint.optimizer_spec.empty() ? "" : ", with the optimizer's state")
-                       << "; the workers repeat the rounds since";
+                       << "; the workers repeat their pushes since";
 }
 
 void Server::HandleCheckpointCommand(const transport::Header& h, const nlohmann::json& meta,
@@ -107,7 +124,7 @@ void Server::HandleCheckpointCommand(const transport::Header& h, const nlohmann:
     }
     return Reply(h);
   }
-  Reply(h, {}, EncodeSlotRounds(cmd, restored_rounds_));  // set before the node answers anyone
+  Reply(h, {}, EncodeSlotRounds(cmd, PushedBy(restored_slots_, node_.layout().RankOf(h.sender))));
 }
 
 void Server::RequestCheckpoint() {
@@ -159,7 +176,7 @@ void Server::FinalCheckpoint() {
   WriteAndAnnounce(/*announce=*/false);  // the workers have left
 }
 
-ServerCheckpoint Server::Capture(std::vector<SlotRounds>* rounds) {
+ServerCheckpoint Server::Capture() {
   ServerCheckpoint checkpoint;
   std::shared_lock<std::shared_mutex> slots_lock(slots_mutex_);
   // Every slot at once, each between two rounds: the values and the optimizer's state agree.
@@ -176,9 +193,9 @@ ServerCheckpoint Server::Capture(std::vector<SlotRounds>* rounds) {
     c.length = slot->length;
     c.sync = slot->sync;
     c.rounds = slot->rounds;
+    if (!slot->sync) c.pushes = slot->contributed;
     c.value = slot->value;  // shared: the next update copies first (ApplyGradient)
     c.value.size = slot->bytes();
-    if (slot->sync) rounds->push_back({slot->key, slot->part, slot->rounds});
     checkpoint.slots.push_back(std::move(c));
   }
   std::shared_ptr<Optimizer> optimizer;
@@ -205,8 +222,7 @@ void Server::WriteAndAnnounce(bool announce) {
     std::lock_guard<std::mutex> lock(checkpoint_mutex_);
     acknowledge.swap(acknowledge_after_checkpoint_);
   }
-  std::vector<SlotRounds> rounds;
-  ServerCheckpoint checkpoint = Capture(&rounds);
+  ServerCheckpoint checkpoint = Capture();
   uint64_t number = 0;
   {
     std::lock_guard<std::mutex> lock(checkpoint_mutex_);
@@ -235,10 +251,10 @@ void Server::WriteAndAnnounce(bool announce) {
                            << " bytes, written in " << ms << " ms (pushes paused " << paused_ms
                            << " ms)";
   if (announce) {
-    Message notice;
-    notice.header.command = Command::kCommand;
-    notice.meta = EncodeSlotRounds("checkpointed", rounds, number);
     for (int w = 0; w < node_.layout().num_workers; ++w) {
+      Message notice;
+      notice.header.command = Command::kCommand;
+      notice.meta = EncodeSlotRounds("checkpointed", PushedBy(checkpoint.slots, w), number);
       try {
         node_.Send(node_.layout().WorkerId(w), notice);
       } catch (const Error&) {

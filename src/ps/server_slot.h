@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -62,5 +63,10 @@ struct Server::SlotState {
   size_t bytes() const { return static_cast<size_t>(length) * DTypeSize(dtype); }
   uint64_t optimizer_index() const { return (key << 20) | part; }
 };
+
+// "key K" or "key K part P", as errors and logs name a slot.
+inline std::string SlotName(uint64_t key, uint32_t part) {
+  return "key " + std::to_string(key) + (part ? " part " + std::to_string(part) : "");
+}
 
 }  // namespace dtrain::ps

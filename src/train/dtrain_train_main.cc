@@ -464,6 +464,14 @@ int Train(const Flags& f, KVStore* kv_ptr) {
       ++global_step;
     }
     trainer.WaitAll();
+    if (epoch + 1 == f.epochs && kv->type().find("async") != std::string::npos) {
+      // Each dist_async worker's copy lags the others' last pushes: the model tested and saved
+      // is the job's, once every worker has pushed its last step.
+      kv->Barrier();
+      trainer.PullLatest();
+      std::printf("worker %d: the job's final weights, after every worker's last push\n", rank);
+      std::fflush(stdout);
+    }
     runner.EndEpoch(steps - first_step, test);
   }
   if (!f.save.empty() && rank == 0) {

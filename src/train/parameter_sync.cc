@@ -180,20 +180,7 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
     initial.push_back(ArrayOf(b->flat ? b->weights : params_[b->params[0]]->weights[0]));
   }
   kv_.Init(keys, initial);
-  std::vector<Operation> pulls;
-  for (auto& b : buckets_) {
-    std::vector<Array> outs;
-    if (b->flat) {
-      outs.push_back(ArrayOf(b->weights));
-    } else {
-      for (auto& w : params_[b->params[0]]->weights) outs.push_back(ArrayOf(w));
-    }
-    pulls.push_back(kv_.Pull(static_cast<Key>(b->key), outs));
-  }
-  Operation::Combine(pulls).Wait();
-  for (auto& b : buckets_) {
-    if (b->flat) Scatter(*b);
-  }
+  PullWeights();
   if (options_.batch_size > 0) SetUpOptimizer(options_.batch_size);
 
   for (size_t r = 0; r < num_replicas_; ++r) {
@@ -562,6 +549,28 @@ void ParameterSync::WaitAll() {
   ThrowIfHookFailed();
   paused_ = true;  // the caller does something else now (evaluates, saves)
   for (auto& b : buckets_) Finish(*b, lock, /*timed=*/false);
+}
+
+void ParameterSync::PullLatest() {
+  WaitAll();  // nothing in flight: the pulls below are the only writers of the weights
+  PullWeights();
+}
+
+void ParameterSync::PullWeights() {
+  std::vector<Operation> pulls;
+  for (auto& b : buckets_) {
+    std::vector<Array> outs;
+    if (b->flat) {
+      outs.push_back(ArrayOf(b->weights));
+    } else {
+      for (auto& w : params_[b->params[0]]->weights) outs.push_back(ArrayOf(w));
+    }
+    pulls.push_back(kv_.Pull(static_cast<Key>(b->key), outs));
+  }
+  Operation::Combine(pulls).Wait();
+  for (auto& b : buckets_) {
+    if (b->flat) Scatter(*b);
+  }
 }
 
 double ParameterSync::learning_rate() const {

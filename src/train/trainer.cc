@@ -64,6 +64,8 @@ void Trainer::GateModule(int replica, torch::nn::Module& module) {
 
 void Trainer::Step(int64_t batch_size) { sync_->Step(batch_size); }
 void Trainer::WaitAll() { sync_->WaitAll(); }
+
+void Trainer::PullLatest() { sync_->PullLatest(); }
 double Trainer::learning_rate() const { return sync_->learning_rate(); }
 void Trainer::set_learning_rate(double lr) { sync_->set_learning_rate(lr); }
 

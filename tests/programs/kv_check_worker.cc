@@ -31,6 +31,11 @@
 //       rank 1's first process kills itself after the rank check (a user barrier) and before
 //       the keys' init, whose barrier the others then wait at: its replacement must join that
 //       barrier, and skip the rank check's init (issue 63)
+//   kv_check_worker --scenario async --kill-at-round 5 --die-rank 1 [--kill-server 0]
+//       as sync's, for dist_async: rank 1 pushes half of round 5's keys and kills itself (or
+//       server 0), and the final values must still be the total of every rank's pushes, each
+//       counted once (issue 63: a replacement started again from round 0, and a restored server
+//       lost every asynchronous push since its checkpoint)
 //   kv_check_worker --scenario async --die-rank 1 --die-after-init
 //       rank 1's first process kills itself after its keys' inits, before any push: its
 //       replacement must skip every init's barrier (dist_async keys have no rounds to say so)
@@ -68,9 +73,9 @@ struct Options {
   int devices = 1;
   int die_rank = 1;
   int die_after = 3;
-  int round_pause_ms = 0;     // sync: a pause before each round, to keep a job running a while
-  int kill_at_round = -1;     // sync: see the top of the file
-  int kill_server = -1;       // sync: the server rank die_rank kills instead of itself
+  int round_pause_ms = 0;     // a pause before each round, to keep a job running a while
+  int kill_at_round = -1;     // sync, async: see the top of the file
+  int kill_server = -1;       // sync, async: the server rank die_rank kills instead of itself
   int then_kill_server = -1;  // sync: the server rank killed 150 ms after die_rank dies
   bool and_die = false;       // sync: die_rank dies right after killing kill_server
   int replacement_kills_server = -1;  // sync: die_rank's replacement kills this server at once
@@ -279,12 +284,39 @@ int RunAsync(dtrain::KVStore& kv, const Options& o) {
   const int n = kv.num_workers();
   for (size_t k = 0; k < o.sizes.size(); ++k) kv.Init(static_cast<Key>(k), Array({o.sizes[k]}));
   if (o.die_after_init && FirstLifeOf(kv, o.die_rank)) KillSelf(kv, "after the keys' inits");
-  for (int round = 0; round < o.rounds; ++round) {
-    for (size_t k = 0; k < o.sizes.size(); ++k) {
-      Array value({o.sizes[k]});
-      value.Fill(static_cast<float>(kv.rank() + 1));
-      kv.Push(static_cast<Key>(k), DeviceValues(value, o.devices));
+  const int first_round = static_cast<int>(kv.rounds_done());
+  if (kv.rejoined()) {
+    std::printf("rank %d replaces a lost worker: resuming at round %d\n", kv.rank(), first_round);
+    std::fflush(stdout);
+  }
+  auto push = [&](size_t k) {
+    Array value({o.sizes[k]});
+    value.Fill(static_cast<float>(kv.rank() + 1));
+    return kv.Push(static_cast<Key>(k), DeviceValues(value, o.devices));
+  };
+  for (int round = first_round; round < o.rounds; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(o.round_pause_ms));
+    if (FirstLifeOf(kv, o.die_rank) && round == o.kill_at_round) {
+      // Half of the round's keys pushed (and applied), then gone without a word.
+      for (size_t k = 0; k < o.sizes.size() / 2; ++k) push(k);
+      kv.WaitAll();
+      if (o.kill_server >= 0) {
+        // This rank's pushes since the server's last checkpoint are in its push log only.
+        const pid_t server = FindServer(o.kill_server);
+        if (server <= 0) return Fail("cannot find server " + std::to_string(o.kill_server));
+        ::kill(server, SIGKILL);
+        std::printf("rank %d killed server %d half-way through round %d\n", kv.rank(),
+                    o.kill_server, round);
+        std::fflush(stdout);
+      } else {
+        std::printf("rank %d kills itself half-way through round %d\n", kv.rank(), round);
+        std::fflush(stdout);
+        ::raise(SIGKILL);
+      }
+      for (size_t k = o.sizes.size() / 2; k < o.sizes.size(); ++k) push(k);
+      continue;
     }
+    for (size_t k = 0; k < o.sizes.size(); ++k) push(k);
   }
   kv.WaitAll();
   kv.Barrier();

@@ -41,9 +41,11 @@ transport::Body Floats(std::vector<float> values) {
 
 ServerCheckpoint Sample() {
   ServerCheckpoint c;
-  c.slots.push_back({7, 0, DType::kFloat32, 3, true, 12, Floats({1.5f, -2.0f, 3.25f})});
-  c.slots.push_back({(uint64_t{1} << 63) + 5, 2, DType::kFloat32, 1, false, 0, Floats({9.0f})});
-  c.slots.push_back({8, 0, DType::kFloat32, 0, true, 4, Floats({})});
+  c.slots.push_back({7, 0, DType::kFloat32, 3, true, 12, {}, Floats({1.5f, -2.0f, 3.25f})});
+  // dist_async: each worker's pushes applied, in rank order.
+  c.slots.push_back(
+      {(uint64_t{1} << 63) + 5, 2, DType::kFloat32, 1, false, 0, {40, 0, 3}, Floats({9.0f})});
+  c.slots.push_back({8, 0, DType::kFloat32, 0, true, 4, {}, Floats({})});
   c.optimizer_spec = R"({"name":"sgd","learning_rate":0.1,"momentum":0.9})";
   c.optimizer_state = std::string("state\0bytes", 11);
   return c;
@@ -71,6 +73,8 @@ TEST_F(CheckpointFolderTest, WhatIsWrittenIsReadBackExactly) {
     EXPECT_EQ(a.length, b.length);
     EXPECT_EQ(a.sync, b.sync);
     EXPECT_EQ(a.rounds, b.rounds);
+    EXPECT_EQ(a.pushes, b.pushes);
+    for (int w = 0; w < 3; ++w) EXPECT_EQ(a.PushedBy(w), b.PushedBy(w));
     ASSERT_EQ(a.value.size, b.value.size);
     EXPECT_EQ(std::memcmp(a.value.data, b.value.data, a.value.size), 0);
   }

@@ -122,6 +122,10 @@ class ParameterSync {
   void WaitFor(std::span<const size_t> indexes);
   // Waits until every parameter of every replica holds the latest weights.
   void WaitAll();
+  // WaitAll, then pulls every key's value from the store into every replica: with dist_async,
+  // after a barrier, the job's weights after every worker's last push (this worker's copy misses
+  // the pushes the others made after its last pull).
+  void PullLatest();
 
   // The base learning rate. Setting it between two steps changes it from the next step on,
   // wherever the optimizer runs: here, or in the store (every key's update of the next step, on
@@ -165,6 +169,7 @@ class ParameterSync {
   void Issue(Bucket& b, std::unique_lock<std::mutex>& lock);
   // `timed`: the wait counts as waiting for communication (not in WaitAll).
   void Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool timed = true);
+  void PullWeights();             // every key's value from the store into every replica
   void Scatter(const Bucket& b);  // a flat bucket's weights into every replica
   void Gather(const Bucket& b);   // replica 0's weights into a flat bucket's weights
 

@@ -47,6 +47,8 @@ class Trainer {
 
   // Waits until every parameter of every replica holds the latest weights.
   void WaitAll();
+  // WaitAll, then pulls the store's current weights into every replica (ParameterSync's).
+  void PullLatest();
 
   double learning_rate() const;
   void set_learning_rate(double lr);
