@@ -254,7 +254,9 @@ struct Scheduler::State {
   }
 
   // A lost worker's id: the job waits for a replacement instead of failing.
-  void Vacate(NodeId id, const std::string& reason) {
+  // `silent_ms`: it was lost by its silence that long (its process may still run), not by a
+  // closed connection; the launcher kills such a process before it replaces it.
+  void Vacate(NodeId id, const std::string& reason, int64_t silent_ms = 0) {
     Vacancy v{Clock::now(), reason};
     if (auto it = rejoining.find(id); it != rejoining.end()) {
       v.since = it->second.vacancy.since;  // a replacement lost while joining: the same wait
@@ -263,7 +265,9 @@ struct Scheduler::State {
     DTRAIN_LOG(kWarning) << Name(id) << " was lost: " << reason << "; waiting up to "
                          << Seconds(config.restart_wait)
                          << " s for a replacement with its rank (DTRAIN_RESTART_WAIT_MS)";
-    report::Send({{"kind", "member_lost"}, {"node", ReportedNode(id)}, {"cause", reason}});
+    nlohmann::json lost{{"kind", "member_lost"}, {"node", ReportedNode(id)}, {"cause", reason}};
+    if (silent_ms > 0) lost["silent_ms"] = silent_ms;
+    report::Send(lost);
     last_heard.erase(id);
     for (auto& [group, arrived] : barrier_arrivals) arrived.erase(id);
     vacant.emplace(id, std::move(v));
@@ -522,6 +526,9 @@ struct Scheduler::State {
     }
     const Message& msg = e.msg;
     const NodeId from = msg.header.sender;
+    // A lost member that was only silent (CheckHeartbeats) may still speak: it is no member
+    // until its replacement takes the rank.
+    if (vacant.count(from) != 0) return;
     if (from >= 0) last_heard[from] = Clock::now();
     switch (msg.header.command) {
       case Command::kRegister:
@@ -553,13 +560,24 @@ struct Scheduler::State {
     for (auto& [id, r] : rejoining) {
       if (now - r.vacancy.since > config.restart_wait) return FailUnreplaced(id, r.vacancy);
     }
+    std::vector<NodeId> silent;
     for (auto& [id, when] : last_heard) {
-      if (finished.count(id) != 0) continue;
-      if (now - when > config.heartbeat_timeout) {
-        return FailJob(id, "sent no heartbeat for " +
-                               std::to_string(config.heartbeat_timeout.count()) +
-                               " ms (PS_HEARTBEAT_TIMEOUT): its host may be down or cut off");
+      if (finished.count(id) == 0 && now - when > config.heartbeat_timeout) silent.push_back(id);
+    }
+    const std::string why = "sent no heartbeat for " +
+                            std::to_string(config.heartbeat_timeout.count()) +
+                            " ms (PS_HEARTBEAT_TIMEOUT): its host may be down or cut off";
+    for (NodeId id : silent) {
+      // A member cut off (a link down, a stopped process) is lost like a dead one: with restarts
+      // the job waits for its replacement, which the launcher starts once it has stopped the
+      // silent process (its "member_lost" record; issue 63's link cuts).
+      if (!Replaceable(id)) return FailJob(id, why);
+      // It may come back (a stopped process continued, a link up again): it must leave, not
+      // act beside its replacement. Queued now, this reaches it before anything else does.
+      if (transport->IsConnected(id)) {
+        SendTo(id, Command::kAbort, "this node was lost (" + why + ") and is being replaced");
       }
+      Vacate(id, why, config.heartbeat_timeout.count());
     }
   }
 

@@ -263,6 +263,28 @@ TEST(LaunchJob, AsyncJobsLoseNoPushToAKilledWorkerOrServer) {
   }
 }
 
+// A worker that stops answering without dying (SIGSTOP here; a host cut off from the others is
+// the same to them): the scheduler used to fail the job when its heartbeats stopped, restarts or
+// not. Now it loses the member as it would a dead one, the launcher kills the silent process (its
+// "member_lost" record says the member was silent), and the replacement resumes; every round
+// stays exact.
+TEST(LaunchJob, ASilentWorkerIsLostByItsHeartbeatsKilledAndReplaced) {
+  TempDir dir;
+  const std::string out =
+      RunToTheEndExact(SyncJobWithOneRestart({"--round-pause-ms", "20", "--kill-at-round", "5",
+                                              "--die-rank", "1", "--stop-instead"}),
+                       {{"PS_HEARTBEAT_INTERVAL", "300"}, {"PS_HEARTBEAT_TIMEOUT", "2000"}},
+                       dir.path() + "/launch.log");
+  EXPECT_NE(out.find("[worker 1] rank 1 stops itself (SIGSTOP) at round 5"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("worker 1 (127.0.0.1:"), std::string::npos) << out;
+  EXPECT_NE(out.find("was lost: sent no heartbeat for 2000 ms"), std::string::npos) << out;
+  EXPECT_NE(out.find("dtrain launch: the scheduler lost worker 1 (pid"), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker 1] rank 1 replaces a lost worker: resuming at round 5"),
+            std::string::npos)
+      << out;
+}
+
 // A worker killed after the scheduler ended the job (it had finished): a replacement could not
 // join any more and failed 30 s later on its connect deadline. The launcher now does not replace
 // it and fails the job at once, saying why (issue 63's fault campaign).

@@ -27,6 +27,10 @@
 //       before its first push, kills server 0 and waits 1.5 s: server 0's replacement restores
 //       while the replacement's push log has only the rounds it started at, and every pull must
 //       still be exact
+//   kv_check_worker --scenario sync --kill-at-round 5 --die-rank 1 --stop-instead
+//       rank 1's first process stops itself (SIGSTOP) at round 5 and stays stopped: silent, its
+//       connections open. The scheduler loses it by its heartbeats, the launcher kills it, and
+//       its replacement resumes (issue 63: a host cut off is lost the same way)
 //   kv_check_worker --scenario sync --die-rank 1 --die-before-init
 //       rank 1's first process kills itself after the rank check (a user barrier) and before
 //       the keys' init, whose barrier the others then wait at: its replacement must join that
@@ -78,6 +82,7 @@ struct Options {
   int kill_server = -1;       // sync, async: the server rank die_rank kills instead of itself
   int then_kill_server = -1;  // sync: the server rank killed 150 ms after die_rank dies
   bool and_die = false;       // sync: die_rank dies right after killing kill_server
+  bool stop_instead = false;  // sync: die_rank stops itself (SIGSTOP) at kill_at_round instead
   int replacement_kills_server = -1;  // sync: die_rank's replacement kills this server at once
   bool die_before_init = false;       // sync: see the top of the file
   bool die_after_init = false;        // async: see the top of the file
@@ -213,6 +218,11 @@ int RunSync(dtrain::KVStore& kv, const Options& o) {
                   round);
       std::fflush(stdout);
       if (o.and_die) ::raise(SIGKILL);
+    } else if (kill_now && o.stop_instead) {
+      // Silent, not dead: its connections stay open and only its heartbeats stop.
+      std::printf("rank %d stops itself (SIGSTOP) at round %d\n", kv.rank(), round);
+      std::fflush(stdout);
+      ::raise(SIGSTOP);
     } else if (kill_now) {
       // Half of the round pushed, then gone without a word: the round is half-pushed.
       for (size_t k = 0; k < keys.size() / 2; ++k) {
@@ -424,6 +434,7 @@ int main(int argc, char** argv) {
   app.add_option("--kill-server", o.kill_server);
   app.add_option("--then-kill-server", o.then_kill_server);
   app.add_flag("--and-die", o.and_die);
+  app.add_flag("--stop-instead", o.stop_instead);
   app.add_option("--replacement-kills-server", o.replacement_kills_server);
   app.add_flag("--die-before-init", o.die_before_init);
   app.add_flag("--die-after-init", o.die_after_init);

@@ -42,6 +42,17 @@ void JobReports::OnRecord(const NodeKey& from, const nlohmann::json& record) {
   if (auto failure = status_.Apply(from, record, NowMicros()); failure && on_failure_) {
     on_failure_(*failure);
   }
+  if (on_silent_member_lost_ && from.role == Role::kScheduler &&
+      record.value("kind", "") == "member_lost") {
+    auto node = record.find("node");
+    std::optional<NodeKey> key = node == record.end() ? std::nullopt : ParseNodeKey(*node);
+    auto cause = record.find("cause");
+    auto silent = record.find("silent_ms");
+    if (key && cause != record.end() && cause->is_string() && silent != record.end() &&
+        silent->is_number_unsigned()) {
+      on_silent_member_lost_(*key, cause->get<std::string>(), Duration(silent->get<int64_t>()));
+    }
+  }
 }
 
 Duration JobReports::Finish() {

@@ -46,6 +46,11 @@ class JobReports {
   JobStatus& status() { return status_; }
   // Called with every failure record as it arrives (the first one names the job's cause).
   void set_on_failure(std::function<void(const FailureRecord&)> fn) { on_failure_ = std::move(fn); }
+  // Called with the node the scheduler lost by its silence (a "member_lost" record with
+  // "silent_ms": the job waits for its replacement, and its process may still run), why, and how
+  // long it had been silent. Only the scheduler's records count.
+  using MemberLostFn = std::function<void(const NodeKey&, const std::string&, Duration)>;
+  void set_on_silent_member_lost(MemberLostFn fn) { on_silent_member_lost_ = std::move(fn); }
   // Requests of the processes (report_server.h's RequestFn).
   void set_on_request(ReportServer::RequestFn fn) { server_->set_on_request(std::move(fn)); }
 
@@ -71,6 +76,7 @@ class JobReports {
   std::unique_ptr<ReportServer> server_;
   std::unique_ptr<StatusPage> page_;
   std::function<void(const FailureRecord&)> on_failure_;
+  MemberLostFn on_silent_member_lost_;
   // Per node, its batches of events as it sent them (JSON text without the brackets).
   std::map<NodeKey, std::vector<std::string>> trace_;
   std::map<NodeKey, size_t> trace_bytes_;

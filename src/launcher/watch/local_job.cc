@@ -23,6 +23,7 @@ struct Child : WatchedProcess {
   using WatchedProcess::WatchedProcess;
 
   ProcessSpec planned;  // as the plan has it: `spec` is what SupervisorOptions::start_as made
+  std::chrono::steady_clock::time_point started_at;  // of its current process
 
   UniqueFd log;
 
@@ -58,6 +59,7 @@ class Supervisor : public JobWatch {
 
   void OnStarted(WatchedProcess* p, StartedProcess started) override {
     Child* c = static_cast<Child*>(p);
+    c->started_at = std::chrono::steady_clock::now();
     const std::string prefix = std::string("[").append(c->spec.Name()).append("] ");
     c->out = MergePipe(c, std::move(started.stdout_read), prefix, false, c->log.get());
     c->err = MergePipe(c, std::move(started.stderr_read), prefix, true, c->log.get());
@@ -69,6 +71,20 @@ class Supervisor : public JobWatch {
   // of an allreduce job): the best witness of which process failed first (see StopForFailure).
   void OnFailureRecord(const FailureRecord& f) override {
     if (!blame_) blame_ = f.node;
+  }
+
+  // A member the scheduler lost by its silence (a host cut off, a process stopped) while its
+  // process may still run: nothing else would end it, and no replacement starts while it runs.
+  // Killed, it exits like any lost member, and OnExit replaces it or fails the job. A process
+  // started since the silence began is already its replacement (its ssh to a cut-off host failed
+  // first), and stays.
+  void OnSilentMemberLost(const NodeKey& node, const std::string& cause, Duration silent) override {
+    for (const auto& c : children_) {
+      if (c->reaped || c->pid <= 0 || c->Node() != node) continue;
+      if (std::chrono::steady_clock::now() - c->started_at < silent) continue;
+      Say("the scheduler lost " + c->Who() + " (" + cause + "); killing its process");
+      ::kill(c->pid, SIGKILL);
+    }
   }
 
   void OnExit(WatchedProcess* p) override {

@@ -71,6 +71,10 @@ int JobWatch::Run() {
     reports_->set_on_failure([this](const FailureRecord& f) {
       if (phase_ < Phase::kStopping) OnFailureRecord(f);
     });
+    reports_->set_on_silent_member_lost(
+        [this](const NodeKey& node, const std::string& cause, Duration silent) {
+          if (phase_ == Phase::kRunning) OnSilentMemberLost(node, cause, silent);
+        });
     reports_->set_on_request([this](const NodeKey& from, const std::string& peer_address,
                                     const nlohmann::json& request, ReportServer::ReplyFn reply) {
       if (phase_ < Phase::kStopping) OnRequest(from, peer_address, request, std::move(reply));

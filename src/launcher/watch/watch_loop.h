@@ -109,6 +109,9 @@ class JobWatch {
   virtual void OnFinish() {}
   // A process reported the node the job fails for (job_status.h); the first one is the cause.
   virtual void OnFailureRecord(const FailureRecord& failure) {}
+  // The scheduler lost `node` by its silence for `silent` and waits for its replacement
+  // (JobReports::set_on_silent_member_lost).
+  virtual void OnSilentMemberLost(const NodeKey& node, const std::string& cause, Duration silent) {}
   // A process asked the launcher something (report_server.h: an "elastic_*" record) while the
   // job runs; `reply` answers it. By default, unanswered.
   virtual void OnRequest(const NodeKey& from, const std::string& peer_address,
