@@ -131,5 +131,56 @@ TEST_F(SshRestart, AWorkerWhoseHostFailsIsReplacedOnTheNextHostOfTheHostfile) {
   EXPECT_THAT(all, Not(HasSubstr("CHECK FAILED")));
 }
 
+// Three hosts as above; host 2 (worker 0's) is cut off for 20 s, its processes alive. The
+// scheduler loses worker 0 by its heartbeats (3 s here) and the launcher kills its ssh client; the
+// replacement's ssh to host 2 times out, and with one restart in all it still moves on to host 0
+// (the same restart, not a second one), where the job goes on exact. Before issue 63's link cuts
+// the scheduler failed the job on the silence, and a replacement's failed ssh spent a restart.
+TEST_F(SshRestart, AWorkerWhoseHostIsCutOffIsReplacedOnTheNextHostWithinOneRestart) {
+  std::vector<std::string> args = Job(cluster_->WriteHostfile(3), {});
+  args.resize(args.size() - 3);  // the job's command, without kv_check_worker's arguments
+  args[std::find(args.begin(), args.end(), "--max-restarts") - args.begin() + 1] = "1";
+  args[std::find(args.begin(), args.end(), "--ssh-opts") - args.begin() + 1] +=
+      " -o ConnectTimeout=3";
+  for (const char* a :
+       {"--env", "PS_HEARTBEAT_INTERVAL:300", "--env", "PS_HEARTBEAT_TIMEOUT:3000"}) {
+    args.insert(args.end() - 1, a);
+  }
+  args.push_back(KvCheckWorker());
+  for (const char* a : {"--scenario", "sync", "--rounds", "150", "--round-pause-ms", "30"}) {
+    args.push_back(a);
+  }
+  LaunchProcess launch(args);
+  ASSERT_TRUE(PollUntil([&] { return !cluster_->PidsOn(2).empty(); }, std::chrono::seconds(30)))
+      << "nothing started on host 2";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rounds under way
+  const std::vector<std::string> link = {"ip", "link", "set", cluster_->interface_name()};
+  auto with = [&](const char* state) {
+    std::vector<std::string> argv = link;
+    argv.push_back(state);
+    return argv;
+  };
+  ASSERT_EQ(cluster_->RunIn(2, with("down")), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(20));
+  ASSERT_EQ(cluster_->RunIn(2, with("up")), 0);
+
+  LaunchResult r = launch.Wait(std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const std::string all = r.out + r.err;
+  const std::string a0 = cluster_->address(0), a2 = cluster_->address(2);
+  EXPECT_THAT(all, HasSubstr("was lost: sent no heartbeat for 3000 ms"));
+  EXPECT_THAT(r.err, HasSubstr("dtrain launch: the scheduler lost worker 0 on " + a2));
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("starting a replacement with its rank on " + a0 +
+                        ", the next host of the hostfile \\(ssh to " + a2 +
+                        " failed\\) \\(restart 1 of 1, --max-restarts, the same restart on "
+                        "another host\\)")))
+      << r.err;
+  EXPECT_THAT(all, HasSubstr("[worker 0] rank 0 replaces a lost worker: resuming at round"));
+  EXPECT_THAT(all, HasSubstr("[worker 0] sync OK: rank 0 of 2, 150 rounds"));
+  EXPECT_THAT(all, HasSubstr("[worker 1] sync OK: rank 1 of 2, 150 rounds"));
+  EXPECT_THAT(all, Not(HasSubstr("CHECK FAILED")));
+}
+
 }  // namespace
 }  // namespace dtrain::launcher::testing

@@ -24,6 +24,8 @@ struct Child : WatchedProcess {
 
   ProcessSpec planned;  // as the plan has it: `spec` is what SupervisorOptions::start_as made
   std::chrono::steady_clock::time_point started_at;  // of its current process
+  bool replacement = false;  // its current process replaces a lost one (--max-restarts)
+  size_t free_moves = 0;     // replacements moved to another host for a failed ssh (Replace)
 
   UniqueFd log;
 
@@ -124,8 +126,10 @@ class Supervisor : public JobWatch {
   bool MayReplace(const Child& c) const {
     const bool replaceable =
         c.spec.role == Role::kWorker || (c.spec.role == Role::kServer && options().replace_servers);
+    const bool moving_on =
+        c.replacement && SshFailed(c.spec, c.status) && c.free_moves < options().hosts.size();
     return replaceable && plan_.num_servers > 0 && failures_.empty() &&
-           restarts_ < options().max_restarts;
+           (restarts_ < options().max_restarts || moving_on);
   }
 
   // The scheduler exited 0: every worker finished, and no replacement can join any more.
@@ -137,12 +141,21 @@ class Supervisor : public JobWatch {
   }
 
   bool Replace(Child* c) {
-    ++restarts_;
+    // A replacement whose ssh failed (its host cut off or gone: the loss it replaces may be that
+    // host's) is the same restart moving on to the next host, once per host of the hostfile.
+    const bool same_restart =
+        c->replacement && SshFailed(c->spec, c->status) && c->free_moves < options().hosts.size();
+    if (same_restart) {
+      ++c->free_moves;
+    } else {
+      ++restarts_;
+    }
     const std::string why = DescribeExit(c->spec, c->status);
     const std::string where = Relocate(c);
     Say(c->Who() + " " + why + "; starting a replacement with its rank" + where + " (restart " +
         std::to_string(restarts_) + " of " + std::to_string(options().max_restarts) +
-        ", --max-restarts)");
+        ", --max-restarts" + (same_restart ? ", the same restart on another host" : "") + ")");
+    c->replacement = true;
     SetEnv(&c->planned.env, "DTRAIN_RESTART_COUNT", std::to_string(restarts_));
     c->spec = options().start_as ? options().start_as(c->planned) : c->planned;
     return StartAgain(c, why);
