@@ -40,7 +40,7 @@ def job_members(session: int | None = None) -> dict[tuple[str, int], int]:
     """The live processes of a dtrain job by (role, rank): its workers (dtrain-train) and its
     servers and scheduler (`dtrain server`, `dtrain scheduler`), by DMLC_ROLE and DTRAIN_NODE_RANK
     (the scheduler is rank 0). With `session`, only that session's (a launcher started with
-    start_new_session: its pid)."""
+    start_new_session: its pid), whatever their program (a Python worker too)."""
     found = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -56,7 +56,8 @@ def job_members(session: int | None = None) -> dict[tuple[str, int], int]:
             continue
         if stat[0] == "Z" or (session is not None and int(stat[3]) != session):
             continue
-        if not (cmd[0].endswith(b"dtrain-train") or
+        if session is None and not (
+                cmd[0].endswith(b"dtrain-train") or
                 (cmd[0].endswith(b"dtrain") and cmd[1:2] in ([b"server"], [b"scheduler"]))):
             continue
         role = env.get(b"DMLC_ROLE", b"").decode()

@@ -59,6 +59,43 @@ def elastic_argv(script, *flags):
             *program("elastic_worker.py", 0.03)]
 
 
+def test_a_commit_holds_every_ranks_samples_so_a_reset_trains_none_again(monkeypatch):
+    """ElasticSampler.record_batch marks the batch of every rank's share: the ranks step together,
+    so a lost rank's samples up to the commit are done. Restored and synced over 2 ranks, the
+    split holds exactly what no rank of 3 had trained (Horovod's kept this rank's samples only,
+    and the survivors trained the lost rank's of the epoch again)."""
+    import torch
+
+    from dtrain.torch import elastic
+
+    membership = {"rank": 0, "size": 3}
+    monkeypatch.setattr(elastic.ops, "is_initialized", lambda: True)
+    monkeypatch.setattr(elastic.ops, "rank", lambda: membership["rank"])
+    monkeypatch.setattr(elastic.ops, "size", lambda: membership["size"])
+    dataset = torch.utils.data.TensorDataset(torch.arange(90))
+    samplers = [elastic.ElasticSampler(dataset, shuffle=True, seed=5) for _ in range(3)]
+    for r, sampler in enumerate(samplers):
+        membership["rank"] = r
+        sampler.reset()
+    shares = [list(sampler) for sampler in samplers]
+    for sampler in samplers:
+        for batch in range(4):
+            sampler.record_batch(batch, 5)
+    trained = {i for share in shares for i in share[:20]}
+    committed = [sampler.state_dict() for sampler in samplers]
+    assert all(set(c["processed_indices"]) == trained for c in committed)
+
+    # Rank 2 is lost; the survivors restore the commit and split the rest over 2 ranks.
+    membership["size"] = 2
+    rest = []
+    for r in range(2):
+        membership["rank"] = r
+        samplers[r].load_state_dict(committed[r])
+        rest += list(samplers[r])
+    assert set(rest) == set(range(90)) - trained
+    assert len(rest) == 30  # 90 - 3 x 20, split evenly: nothing twice
+
+
 def test_a_killed_worker_leaves_the_others_training_and_a_new_slot_adds_one(spawn, tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:3\n")
