@@ -82,7 +82,7 @@ def launch(args: argparse.Namespace, mode: str, cluster: dict | None,
         argv = [args.dtrain, "launch", "--launcher", "ssh", "-H", cluster["hostfile"],
                 "--ssh-opts", cluster["ssh_opts"], "-n", "2", "-s", "2", "--max-restarts",
                 str(args.max_restarts), "--", os.path.abspath(args.train), *train,
-                "--kvstore", "dist_sync"]
+                "--kvstore", "dist_sync", "--threads", "1"]  # the hosts share these cores
     else:
         argv = [args.dtrain, "launch", "-n", "2", "-s", "2", "--launcher", "local",
                 "--max-restarts", str(args.max_restarts), "--", args.train, *train,
