@@ -18,6 +18,8 @@ namespace {
 
 // How long after the last worker's exit its first record may still be on its way to us.
 constexpr Duration kJoinReportGrace{1000};
+// How long after the scheduler ended the job a replacement that had joined may take to exit.
+constexpr Duration kReplacementGrace{2000};
 
 struct Child : WatchedProcess {
   using WatchedProcess::WatchedProcess;
@@ -37,7 +39,11 @@ struct Child : WatchedProcess {
 class Supervisor : public JobWatch {
  public:
   Supervisor(const JobPlan& plan, const SupervisorOptions& options)
-      : JobWatch(options), plan_(plan), settle_timer_(io_), join_timer_(io_) {}
+      : JobWatch(options),
+        plan_(plan),
+        settle_timer_(io_),
+        join_timer_(io_),
+        replacement_timer_(io_) {}
 
  private:
   // --- start ---
@@ -105,6 +111,8 @@ class Supervisor : public JobWatch {
         OnFailure(c);
       } else if (failures_.empty() && AllWorkersSucceeded()) {
         AfterTheWorkersSucceeded();
+      } else if (c->spec.role == Role::kScheduler) {
+        StopReplacementsLeftOut();
       }
       // A service that exits 0 while workers still run is not a failure: the scheduler may end
       // the job a moment before the workers' processes are gone.
@@ -130,6 +138,24 @@ class Supervisor : public JobWatch {
         c.replacement && SshFailed(c.spec, c.status) && c.free_moves < options().hosts.size();
     return replaceable && plan_.num_servers > 0 && failures_.empty() &&
            (restarts_ < options().max_restarts || moving_on);
+  }
+
+  // The scheduler ended the job (every worker had finished) while replacements still run: one
+  // that joined ends with the job in a moment; one that had not (its predecessor was killed after
+  // finishing its part, issue 63's campaign) would wait out its 30 s connect deadline. After
+  // kReplacementGrace each still running is stopped, and fails the job naming it (OnExit).
+  void StopReplacementsLeftOut() {
+    replacement_timer_.expires_after(kReplacementGrace);
+    replacement_timer_.async_wait([this](const asio::error_code& ec) {
+      if (ec || phase() != Phase::kRunning) return;
+      for (const auto& c : children_) {
+        if (!c->replacement || c->reaped || c->pid <= 0) continue;
+        Say(c->Who() + " is still running " + std::to_string(kReplacementGrace.count()) +
+            " ms after the scheduler ended the job: a replacement that could not join; stopping "
+            "it");
+        ::kill(c->pid, SIGKILL);
+      }
+    });
   }
 
   // The scheduler exited 0: every worker finished, and no replacement can join any more.
@@ -274,13 +300,15 @@ class Supervisor : public JobWatch {
   void SignalStop() override {
     settle_timer_.cancel();
     join_timer_.cancel();
+    replacement_timer_.cancel();
     JobWatch::SignalStop();
   }
 
   const JobPlan& plan_;
   asio::steady_timer settle_timer_;  // first failure -> stop (OnFailure)
   asio::steady_timer join_timer_;    // workers not heard of -> blamed (AfterTheWorkersSucceeded)
-  std::optional<NodeKey> blame_;     // from the first failure record
+  asio::steady_timer replacement_timer_;  // the job ended -> replacements left out stopped
+  std::optional<NodeKey> blame_;          // from the first failure record
   std::vector<std::unique_ptr<Child>> children_;
   std::vector<Child*> failures_;        // while running, in the order they were reported
   int restarts_ = 0;                    // replacements started (--max-restarts)

@@ -149,6 +149,14 @@ void Node::Start() {
   WaitUntil([this] { return have_table_; }, start_deadline,
             "the scheduler did not send the node table (the other nodes did not all register; "
             "DTRAIN_START_TIMEOUT_MS)");
+  // Heartbeats from here on, while this node restores and connects to its peers too: a
+  // replacement that waits for a peer cut off from it is alive, and the scheduler must not lose
+  // it for its silence (issue 63's link cuts).
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_heard_from_scheduler_ = Clock::now();
+  }
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   SetLogIdentity(std::string(RoleName(role_)) + " " + std::to_string(self_.rank));
   report::SetIdentity(RoleName(role_), self_.rank, self_.host);
   report::Send({{"kind", "state"}, {"state", "running"}, {"address", self_.Address()}});
@@ -183,11 +191,6 @@ void Node::Start() {
   SendControl(Command::kReady);
   WaitUntil([this] { return started_; }, start_deadline,
             "the scheduler did not start the job (not every node connected to its peers)");
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    last_heard_from_scheduler_ = Clock::now();
-  }
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
 }
 
 void Node::SendControl(Command command, std::string meta) {
