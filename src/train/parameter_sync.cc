@@ -408,8 +408,14 @@ void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   // The next forward needs the parameters nearest the input first, and buckets are numbered in
   // backward order (PlanBuckets), so the last bucket is the most urgent (MXNet's -index).
-  Operation op = kv_.PushPull(static_cast<Key>(b.key), std::move(grads), std::move(outs),
-                              static_cast<int>(b.key));
+  Operation op;
+  try {
+    op = kv_.PushPull(static_cast<Key>(b.key), std::move(grads), std::move(outs),
+                      static_cast<int>(b.key));
+  } catch (...) {
+    lock.lock();  // the caller's lock as it gave it (see Finish)
+    throw;
+  }
   lock.lock();
   b.op = op;
 }
@@ -419,7 +425,15 @@ void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool t
   Operation op = b.op;
   lock.unlock();
   const auto waited_from = std::chrono::steady_clock::now();
-  op.Wait();
+  try {
+    op.Wait();
+  } catch (...) {
+    // The caller's lock as it gave it: the destructor finishes every other bucket after a
+    // failed one, and an unlock of an unlocked lock threw "Operation not permitted" there
+    // instead of waiting for their exchanges, which still write into the buffers.
+    lock.lock();
+    throw;
+  }
   lock.lock();
   if (timed) {
     wait_s_ +=
