@@ -37,7 +37,8 @@ def main():
     ap.add_argument("train_args", nargs="*", help="horovod_mnist.py's, after --")
     args = ap.parse_args()
 
-    ray.init(address=args.address, runtime_env={"working_dir": HERE})
+    # "local": a new Ray on this machine, never one that a `ray start` here left running.
+    ray.init(address=args.address or "local", runtime_env={"working_dir": HERE})
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=120),
                            num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker)
     executor.start()

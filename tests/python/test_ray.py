@@ -24,7 +24,7 @@ def cluster(tmp_path_factory):
     # local cluster's processes inherit this process's environment.
     path = [os.path.dirname(os.path.abspath(__file__))] + sys.path
     os.environ["PYTHONPATH"] = os.pathsep.join(path)
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=True,
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=True,
              _temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield
     ray.shutdown()
