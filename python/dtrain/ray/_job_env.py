@@ -85,3 +85,16 @@ def apply(env: dict[str, str]) -> None:
                                                                "DTRAIN_JOB_SECRET"):
             del os.environ[name]
     os.environ.update(env)
+
+
+def worker_envs(places: Sequence[Place], num_servers: int, root: tuple[str, int], secret: str,
+                extra: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Every worker's variables, in rank order (`places` is): the job's, horovodrun's, `extra`."""
+    node_ids = [p.node_id for p in places]
+    envs = []
+    for rank, place in enumerate(places):
+        env = job_env("worker", rank, len(places), num_servers, root, place.address, secret)
+        env.update(horovod_env(node_ids, rank))
+        env.update(extra or {})
+        envs.append(env)
+    return envs

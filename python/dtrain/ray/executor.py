@@ -198,14 +198,7 @@ class RayExecutor:
         else:  # allreduce: rank 0 holds the rendezvous
             root = (self.places[0].address,
                     self._get([self.workers[0].free_port.remote()], "choosing a port")[0])
-        node_ids = [p.node_id for p in self.places]
-        envs = []
-        for rank, place in enumerate(self.places):
-            env = _job_env.job_env("worker", rank, self.num_workers, self.num_servers, root,
-                                   place.address, secret)
-            env.update(_job_env.horovod_env(node_ids, rank))
-            env.update(extra_env)
-            envs.append(env)
+        envs = _job_env.worker_envs(self.places, self.num_servers, root, secret, extra_env)
         self._get([w.set_env.remote(e) for w, e in zip(self.workers, envs)],
                   "telling the workers the job")
         self._get([w.start_executable.remote(cls, args, kwargs) for w in self.workers],

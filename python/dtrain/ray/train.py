@@ -82,10 +82,7 @@ class _DtrainBackend(Backend):
                 a.serve.remote()  # until the job ends (every worker finished) or on_shutdown
         else:
             root = (places[0].address, worker_group.execute_single(0, _job_env.free_port))
-        node_ids = [p.node_id for p in places]
-        for rank, place in enumerate(places):
-            env = _job_env.job_env("worker", rank, workers, servers, root, place.address, secret)
-            env.update(_job_env.horovod_env(node_ids, rank))
+        for rank, env in enumerate(_job_env.worker_envs(places, servers, root, secret)):
             worker_group.execute_single(rank, _job_env.apply, env)
 
     def on_shutdown(self, worker_group: Any, backend_config: BackendConfig) -> None:

@@ -134,10 +134,14 @@ class Supervisor : public JobWatch {
   bool MayReplace(const Child& c) const {
     const bool replaceable =
         c.spec.role == Role::kWorker || (c.spec.role == Role::kServer && options().replace_servers);
-    const bool moving_on =
-        c.replacement && SshFailed(c.spec, c.status) && c.free_moves < options().hosts.size();
     return replaceable && plan_.num_servers > 0 && failures_.empty() &&
-           (restarts_ < options().max_restarts || moving_on);
+           (restarts_ < options().max_restarts || MovesOnAsTheSameRestart(c));
+  }
+
+  // A replacement whose ssh failed (its host cut off or gone: the loss it replaces may be that
+  // host's) is the same restart moving on to the next host, once per host of the hostfile.
+  bool MovesOnAsTheSameRestart(const Child& c) const {
+    return c.replacement && SshFailed(c.spec, c.status) && c.free_moves < options().hosts.size();
   }
 
   // The scheduler ended the job (every worker had finished) while replacements still run: one
@@ -167,10 +171,7 @@ class Supervisor : public JobWatch {
   }
 
   bool Replace(Child* c) {
-    // A replacement whose ssh failed (its host cut off or gone: the loss it replaces may be that
-    // host's) is the same restart moving on to the next host, once per host of the hostfile.
-    const bool same_restart =
-        c->replacement && SshFailed(c->spec, c->status) && c->free_moves < options().hosts.size();
+    const bool same_restart = MovesOnAsTheSameRestart(*c);
     if (same_restart) {
       ++c->free_moves;
     } else {
