@@ -44,6 +44,8 @@ test_packages=(
   # plots (dtrain plot); the status page's test renders it in headless Chromium and reads the
   # screenshot with tesseract
   python3-matplotlib chromium tesseract-ocr tesseract-ocr-eng
+  # Spark's JVM, for tests/python/test_spark.py (pyspark itself comes from PyPI, in the pip lane)
+  openjdk-17-jre-headless
 )
 
 case $set_name in

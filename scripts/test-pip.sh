@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `pip install` of dtrain as users do it, into virtual environments, with both supported torches:
-#   torch2: a fresh venv, `pip install torch` (PyPI's newest 2.x) and Ray (the [ray] extra's, for the
-#           Ray tests), `pip install --no-build-isolation
+#   torch2: a fresh venv, `pip install torch` (PyPI's newest 2.x), Ray and pyspark (the [ray] and
+#           [spark] extras', for the Ray and Spark tests), `pip install --no-build-isolation
 #           <checkout>`; then, from a scratch folder with no PYTHONPATH, the whole Python suite on the
 #           installed package (DTRAIN_TEST_INSTALLED=1), mypy on the public API included, and the
 #           two Python examples, run with both torches, each run's Test_acc at least a floor
@@ -76,10 +76,11 @@ lane_torch2() {
   [[ -x $venv/bin/python ]] || "$system_python" -m venv "$venv"
   py=$venv/bin/python
   timeout 600 "$py" -m pip install -q --upgrade pip  # Debian's 23.0 lacks -C (config settings)
-  # ray[train]: the [ray] extra (pyproject.toml), for tests/python/test_ray.py's local cluster.
-  log "torch2: pip install torch (PyPI) scikit-build-core pytest mypy numpy matplotlib ray[train]"
-  timeout 1200 "$py" -m pip install -q --upgrade torch scikit-build-core pytest mypy numpy matplotlib \
-    "ray[train]>=2.40"
+  # ray[train] and pyspark: the [ray] and [spark] extras (pyproject.toml), for test_ray*.py's Ray
+  # clusters and test_spark.py's Spark (pyspark is a 455 MB source package).
+  log "torch2: pip install torch (PyPI) scikit-build-core pytest mypy numpy matplotlib ray[train] pyspark"
+  timeout 1800 "$py" -m pip install -q --upgrade torch scikit-build-core pytest mypy numpy matplotlib \
+    "ray[train]>=2.40" "pyspark>=3.5"
   log "torch2: pip install --no-build-isolation $repo"
   SECONDS=0
   timeout 2400 "$py" -m pip install -q --no-build-isolation --force-reinstall --no-deps \

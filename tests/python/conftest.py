@@ -159,3 +159,16 @@ def mpirun_argv(n, command):
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     return argv + ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "DTRAIN_FAILURE_EXIT_MS"] + command
+
+
+def run_example_on_an_engine(script, args, cwd, drop_prefix):
+    """An examples/python script that starts its own Ray or Spark, run as a user runs it (with the
+    package under test on its path, as the suite has it, and none of the engine's variables this
+    process has: `drop_prefix`): its output, after a check that it exited 0."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith((drop_prefix, "DMLC_"))}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    p = subprocess.run([sys.executable, os.path.join(REPO, "examples", "python", script), *args],
+                       cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stdout
+    return p.stdout

@@ -126,16 +126,22 @@ def test_bad_arguments_are_refused_before_anything_starts():
 
 
 def train_fn(config):
+    import dtrain.torch as hvd
+
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+    report_with_rank_0s_checkpoint({"sum": float(total[0]), "size": hvd.size()}, total)
+
+
+def report_with_rank_0s_checkpoint(metrics, total):
+    """Ray Train keeps the metrics reported with a checkpoint: rank 0 saves `total` in one, as a
+    script saves its model."""
     import tempfile
 
     import ray.train
 
     import dtrain.torch as hvd
 
-    hvd.init()
-    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
-    metrics = {"sum": float(total[0]), "size": hvd.size()}
-    # Ray Train keeps the metrics reported with a checkpoint (rank 0's, as a script saves it).
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = None
         if hvd.rank() == 0:
@@ -207,16 +213,9 @@ def test_ray_train_restarts_a_failed_dtrain_job_from_its_checkpoint(cluster, tmp
 def test_the_ray_example_trains(tmp_path):
     """examples/python/ray_fashion_mnist.py as a user runs it: its own local Ray, Horovod's
     example shipped to the actors (working_dir), a few batches of Fashion-MNIST."""
-    import subprocess
+    from conftest import run_example_on_an_engine
 
-    from conftest import REPO
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "DMLC_"))}
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)  # the package under test, as the suite has it
-    p = subprocess.run([sys.executable, os.path.join(REPO, "examples", "python",
-                                                     "ray_fashion_mnist.py"),
-                        "--num-workers", "2", "--", "--epochs", "1", "--max-batches", "20"],
-                       cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=600)
-    assert p.returncode == 0, p.stdout
-    assert "Epoch 0: Test_acc" in p.stdout, p.stdout
+    out = run_example_on_an_engine("ray_fashion_mnist.py", ["--num-workers", "2", "--", "--epochs",
+                                                            "1", "--max-batches", "20"],
+                                   tmp_path, "RAY_")
+    assert "Epoch 0: Test_acc" in out, out

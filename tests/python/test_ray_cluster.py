@@ -1,14 +1,17 @@
 """dtrain on a Ray cluster of two hosts: two network namespaces (the launcher tests' emulated
 hosts, build/tests/programs/ssh_test_cluster), each with its own host name (a UTS namespace, as
-real hosts have: dtrain groups local ranks by host name) and its own `ray start` node; this
-process is the driver, on the bridge between them. RayExecutor's ranks and local ranks across
-the hosts, a 2x2 dist_sync job, and a host lost mid-job (its raylet killed). Ray Train across the
-two hosts is not here yet: its run timed out in the rendezvous (issue 64).
+real hosts have: dtrain groups local ranks by host name) and its own `ray start` node; the
+drivers run on the first host, as a user's script runs on a cluster's head node (a driver outside
+the hosts would give the nodes an address of its that they cannot reach, and hang in Ray's object
+transfers). RayExecutor's ranks and local ranks across
+the hosts, a 2x2 dist_sync job, and a host lost mid-job (its raylet killed). And Ray Train's
+DataParallelTrainer with dtrain's backend across them.
 
 Skipped, with the reason, without Ray, root (namespaces) or the emulated hosts' helper."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,10 +27,28 @@ ray = pytest.importorskip("ray")
 
 from conftest import BUILD  # noqa: E402
 
+import dtrain.ray  # noqa: E402
 from dtrain.ray import RayExecutor  # noqa: E402
 
 HELPER = os.path.join(BUILD, "tests", "programs", "ssh_test_cluster")
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def drive(cluster, case, timeout=240):
+    """Runs `case` (a function below, named case_<case>) as a driver on the first host: a fresh
+    `python` there, connected to the cluster, as a user's script would be. Its result comes back
+    as JSON on the last line of its output; a failed assertion fails the test with its output."""
+    argv = ["ip", "netns", "exec", cluster["netns"][0], sys.executable, os.path.abspath(__file__),
+            case, json.dumps(cluster)]
+    try:
+        p = subprocess.run(argv, env=cluster["env"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail("driver %s ran past %d s:\n%s" % (case, timeout, e.output))
+    if p.returncode != 0:
+        pytest.fail("driver %s exited %d:\n%s" % (case, p.returncode, p.stdout))
+    print(p.stdout)
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def netns_pids(ns):
@@ -72,16 +93,10 @@ def hosts(tmp_path_factory):
                                           stderr=subprocess.STDOUT))
             if i == 0:
                 time.sleep(3)
-        ray.init(address=f"{head}:6379", log_to_driver=True)
-        deadline = time.monotonic() + 120
-        while len([n for n in ray.nodes() if n["Alive"]]) < 2:
-            if time.monotonic() > deadline:
-                pytest.fail("the two Ray nodes did not join within 120 s: see %s" % logs)
-            time.sleep(0.5)
+        cluster["env"] = env
+        drive(cluster, "wait_for_nodes", timeout=150)
         yield cluster
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
         for p in nodes:
             p.terminate()
         for p in nodes:
@@ -113,19 +128,31 @@ def where_am_i():
     return out
 
 
-def test_ranks_are_grouped_by_host_with_their_local_ranks(hosts):
+def case_wait_for_nodes(cluster):
+    deadline = time.monotonic() + 120
+    while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+        assert time.monotonic() < deadline, "the two Ray nodes did not join within 120 s"
+        time.sleep(0.5)
+    return len(ray.nodes())
+
+
+def case_ranks(cluster):
     executor = RayExecutor(num_workers=4, placement_strategy="SPREAD")
     executor.start()
     try:
-        results = executor.run(where_am_i)
+        return executor.run(where_am_i)
     finally:
         executor.shutdown()
+
+
+def test_ranks_are_grouped_by_host_with_their_local_ranks(hosts):
+    results = drive(hosts, "ranks")
     names = [r[4] for r in results]
     # Two ranks a host, a host's ranks consecutive, local ranks 0 and 1 on each.
     assert sorted(set(names)) == ["dtrain-ray-0", "dtrain-ray-1"], results
     assert names[0] == names[1] and names[2] == names[3] and names[1] != names[2], results
-    assert [r[:4] for r in results] == [(0, 0, 2, 0), (1, 1, 2, 0), (2, 0, 2, 1),
-                                        (3, 1, 2, 1)], results
+    assert [r[:4] for r in results] == [[0, 0, 2, 0], [1, 1, 2, 0], [2, 0, 2, 1],
+                                        [3, 1, 2, 1]], results
     assert all(r[5] == 6.0 for r in results), results
 
 
@@ -141,13 +168,74 @@ def kv_rounds(rounds):
     return kv.rank
 
 
-def test_a_2x2_dist_sync_job_across_the_hosts(hosts):
+def case_dist_sync(cluster):
     executor = RayExecutor(num_workers=2, num_servers=2, placement_strategy="SPREAD")
     executor.start()
     try:
-        assert executor.run(kv_rounds, args=[50]) == [0, 1]
+        return executor.run(kv_rounds, args=[50])
     finally:
         executor.shutdown()
+
+
+def test_a_2x2_dist_sync_job_across_the_hosts(hosts):
+    assert drive(hosts, "dist_sync") == [0, 1]
+
+
+def train_across(config):
+    import socket
+
+    from test_ray import report_with_rank_0s_checkpoint
+
+    import dtrain.torch as hvd
+
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+    hosts = [None] * hvd.size()
+    hosts[hvd.rank()] = socket.gethostname()
+    hosts = hvd.allgather_object(hosts)
+    report_with_rank_0s_checkpoint(
+        {"sum": float(total[0]), "hosts": sorted({h for hs in hosts for h in hs if h})}, total)
+
+
+def fit(train_fn, max_failures=0):
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    # Shared by the hosts, as a cluster's storage would be: they share this machine's files.
+    storage = tempfile.mkdtemp(prefix="dtrain-ray-train-")
+    try:
+        trainer = DataParallelTrainer(
+            train_fn, backend_config=dtrain.ray.Config(timeout_s=30),
+            scaling_config=ScalingConfig(num_workers=4, placement_strategy="SPREAD"),
+            run_config=RunConfig(storage_path=storage, name="job",
+                                 failure_config=FailureConfig(max_failures=max_failures)))
+        result = trainer.fit()
+        assert result.error is None, result.error
+        return result.metrics
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+def case_ray_train(cluster):
+    return fit(train_across)
+
+
+def case_ray_train_restart(cluster):
+    from test_ray import train_resuming  # rank 1 dies in the first life, after epoch 1
+
+    return fit(train_resuming, max_failures=1)
+
+
+def test_ray_train_runs_a_dtrain_job_across_the_hosts(hosts):
+    metrics = drive(hosts, "ray_train")
+    assert metrics == {"sum": 10.0, "hosts": ["dtrain-ray-0", "dtrain-ray-1"]}, metrics
+
+
+def test_ray_train_restarts_the_group_across_the_hosts_from_its_checkpoint(hosts):
+    metrics = drive(hosts, "ray_train_restart")
+    # Four ranks: epoch 2's allreduce sums 2 four times.
+    assert metrics["epoch"] == 2 and metrics["sum"] == 8.0, metrics
+    assert metrics["resumed"] in (1, 2), metrics
 
 
 def allreduce_until_stopped():
@@ -159,8 +247,7 @@ def allreduce_until_stopped():
         time.sleep(0.001)
 
 
-# Last: one host's node is gone after it.
-def test_a_host_lost_mid_job_fails_run_naming_a_rank(hosts):
+def case_host_lost(cluster):
     executor = RayExecutor(num_workers=4, placement_strategy="SPREAD")
     executor.start()
     # The second host's raylet: the head's would take the cluster's control plane and this driver
@@ -170,7 +257,7 @@ def test_a_host_lost_mid_job_fails_run_naming_a_rank(hosts):
     killed = []
 
     def kill_the_second_hosts_raylet():
-        for pid in netns_pids(hosts["netns"][host]):
+        for pid in netns_pids(cluster["netns"][host]):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     if b"raylet" in f.read():
@@ -182,11 +269,28 @@ def test_a_host_lost_mid_job_fails_run_naming_a_rank(hosts):
     timer = threading.Timer(3.0, kill_the_second_hosts_raylet)  # the job under way
     timer.start()
     try:
-        with pytest.raises(RuntimeError, match=r"rank [0-3] on node \S+ \(dtrain-ray-[01]\) "
-                                               r"failed"):
-            executor.run(allreduce_until_stopped)
+        executor.run(allreduce_until_stopped)
+    except RuntimeError as e:
         assert killed, "no raylet in the second host"
-        print("run raised %.1f s after the raylet's kill" % (time.monotonic() - killed[0]))
+        return {"error": str(e), "after_s": time.monotonic() - killed[0]}
     finally:
         timer.cancel()
         executor.shutdown()
+    raise AssertionError("run returned although a host was lost")
+
+
+# Last: one host's node is gone after it.
+def test_a_host_lost_mid_job_fails_run_naming_a_rank(hosts):
+    out = drive(hosts, "host_lost")
+    assert re.search(r"rank [0-3] on node \S+ \(dtrain-ray-[01]\) failed", out["error"]), out
+    print("run raised %.1f s after the raylet's kill" % out["after_s"])
+
+
+if __name__ == "__main__":  # a driver on the first host (drive above)
+    cluster = json.loads(sys.argv[2])
+    ray.init(address=f"{cluster['hosts'][0]}:6379", log_to_driver=True)
+    try:
+        result = globals()["case_" + sys.argv[1]](cluster)
+    finally:
+        ray.shutdown()
+    print(json.dumps(result))

@@ -26,8 +26,8 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from . import _job_env
-from ._job_env import Place
+from .. import _job_env
+from .._job_env import Place
 
 
 @dataclasses.dataclass

@@ -29,7 +29,7 @@ from typing import Any
 import ray
 from ray.train.backend import Backend, BackendConfig
 
-from . import _job_env
+from .. import _job_env
 from .executor import _Worker
 
 

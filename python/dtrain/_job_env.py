@@ -1,5 +1,5 @@
-"""The variables a dtrain process started by Ray (an actor, a Ray Train worker) reads to find its
-job, as `dtrain launch` sets them for the processes it starts (src/launcher/plan/job_plan.cc):
+"""The variables a dtrain process started by a cluster engine (a Ray actor, a Ray Train worker, a
+Spark task) reads to find its job, as `dtrain launch` sets them for the processes it starts (src/launcher/plan/job_plan.cc):
 no hostfile and no ssh, the job's secret handed to each actor by a method call (never through a
 runtime_env, which Ray shows on its dashboard)."""
 
@@ -19,7 +19,7 @@ class Place:
 
 
 def here() -> Place:
-    """This process's place (called inside an actor)."""
+    """This process's place (called inside a Ray actor)."""
     import ray
 
     return Place(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(),
