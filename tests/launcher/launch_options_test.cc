@@ -166,5 +166,16 @@ TEST(LaunchOptions, ElasticFlagsThatCannotWorkAreRefused) {
   EXPECT_THAT(ErrorOf({"-s", "0", "--", "t"}), HasSubstr("--num-workers is required"));
 }
 
+TEST(LaunchOptions, TheRayLauncherRunsElasticJobsOnly) {
+  EXPECT_EQ(Parse({"-s", "0", "--launcher", "ray", "--host-discovery-script",
+                   "python3 -m dtrain.ray.discover", "--", "t"})
+                .launcher,
+            LauncherKind::kRay);
+  EXPECT_THAT(ErrorOf({"-n", "2", "-s", "0", "--launcher", "ray", "--", "t"}),
+              HasSubstr("use dtrain.ray.RayExecutor"));
+  EXPECT_THAT(ErrorOf({"-n", "2", "-s", "0", "--launcher", "rays", "--", "t"}),
+              HasSubstr("(choose from local, ssh, mpi, slurm, sge, ray)"));
+}
+
 }  // namespace
 }  // namespace dtrain::launcher

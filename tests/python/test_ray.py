@@ -94,6 +94,69 @@ def test_parameter_servers_are_actors_too(cluster):
     assert results == [(0, 2, [3.0] * 4), (1, 2, [3.0] * 4)], results
 
 
+def kv_rounds_losing_rank_1(rounds):
+    """dist_sync rounds of which rank 1's first actor dies before pushing round 5: its replacement
+    rejoins there (kv.rounds_done) and every round still sums both ranks' pushes."""
+    import dtrain
+
+    kv = dtrain.kv.create("dist_sync")
+    kv.init(3, torch.zeros(4))
+    start = kv.rounds_done
+    for r in range(start, rounds):
+        if r == 5 and kv.rank == 1 and not kv.rejoined:
+            os._exit(3)  # the actor's process dies without a word
+        kv.push(3, torch.full((4,), float(kv.rank + 1)))
+        got = kv.pull(3)
+        assert got.tolist() == [3.0] * 4, (r, got)
+    return kv.rank, start, kv.rejoined
+
+
+def test_max_restarts_replaces_a_lost_worker_which_rejoins_the_job(cluster):
+    executor = RayExecutor(num_workers=2, num_servers=1, max_restarts=1)
+    executor.start()
+    try:
+        results = executor.run(kv_rounds_losing_rank_1, args=[10])
+        assert executor.restarts == 1
+    finally:
+        executor.shutdown()
+    assert results == [(0, 0, False), (1, 5, True)], results
+
+
+def elastic_steps(steps, marker, sleep_s=0.0):
+    """Horovod's elastic loop: rank 1 of the first membership dies at step 8 (once: `marker`
+    records it); the job rolls back to the last commit and goes on without it (or with a worker
+    started on the freed slot)."""
+    import dtrain.torch as hvd
+
+    hvd.init()
+    state = hvd.elastic.ObjectState(step=0)
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < steps:
+            if state.step == 8 and hvd.rank() == 1 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(3)  # the worker's process dies without a word
+            hvd.allreduce(torch.ones(1))
+            time.sleep(sleep_s)
+            state.step += 1
+            state.commit()
+        return state.step, hvd.size()
+
+    return train(state)
+
+
+def test_an_elastic_job_goes_on_without_a_lost_worker(cluster, tmp_path):
+    from dtrain.ray import ElasticRayExecutor
+
+    executor = ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=2, max_np=3))
+    executor.start()
+    results = executor.run(elastic_steps, args=(20, str(tmp_path / "died")))
+    assert (tmp_path / "died").exists()
+    # Every worker that ended the job went through all the steps, in one membership at the end.
+    assert len(results) in (2, 3) and results == [(20, len(results))] * len(results), results
+
+
 def die_on_rank_1():
     import dtrain.torch as hvd
 
@@ -119,10 +182,16 @@ def test_bad_arguments_are_refused_before_anything_starts():
         RayExecutor(num_workers=0)
     with pytest.raises(ValueError, match="use_gpu"):
         RayExecutor(num_workers=1, gpus_per_worker=1)
-    with pytest.raises(NotImplementedError, match="elastic"):
+    with pytest.raises(NotImplementedError, match="ElasticRayExecutor"):
         RayExecutor(min_workers=1, max_workers=2)
+    with pytest.raises(ValueError, match="max_restarts replaces workers of parameter-server"):
+        RayExecutor(num_workers=2, max_restarts=1)
     with pytest.raises(RuntimeError, match="start"):
         RayExecutor(num_workers=1).run(allreduce_sum)
+    from dtrain.ray import ElasticRayExecutor
+
+    with pytest.raises(ValueError, match="max_np 1 is below min_np 2"):
+        ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=2, max_np=1))
 
 
 def train_fn(config):

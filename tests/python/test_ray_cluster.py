@@ -3,9 +3,9 @@ hosts, build/tests/programs/ssh_test_cluster), each with its own host name (a UT
 real hosts have: dtrain groups local ranks by host name) and its own `ray start` node; the
 drivers run on the first host, as a user's script runs on a cluster's head node (a driver outside
 the hosts would give the nodes an address of its that they cannot reach, and hang in Ray's object
-transfers). RayExecutor's ranks and local ranks across
-the hosts, a 2x2 dist_sync job, and a host lost mid-job (its raylet killed). And Ray Train's
-DataParallelTrainer with dtrain's backend across them.
+transfers). RayExecutor's ranks and local ranks across the hosts, a 2x2 dist_sync job, a lost
+worker replaced (max_restarts), Ray Train's DataParallelTrainer with dtrain's backend (and its
+restart from a checkpoint), and a host lost mid-job (its raylet killed).
 
 Skipped, with the reason, without Ray, root (namespaces) or the emulated hosts' helper."""
 
@@ -51,6 +51,20 @@ def drive(cluster, case, timeout=240):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def kill_raylet(cluster, host):
+    """SIGKILLs the raylet of emulated host `host`; the times it did."""
+    killed = []
+    for pid in netns_pids(cluster["netns"][host]):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"raylet" in f.read():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(time.monotonic())
+        except (OSError, ProcessLookupError):
+            pass
+    return killed
+
+
 def netns_pids(ns):
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10)
     return [int(p) for p in out.stdout.split()]
@@ -91,6 +105,7 @@ def hosts(tmp_path_factory):
                     f"--temp-dir={short}/{i}", *role]
             nodes.append(subprocess.Popen(argv, env=env, stdout=open(logs / f"node{i}.log", "w"),
                                           stderr=subprocess.STDOUT))
+            cluster.setdefault("node_argv", []).append(argv)
             if i == 0:
                 time.sleep(3)
         cluster["env"] = env
@@ -129,8 +144,10 @@ def where_am_i():
 
 
 def case_wait_for_nodes(cluster):
+    """Until two nodes are alive, not counting those the cluster says were lost ("lost")."""
+    lost = set(cluster.get("lost", []))
     deadline = time.monotonic() + 120
-    while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+    while len([n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in lost]) < 2:
         assert time.monotonic() < deadline, "the two Ray nodes did not join within 120 s"
         time.sleep(0.5)
     return len(ray.nodes())
@@ -179,6 +196,25 @@ def case_dist_sync(cluster):
 
 def test_a_2x2_dist_sync_job_across_the_hosts(hosts):
     assert drive(hosts, "dist_sync") == [0, 1]
+
+
+def case_restart(cluster):
+    from test_ray import kv_rounds_losing_rank_1  # rank 1's first actor dies before round 5
+
+    executor = RayExecutor(num_workers=2, num_servers=1, max_restarts=1,
+                           placement_strategy="SPREAD")
+    executor.start()
+    try:
+        return {"results": executor.run(kv_rounds_losing_rank_1, args=[10]),
+                "hosts": [p.hostname for p in executor.places]}
+    finally:
+        executor.shutdown()
+
+
+def test_a_lost_worker_is_replaced_and_rejoins_across_the_hosts(hosts):
+    out = drive(hosts, "restart")
+    assert out["results"] == [[0, 0, False], [1, 5, True]], out
+    print("the workers' hosts, the replacement's last:", out["hosts"])
 
 
 def train_across(config):
@@ -255,18 +291,7 @@ def case_host_lost(cluster):
     host = 1
     assert "dtrain-ray-1" in {p.hostname for p in executor.places}, executor.places
     killed = []
-
-    def kill_the_second_hosts_raylet():
-        for pid in netns_pids(cluster["netns"][host]):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"raylet" in f.read():
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(time.monotonic())
-            except (OSError, ProcessLookupError):
-                pass
-
-    timer = threading.Timer(3.0, kill_the_second_hosts_raylet)  # the job under way
+    timer = threading.Timer(3.0, lambda: killed.extend(kill_raylet(cluster, host)))
     timer.start()
     try:
         executor.run(allreduce_until_stopped)
@@ -279,7 +304,68 @@ def case_host_lost(cluster):
     raise AssertionError("run returned although a host was lost")
 
 
-# Last: one host's node is gone after it.
+def elastic_until(steps, started):
+    import socket
+
+    import dtrain.torch as hvd
+
+    hvd.init()
+    state = hvd.elastic.ObjectState(step=0)
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < steps:
+            hvd.allreduce(torch.ones(1000))
+            if state.step == 5:
+                open(started, "a").close()  # the job is under way: the host may go
+            time.sleep(0.05)
+            state.step += 1
+            state.commit()
+        return state.step, hvd.size(), socket.gethostname()
+
+    return train(state)
+
+
+def case_elastic_host_lost(cluster):
+    from dtrain.ray import ElasticRayExecutor
+
+    started = os.path.join(tempfile.mkdtemp(prefix="dtrain-ray-elastic-"), "started")
+    killed = []
+
+    def kill_when_started():
+        deadline = time.monotonic() + 120
+        while not os.path.exists(started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        killed.extend(kill_raylet(cluster, 1))
+
+    thread = threading.Thread(target=kill_when_started, daemon=True)
+    thread.start()
+    executor = ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=1, max_np=4,
+                                                                     elastic_timeout=60))
+    executor.start()
+    lost = [n["NodeID"] for n in ray.nodes()
+            if n["Alive"] and n["NodeManagerAddress"] == cluster["hosts"][1]]
+    results = executor.run(elastic_until, args=(300, started))
+    thread.join(5)
+    assert killed, "the second host's raylet was not killed"
+    return {"results": results, "lost": lost}
+
+
+# Last: they lose one host's node.
+def test_an_elastic_job_goes_on_when_a_host_is_lost(hosts, tmp_path):
+    out = {"results": None, "lost": []}
+    try:
+        out = drive(hosts, "elastic_host_lost", timeout=400)
+    finally:  # the second host's node again, for the next test (the fixture ends it)
+        subprocess.Popen(hosts["node_argv"][1], env=hosts["env"],
+                         stdout=open(tmp_path / "node1-again.log", "w"), stderr=subprocess.STDOUT)
+        drive(dict(hosts, lost=out["lost"]), "wait_for_nodes", timeout=150)
+    results = out["results"]
+    # The job ended on the first host's workers alone, every one through all the steps.
+    assert results and all(r[0] == 300 and r[1] == len(results) and r[2] == "dtrain-ray-0"
+                           for r in results), results
+
+
 def test_a_host_lost_mid_job_fails_run_naming_a_rank(hosts):
     out = drive(hosts, "host_lost")
     assert re.search(r"rank [0-3] on node \S+ \(dtrain-ray-[01]\) failed", out["error"]), out

@@ -14,11 +14,18 @@ a node's ranks are consecutive local ranks that share memory. Each actor is told
 address and secret by a method call (no ssh, no hostfile). A rank that fails makes ``run`` raise
 at once, naming the rank and its node; the other ranks' dtrain fails them within seconds (a dead
 peer), and ``shutdown`` ends every actor.
+
+Restarts (``max_restarts=K``, parameter-server jobs, as ``dtrain launch --max-restarts``): the
+scheduler keeps a lost worker's place (DTRAIN_RESTART_WAIT_MS), and ``run`` or ``execute`` replace a
+worker whose actor died (its process, or its node) with a new actor in the same bundle that runs
+the function again and rejoins the job. A function that raises is not rerun: that is raised. The
+scheduler and servers are not replaced.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -89,11 +96,11 @@ class RayExecutor:
                  gpus_per_worker: int | None = None, use_current_placement_group: bool = True,
                  min_workers: int | None = None, max_workers: int | None = None,
                  num_servers: int = 0, cpus_per_server: int = 1,
-                 placement_strategy: str = "PACK") -> None:
+                 placement_strategy: str = "PACK", max_restarts: int = 0) -> None:
         if min_workers is not None or max_workers is not None:
             raise NotImplementedError(
-                "elastic Ray jobs (min_workers/max_workers) are not supported yet: use "
-                "`dtrain launch --host-discovery-script` for elastic training")
+                "RayExecutor(min_workers=, max_workers=): use dtrain.ray.ElasticRayExecutor "
+                "(Horovod's) for an elastic job on Ray")
         if gpus_per_worker is not None and not use_gpu:
             raise ValueError("gpus_per_worker is set but use_gpu is False")
         if num_hosts is not None:
@@ -104,6 +111,12 @@ class RayExecutor:
             raise ValueError(f"num_workers must be at least 1, got {num_workers}")
         if num_servers < 0:
             raise ValueError(f"num_servers must be 0 (allreduce) or more, got {num_servers}")
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be 0 or more, got {max_restarts}")
+        if max_restarts and not num_servers:
+            raise ValueError("max_restarts replaces workers of parameter-server jobs "
+                             "(num_servers > 0); an allreduce job cannot take a new rank in the "
+                             "middle of its collectives (as `dtrain launch --max-restarts`)")
         if placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
             raise ValueError(f"placement_strategy {placement_strategy!r}: PACK, SPREAD, "
                              "STRICT_PACK or STRICT_SPREAD")
@@ -117,10 +130,15 @@ class RayExecutor:
         self.num_servers = num_servers
         self.cpus_per_server = cpus_per_server
         self.placement_strategy = placement_strategy
+        self.max_restarts = max_restarts
+        self.restarts = 0  # workers replaced so far
         self.workers: list[Any] = []  # actor handles, in rank order
         self.places: list[Place] = []  # theirs, in rank order
         self._services: list[tuple[str, Any, Any]] = []  # (name, actor, serve() ref)
         self._placement_group: Any = None
+        self._worker_bundles: list[int] = []  # each rank's bundle, in rank order
+        self._worker_envs: list[dict[str, str]] = []  # each rank's variables, in rank order
+        self._executable: tuple[Any, list[Any], dict[str, Any]] = (None, [], {})
 
     # --- start ---
 
@@ -165,18 +183,16 @@ class RayExecutor:
                 f" ({strategy}) within {self.settings.placement_group_timeout_s} s; the cluster "
                 f"has {ray.available_resources()} free") from None
 
-        def actor(bundle: int, cpus: int, gpus: int) -> Any:
-            return ray.remote(_Worker).options(
-                num_cpus=cpus, num_gpus=gpus,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self._placement_group, placement_group_bundle_index=bundle)).remote()
-
+        actor = self._actor
         made = [actor(b, self.cpus_per_worker, self.gpus_per_worker) for b in worker_bundles]
         places = self._get([w.place.remote() for w in made], "reporting their places")
         order = _job_env.rank_order(places)
         self.workers = [made[i] for i in order]
         self.places = [places[i] for i in order]
+        self._worker_bundles = [worker_bundles[i] for i in order]
         secret = _job_env.new_secret()
+        if self.max_restarts:  # the scheduler keeps a lost worker's place for its replacement
+            extra_env = {"DTRAIN_RESTART_WAIT_MS": "60000", **extra_env}
         if services:
             first = len(bundles) - len(services)
             service_actors = [actor(first + i, self.cpus_per_server, 0)
@@ -186,11 +202,13 @@ class RayExecutor:
                                        "placing the scheduler and servers")
             root = (service_places[0].address,
                     self._get([scheduler.free_port.remote()], "choosing a port")[0])
+            restart_env = {k: v for k, v in extra_env.items() if k == "DTRAIN_RESTART_WAIT_MS"}
             envs = [_job_env.job_env("scheduler", 0, self.num_workers, self.num_servers, root,
                                      service_places[0].address, secret)]
             envs += [_job_env.job_env("server", s, self.num_workers, self.num_servers, root,
                                       service_places[s + 1].address, secret)
                      for s in range(self.num_servers)]
+            envs = [{**e, **restart_env} for e in envs]
             self._get([a.set_env.remote(e) for a, e in zip(service_actors, envs)],
                       "telling the services the job")
             self._services = [(name, a, a.serve.remote())
@@ -198,11 +216,44 @@ class RayExecutor:
         else:  # allreduce: rank 0 holds the rendezvous
             root = (self.places[0].address,
                     self._get([self.workers[0].free_port.remote()], "choosing a port")[0])
-        envs = _job_env.worker_envs(self.places, self.num_servers, root, secret, extra_env)
-        self._get([w.set_env.remote(e) for w, e in zip(self.workers, envs)],
+        self._worker_envs = _job_env.worker_envs(self.places, self.num_servers, root, secret,
+                                                 extra_env)
+        self._get([w.set_env.remote(e) for w, e in zip(self.workers, self._worker_envs)],
                   "telling the workers the job")
+        self._executable = (cls, args, kwargs)
         self._get([w.start_executable.remote(cls, args, kwargs) for w in self.workers],
                   "making the executable")
+
+    def _actor(self, bundle: int, cpus: int, gpus: int) -> Any:
+        return ray.remote(_Worker).options(
+            num_cpus=cpus, num_gpus=gpus,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self._placement_group, placement_group_bundle_index=bundle)).remote()
+
+    def _replace(self, rank: int) -> None:
+        """A new actor for a lost worker's rank, in its bundle (which Ray places again if its node
+        is gone), told the job as a replacement (DTRAIN_RESTART_COUNT, as `dtrain launch
+        --max-restarts` tells one): it rejoins the running job where its rank was."""
+        self.restarts += 1
+        try:
+            ray.kill(self.workers[rank])
+        except Exception:  # noqa: BLE001  (already gone)
+            pass
+        actor = self._actor(self._worker_bundles[rank], self.cpus_per_worker,
+                            self.gpus_per_worker)
+        self.workers[rank] = actor  # shutdown() ends it whatever happens next
+        try:
+            place = ray.get(actor.place.remote(),
+                            timeout=self.settings.placement_group_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"Ray could not place a replacement for rank {rank} within "
+                               f"{self.settings.placement_group_timeout_s} s") from None
+        env = dict(self._worker_envs[rank], DMLC_NODE_HOST=place.address,
+                   DTRAIN_RESTART_COUNT=str(self.restarts))
+        self.places[rank] = place
+        self._get([actor.set_env.remote(env)], f"telling rank {rank}'s replacement the job")
+        self._get([actor.start_executable.remote(*self._executable)],
+                  f"making rank {rank}'s replacement's executable")
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         """Quick calls of the actors: at most settings.timeout_s."""
@@ -217,22 +268,27 @@ class RayExecutor:
     def execute(self, fn: Callable[[Any], Any], callbacks: Any = None) -> list[Any]:
         """``fn(executable)`` on every rank; the results in rank order."""
         self._check_started()
-        return self._gather([w.execute.remote(fn) for w in self.workers])
+        return self._gather(lambda w: w.execute.remote(fn))
 
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:
         """``fn(executable)`` on rank 0 only."""
         self._check_started()
-        return self._gather([self.workers[0].execute.remote(fn)])[0]
+        return self._gather(lambda w: w.execute.remote(fn), ranks=[0])[0]
 
     def run(self, fn: Callable[..., Any], args: Sequence[Any] | None = None,
             kwargs: dict[str, Any] | None = None, callbacks: Any = None) -> list[Any]:
         """``fn(*args, **kwargs)`` on every rank; the results in rank order. Raises at the first
-        rank (or service) that fails, naming it and its node."""
-        return self._gather(self.run_remote(fn, args, kwargs))
+        rank (or service) that fails, naming it and its node; with ``max_restarts``, a worker
+        whose actor died (its process or its node) is replaced and runs ``fn`` again, rejoining
+        the job (``dtrain.kv``'s ``rejoined`` and ``rounds_done`` tell it where)."""
+        self._check_started()
+        call_args, call_kwargs = list(args or []), dict(kwargs or {})
+        return self._gather(lambda w: w.run.remote(fn, call_args, call_kwargs))
 
     def run_remote(self, fn: Callable[..., Any], args: Sequence[Any] | None = None,
                    kwargs: dict[str, Any] | None = None) -> list[Any]:
-        """As ``run``, but returns the ranks' object refs at once (``ray.get`` them)."""
+        """As ``run``, but returns the ranks' object refs at once (``ray.get`` them; nothing
+        replaces a worker lost then)."""
         self._check_started()
         return [w.run.remote(fn, list(args or []), dict(kwargs or {})) for w in self.workers]
 
@@ -240,33 +296,52 @@ class RayExecutor:
         if not self.workers:
             raise RuntimeError("start() the RayExecutor first")
 
-    def _gather(self, refs: list[Any]) -> list[Any]:
-        # Waited for as they end, with the services' runs beside them: the first failure is
-        # raised at once, not after the ranks before it (which may wait for the failed one).
-        owner = {ref: (f"rank {r}", self.places[r]) for r, ref in enumerate(refs)}
+    def _gather(self, call: Callable[[Any], Any], ranks: list[int] | None = None) -> list[Any]:
+        """``call(actor)`` on each of ``ranks`` (default every one); their results in that order.
+        Waited for as they end, with the services' runs beside them: the first failure is raised
+        at once, not after the ranks before it (which may wait for the failed one)."""
+        ranks = list(range(len(self.workers))) if ranks is None else ranks
+        rank_of = {call(self.workers[r]): r for r in ranks}
         services = {ref: name for name, _, ref in self._services}
-        results: dict[Any, Any] = {}
-        pending = list(refs) + list(services)
-        while any(ref in owner for ref in pending):
+        results: dict[int, Any] = {}
+        pending = list(rank_of) + list(services)
+        while any(ref in rank_of for ref in pending):
             done, pending = ray.wait(pending, num_returns=1)
             ref = done[0]
             if ref in services:
-                name = services.pop(ref)
-                self._services = [s for s in self._services if s[2] is not ref]
-                try:
-                    code = ray.get(ref)
-                except ray.exceptions.RayError as e:
-                    raise RuntimeError(f"the job's {name} failed: {e}") from e
-                if code != 0:
-                    raise RuntimeError(f"the job's {name} exited with code {code}")
+                self._service_ended(ref, services.pop(ref))
                 continue  # the job ended: every worker has finished its part
+            rank = rank_of.pop(ref)
             try:
-                results[ref] = ray.get(ref)
+                results[rank] = ray.get(ref)
+            except ray.exceptions.RayActorError as e:  # its process or node is gone
+                if self.restarts >= self.max_restarts:
+                    raise self._failed(rank, e) from e
+                place = self.places[rank]
+                self._replace(rank)
+                print(f"dtrain.ray: rank {rank} on node {place.address} ({place.hostname}) was "
+                      f"lost; replaced ({self.restarts} of {self.max_restarts} restarts) on "
+                      f"{self.places[rank].address}", file=sys.stderr, flush=True)
+                again = call(self.workers[rank])
+                rank_of[again] = rank
+                pending.append(again)
             except ray.exceptions.RayError as e:
-                who, place = owner[ref]
-                raise RuntimeError(f"{who} on node {place.address} ({place.hostname}) failed: "
-                                   f"{e}") from e
-        return [results[ref] for ref in refs]
+                raise self._failed(rank, e) from e
+        return [results[r] for r in ranks]
+
+    def _failed(self, rank: int, error: Exception) -> RuntimeError:
+        place = self.places[rank]
+        return RuntimeError(f"rank {rank} on node {place.address} ({place.hostname}) failed: "
+                            f"{error}")
+
+    def _service_ended(self, ref: Any, name: str) -> None:
+        self._services = [s for s in self._services if s[2] is not ref]
+        try:
+            code = ray.get(ref)
+        except ray.exceptions.RayError as e:
+            raise RuntimeError(f"the job's {name} failed: {e}") from e
+        if code != 0:
+            raise RuntimeError(f"the job's {name} exited with code {code}")
 
     # --- end ---
 

@@ -58,10 +58,24 @@ class _Tee(io.TextIOBase):
         self.stream.flush()
 
 
-def _address_of(executor_address: str) -> str:
-    """The IP peers reach this task at: its executor's, as Spark's scheduler knows it."""
-    host = executor_address.rsplit(":", 1)[0].strip("[]")
-    return socket.gethostbyname(host)
+def _host_of(executor_address: str) -> str:
+    return executor_address.rsplit(":", 1)[0].strip("[]")
+
+
+def _address_of(task: int, executor_addresses: Sequence[str]) -> str:
+    """The IP peers reach this task at: its executor's, as Spark's scheduler knows it. A name
+    that resolves to loopback here (Debian maps a host's own name to 127.0.1.1) is replaced, when
+    other tasks run on other hosts, by this host's address on the route toward one of them."""
+    mine = socket.gethostbyname(_host_of(executor_addresses[task]))
+    if not mine.startswith("127."):
+        return mine
+    for other in executor_addresses:
+        peer = socket.gethostbyname(_host_of(other))
+        if not peer.startswith("127."):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((peer, 9))  # UDP: picks the route, sends nothing
+                return str(s.getsockname()[0])
+    return mine  # every task on this host
 
 
 def _shutdown_collectives() -> None:
@@ -81,8 +95,9 @@ def _task(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], s
 
         ctx = BarrierTaskContext.get()
         task = ctx.partitionId()
-        me = {"host": socket.gethostname(), "address": _address_of(
-            ctx.getTaskInfos()[task].address), "port": _job_env.free_port()}
+        executors = [info.address for info in ctx.getTaskInfos()]
+        me = {"host": socket.gethostname(), "address": _address_of(task, executors),
+              "port": _job_env.free_port()}
         everyone = [json.loads(m) for m in ctx.allGather(json.dumps(me))]  # in task order
         places = [_job_env.Place(p["host"], p["address"], p["host"]) for p in everyone]
         order = _job_env.rank_order(places)

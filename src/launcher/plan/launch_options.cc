@@ -68,11 +68,11 @@ std::vector<EnvVar> ParseEnvArgs(const std::string& flag, const std::vector<std:
 
 LauncherKind ParseLauncher(const std::string& name) {
   for (LauncherKind k : {LauncherKind::kLocal, LauncherKind::kSsh, LauncherKind::kMpi,
-                         LauncherKind::kSlurm, LauncherKind::kSge}) {
+                         LauncherKind::kSlurm, LauncherKind::kSge, LauncherKind::kRay}) {
     if (name == LauncherName(k)) return k;
   }
   throw UsageError("--launcher " + name + ": unknown launcher '" + name +
-                   "' (choose from local, ssh, mpi, slurm, sge)");
+                   "' (choose from local, ssh, mpi, slurm, sge, ray)");
 }
 
 void CheckRange(const char* flag, int64_t value, int64_t lo, int64_t hi) {
@@ -159,7 +159,9 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
   app->add_option("-s,--num-servers", f->num_servers,
                   "number of servers (default: N); 0: an allreduce job without servers");
   app->add_option("--launcher", f->launcher,
-                  "where processes run: local (default), ssh, mpi, slurm, sge");
+                  "where processes run: local (default), ssh, mpi, slurm, sge, ray (an elastic "
+                  "job's workers on a Ray cluster's nodes: with --host-discovery-script "
+                  "'python3 -m dtrain.ray.discover')");
   app->add_option("-H,--hostfile", f->hostfile,
                   "the hosts, one a line: NAME or ADDRESS, optionally :SLOTS; # comments. ssh: "
                   "servers, then workers, cycle through them (one of each per host when there "
@@ -262,6 +264,8 @@ const char* LauncherName(LauncherKind kind) {
       return "slurm";
     case LauncherKind::kSge:
       return "sge";
+    case LauncherKind::kRay:
+      return "ray";
   }
   return "?";
 }
@@ -337,12 +341,19 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
                                  "start each process themselves; --launcher ") +
                      LauncherName(o.launcher) + " starts them through its own tool");
   }
+  if (o.launcher == LauncherKind::kRay && !o.host_discovery_script) {
+    throw UsageError(
+        "--launcher ray runs elastic jobs, on the Ray nodes that --host-discovery-script "
+        "'python3 -m dtrain.ray.discover' lists; for a fixed-size job on Ray, use "
+        "dtrain.ray.RayExecutor");
+  }
   if (o.host_discovery_script) {
-    if (o.launcher != LauncherKind::kLocal && o.launcher != LauncherKind::kSsh) {
+    if (o.launcher != LauncherKind::kLocal && o.launcher != LauncherKind::kSsh &&
+        o.launcher != LauncherKind::kRay) {
       throw UsageError(
           std::string("--host-discovery-script works with --launcher local (this machine's "
-                      "slots) and ssh (any host's), which start each worker themselves; "
-                      "--launcher ") +
+                      "slots), ssh (any host's) and ray (a Ray cluster's nodes), which start "
+                      "each worker themselves; --launcher ") +
           LauncherName(o.launcher) + " starts them through its own tool");
     }
     if (o.hostfile) {

@@ -25,7 +25,7 @@ class UsageError : public InvalidArgument {
 };
 
 // Where the processes of the job run (see backends.h).
-enum class LauncherKind { kLocal, kSsh, kMpi, kSlurm, kSge };
+enum class LauncherKind { kLocal, kSsh, kMpi, kSlurm, kSge, kRay };
 
 const char* LauncherName(LauncherKind kind);
 

@@ -1,7 +1,10 @@
 // `dtrain launch -s 0 --host-discovery-script S`: an elastic allreduce job (elastic_job.h) on the
 // hosts the script offers. --launcher local runs every worker on this machine; --launcher ssh runs
 // each on its host through ssh, as the ssh backend does (ssh_launcher.cc), a host's address looked
-// up with `ssh -G` when the script first offers it.
+// up with `ssh -G` when the script first offers it. --launcher ray runs each on a Ray node, through
+// a proxy process here (python/dtrain/ray/_node_exec.py) that has Ray run it there.
+#include <arpa/inet.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -67,6 +70,46 @@ class SshHosts : public ElasticHosts {
   std::map<std::string, Known> known_;
 };
 
+// A Ray cluster's nodes, named by address (`python3 -m dtrain.ray.discover` prints them). Each
+// worker is a local proxy, `python3 -m dtrain.ray._node_exec --node ADDRESS -- ARGV`, which asks
+// Ray for an actor on that node and runs ARGV there with the worker's variables; it stops the
+// worker when its stdin closes (the launcher ended) or it is signalled, and exits with the
+// worker's code (1, naming the node, when Ray lost the actor or the node). The python3 on PATH
+// must import dtrain and ray; the proxy finds the cluster as Ray's clients do (RAY_ADDRESS).
+class RayNodes : public ElasticHosts {
+ public:
+  RayNodes(const LaunchOptions& options, uint16_t report_port)
+      : options_(options), report_port_(report_port) {}
+
+  std::optional<std::string> Refuse(const std::string& host) override {
+    in_addr v4{};
+    in6_addr v6{};
+    if (::inet_pton(AF_INET, host.c_str(), &v4) == 1 ||
+        ::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+      return std::nullopt;
+    }
+    return "which is not an address: --launcher ray takes the Ray nodes' addresses, as "
+           "`python3 -m dtrain.ray.discover` prints them";
+  }
+
+  ProcessSpec Place(const ProcessSpec& worker, const std::string& host) override {
+    ProcessSpec spec = worker;
+    spec.host = host;
+    SetEnv(&spec.env, "DMLC_NODE_HOST", host);
+    SetEnv(&spec.env, "DTRAIN_REPORT_ADDR",
+           SchedulerAddressToward(host, options_.interface) + ":" + std::to_string(report_port_));
+    spec.argv = {"python3", "-m", "dtrain.ray._node_exec", "--node", host, "--"};
+    spec.argv.insert(spec.argv.end(), worker.argv.begin(), worker.argv.end());
+    spec.remote_via = "ray";
+    spec.stdin_held_open = true;
+    return spec;
+  }
+
+ private:
+  const LaunchOptions options_;
+  const uint16_t report_port_;
+};
+
 }  // namespace
 
 // One worker's spec is the template of all; the layout variables a worker would read its rank and
@@ -74,6 +117,7 @@ class SshHosts : public ElasticHosts {
 // number names it (DTRAIN_NODE_RANK, set per worker).
 int RunElasticJob(const LaunchOptions& options) {
   const bool ssh = options.launcher == LauncherKind::kSsh;
+  const bool ray = options.launcher == LauncherKind::kRay;
   LaunchOptions one = options;
   one.num_workers = 1;
   JobPlan plan =
@@ -81,7 +125,7 @@ int RunElasticJob(const LaunchOptions& options) {
   SupervisorOptions supervision;
   supervision.kill_grace = options.kill_grace;
   supervision.output_dir = options.output_dir;
-  SetUpReports(options, &plan, &supervision, /*other_hosts=*/ssh);
+  SetUpReports(options, &plan, &supervision, /*other_hosts=*/ssh || ray);
   ProcessSpec worker = plan.processes.front();
   std::vector<EnvVar> env;
   for (EnvVar& v : worker.env) {
@@ -101,14 +145,18 @@ int RunElasticJob(const LaunchOptions& options) {
     const std::string cwd = std::filesystem::current_path(ec).string();
     if (ec) throw Error("cannot get the current directory: " + ec.message());
     elastic.hosts = std::make_shared<SshHosts>(options, cwd, supervision.reports->port);
+  } else if (ray) {
+    elastic.hosts = std::make_shared<RayNodes>(options, supervision.reports->port);
   } else {
     elastic.hosts = std::make_shared<ThisMachine>();
   }
   std::fprintf(stderr,
                "dtrain launch: elastic allreduce job %s: %d to %d workers on the slots that `%s` "
                "offers\n",
-               ssh ? "through ssh" : "on this machine", options.min_np, options.max_np,
-               elastic.discovery_script.c_str());
+               ssh   ? "through ssh"
+               : ray ? "on Ray's nodes"
+                     : "on this machine",
+               options.min_np, options.max_np, elastic.discovery_script.c_str());
   return SuperviseElasticJob(worker, supervision, elastic);
 }
 

@@ -119,6 +119,8 @@ int RunBackend(const LaunchOptions& options) {
       return RunSlurmJob(options);
     case LauncherKind::kSge:
       return RunSgeJob(options);
+    case LauncherKind::kRay:  // elastic only (launch_options.cc)
+      return RunElasticJob(options);
   }
   return kLauncherFailureExitCode;
 }

@@ -22,7 +22,9 @@ struct Worker : WatchedProcess {
   int id = 0;        // its number in start order: "worker 3"
   std::string slot;  // the discovered host it takes a slot of
   UniqueFd log;
-  bool leaving = false;   // its host was dropped: told to leave at its next join
+  bool leaving = false;  // told to leave at its next join (leave_why says why)
+  std::string leave_why;
+  bool joined = false;    // it had a rank in a membership
   bool finished = false;  // exited 0
   // Its join request, while it waits for a membership.
   ReportServer::ReplyFn join;
@@ -110,6 +112,7 @@ class ElasticSupervisor : public JobWatch {
       for (Worker* w : Live()) {
         if (w->slot == host && !w->leaving) {
           w->leaving = true;
+          w->leave_why = "the host discovery script no longer lists " + w->slot;
           ++hosts_version_;
           Say("the host discovery script dropped " + host + ": " + w->Who() +
               " leaves at the next commit");
@@ -204,7 +207,7 @@ class ElasticSupervisor : public JobWatch {
   // workers had a chance to start.
   void CheckEnough() {
     const int members = static_cast<int>(Members().size());
-    if (members >= elastic_.min_np) {
+    if (members >= elastic_.min_np || finished_) {  // finished: the others only end their part
       if (below_min_) below_min_timer_.cancel();
       below_min_ = false;
       return;
@@ -267,9 +270,19 @@ class ElasticSupervisor : public JobWatch {
   void ReplyLeave(Worker* w) {
     auto join = std::move(w->join);
     w->join = nullptr;
-    join({{"kind", "elastic_assignment"},
-          {"leave", true},
-          {"why", "the host discovery script no longer lists " + w->slot}});
+    join({{"kind", "elastic_assignment"}, {"leave", true}, {"why", w->leave_why}});
+  }
+
+  // Training is over: workers that never had a rank (started on a free slot, waiting for the
+  // members' next commit) will not get one. Told to leave, they exit 0 as removed workers do.
+  void DismissNewcomers() {
+    for (Worker* w : Live()) {
+      if (w->joined || w->leaving) continue;
+      w->leaving = true;
+      w->leave_why = "training finished before it joined";
+      Say(w->Who() + " joined no membership before training finished: it leaves");
+      if (w->join) ReplyLeave(w);
+    }
   }
 
   // Forms the next membership once every member waits in its join.
@@ -321,6 +334,7 @@ class ElasticSupervisor : public JobWatch {
     int64_t rolled_back = 0;  // the members went back to the same commit: the most any redoes
     for (size_t r = 0; r < members.size(); ++r) {
       ranks += (r == 0 ? "" : ", ") + std::string("worker ") + std::to_string(members[r]->id);
+      members[r]->joined = true;
       rolled_back = std::max(rolled_back, members[r]->rolled_back_steps);
       members[r]->rolled_back_steps = 0;
       if (r == 0) continue;
@@ -385,6 +399,7 @@ class ElasticSupervisor : public JobWatch {
       if (!w->leaving && !finished_) {
         finished_ = true;
         Say(w->Who() + " finished; the job ends when the others do");
+        DismissNewcomers();
       }
     } else {
       OnFailure(w);

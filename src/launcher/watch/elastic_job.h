@@ -20,7 +20,9 @@
 //   - Deadlines. Below min_np the job waits elastic_timeout for slots, then fails. A member that
 //     does not join a broken membership within elastic_timeout is stopped (SIGKILL), named. When
 //     every worker has failed, nobody holds the training state: the job fails.
-//   - The end. Once a worker exits 0 and no live worker is left, the job succeeded (0).
+//   - The end. Once a worker exits 0 and no live worker is left, the job succeeded (0). Workers
+//     that never had a rank by then (started on a free slot, waiting for the members' next commit)
+//     are told to leave: training is over.
 //
 // Threads: the launcher's event loop (watch_loop.h).
 #pragma once
