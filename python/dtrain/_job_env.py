@@ -62,6 +62,16 @@ def horovod_env(node_ids: Sequence[str], rank: int) -> dict[str, str]:
             "HOROVOD_CROSS_RANK": str(cross.index(node)), "HOROVOD_CROSS_SIZE": str(len(cross))}
 
 
+def node_gpus(node_ids: Sequence[str], gpus: Sequence[Sequence[str]]) -> list[str]:
+    """Each rank's CUDA_VISIBLE_DEVICES: the GPUs of every rank on its node, in rank order (the
+    ranks are grouped by node), so local rank i's own GPUs come i-th."""
+    per_node: dict[str, list[str]] = {}
+    for node, ids in zip(node_ids, gpus):
+        visible = per_node.setdefault(node, [])
+        visible += [i for i in ids if i not in visible]
+    return [",".join(per_node[node]) for node in node_ids]
+
+
 def job_env(role: str, rank: int, num_workers: int, num_servers: int, root: tuple[str, int],
             address: str, secret: str) -> dict[str, str]:
     """What a node of the job reads: the scheduler (or, with no servers, rank 0's rendezvous) at

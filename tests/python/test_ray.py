@@ -24,7 +24,9 @@ def cluster(tmp_path_factory):
     # local cluster's processes inherit this process's environment.
     path = [os.path.dirname(os.path.abspath(__file__))] + sys.path
     os.environ["PYTHONPATH"] = os.pathsep.join(path)
-    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=True,
+    # Two GPUs as Ray's resources (none need exist): Ray hands them out and sets each actor's
+    # CUDA_VISIBLE_DEVICES as on a GPU node; no test here touches CUDA.
+    ray.init(address="local", num_cpus=6, num_gpus=2, include_dashboard=False, log_to_driver=True,
              _temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield
     ray.shutdown()
@@ -72,6 +74,25 @@ def test_execute_keeps_each_workers_executable(cluster):
         assert ray.get(refs) == [42, 42]
     finally:
         executor.shutdown()
+
+
+def visible_gpus():
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ["HOROVOD_LOCAL_RANK"]
+
+
+def test_each_rank_sees_its_nodes_gpus_as_horovods_executor_shows_them(cluster):
+    """Horovod's scripts call torch.cuda.set_device(hvd.local_rank()): every rank of a node sees
+    the GPUs Ray gave the node's ranks, local rank i's own i-th."""
+    executor = RayExecutor(num_workers=2, use_gpu=True)
+    executor.start()
+    try:
+        own = executor.execute(lambda _: [str(i) for i in ray.get_gpu_ids()])
+        results = executor.run(visible_gpus)
+    finally:
+        executor.shutdown()
+    both = ",".join(own[0] + own[1])
+    assert sorted(both.split(",")) == ["0", "1"], own
+    assert results == [(both, "0"), (both, "1")], results
 
 
 def kv_sum():
@@ -231,6 +252,27 @@ def test_ray_train_runs_a_dtrain_job(cluster, tmp_path):
     assert result.metrics == {"sum": 3.0, "size": 2}, result.metrics
     with result.checkpoint.as_directory() as folder:
         assert float(torch.load(os.path.join(folder, "total.pt"))[0]) == 3.0
+
+
+def train_on_gpus(config):
+    import dtrain.torch as hvd
+
+    hvd.init()
+    visible = hvd.allgather_object(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    report_with_rank_0s_checkpoint({"visible": visible}, torch.zeros(1))
+
+
+def test_ray_train_workers_see_their_nodes_gpus(cluster, tmp_path):
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    trainer = DataParallelTrainer(train_on_gpus, backend_config=dtrain.ray.Config(),
+                                  scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
+                                  run_config=RunConfig(storage_path=str(tmp_path), name="job"))
+    result = trainer.fit()
+    assert result.error is None, result.error
+    visible = result.metrics["visible"]
+    assert visible[0] == visible[1] and sorted(visible[0].split(",")) == ["0", "1"], visible
 
 
 def train_resuming(config):

@@ -8,6 +8,10 @@
     losses = executor.run(train, args=[config])  # one result a rank, in rank order
     executor.shutdown()
 
+GPUs (``use_gpu=True``, ``gpus_per_worker``): Ray gives each actor its own; as Horovod's RayExecutor
+does, every rank sees all the GPUs Ray gave its node's ranks (CUDA_VISIBLE_DEVICES, in local rank
+order), so that Horovod's ``torch.cuda.set_device(hvd.local_rank())`` picks a GPU of its own.
+
 What Ray starts and how it reaches the job: the actors go into a placement group (PACK by
 default, as Horovod's; ``placement_strategy="SPREAD"`` spreads them); ranks are grouped by node, so
 a node's ranks are consecutive local ranks that share memory. Each actor is told the job's
@@ -57,6 +61,10 @@ class _Worker:
 
     def free_port(self) -> int:
         return _job_env.free_port()
+
+    def gpu_ids(self) -> list[str]:
+        """The GPUs Ray gave this actor (its CUDA_VISIBLE_DEVICES as Ray set it)."""
+        return [str(i) for i in ray.get_gpu_ids()]
 
     def set_env(self, env: dict[str, str]) -> None:
         _job_env.apply(env)
@@ -218,6 +226,11 @@ class RayExecutor:
                     self._get([self.workers[0].free_port.remote()], "choosing a port")[0])
         self._worker_envs = _job_env.worker_envs(self.places, self.num_servers, root, secret,
                                                  extra_env)
+        if self.gpus_per_worker:
+            gpus = self._get([w.gpu_ids.remote() for w in self.workers], "listing their GPUs")
+            for env, visible in zip(self._worker_envs,
+                                    _job_env.node_gpus([p.node_id for p in self.places], gpus)):
+                env["CUDA_VISIBLE_DEVICES"] = visible
         self._get([w.set_env.remote(e) for w, e in zip(self.workers, self._worker_envs)],
                   "telling the workers the job")
         self._executable = (cls, args, kwargs)

@@ -54,6 +54,8 @@ def _shutdown_collectives() -> None:
 
 
 class _DtrainBackend(Backend):
+    # As Ray's torch backend: each worker sees its node's workers' GPUs (local rank i the i-th).
+    share_cuda_visible_devices = True
     # Ray makes Backend a singleton: a run's services are kept by the worker group they serve.
     _services: dict[int, list[Any]] = {}
 
