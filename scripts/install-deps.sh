@@ -68,4 +68,6 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
+# openjdk's postinst links its man pages there, and slim Debian images drop the folder.
+$SUDO mkdir -p /usr/share/man/man1
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -161,11 +161,12 @@ def mpirun_argv(n, command):
     return argv + ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "DTRAIN_FAILURE_EXIT_MS"] + command
 
 
-def run_example_on_an_engine(script, args, cwd, drop_prefix):
+def run_example_on_an_engine(script, args, cwd, drop_prefix, extra_env=None):
     """An examples/python script that starts its own Ray or Spark, run as a user runs it (with the
     package under test on its path, as the suite has it, and none of the engine's variables this
-    process has: `drop_prefix`): its output, after a check that it exited 0."""
+    process has: `drop_prefix`, but `extra_env`): its output, after a check that it exited 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith((drop_prefix, "DMLC_"))}
+    env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
     p = subprocess.run([sys.executable, os.path.join(REPO, "examples", "python", script), *args],
                        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -23,12 +23,16 @@ if shutil.which("java") is None:
 import dtrain.spark  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Spark names this machine by its host name, which a CI container may not resolve: loopback,
+# where every test here runs.
+LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
+    os.environ.update(LOOPBACK)  # read by the JVMs this starts
     # The executors' Python workers import this file's functions and the package under test.
     path = os.pathsep.join([HERE] + sys.path)
     work = tmp_path_factory.mktemp("spark")
@@ -144,5 +148,5 @@ def test_the_spark_example_trains(tmp_path):
 
     out = run_example_on_an_engine("spark_fashion_mnist.py", ["--num-proc", "2", "--", "--epochs",
                                                               "1", "--max-batches", "20"],
-                                   tmp_path, "SPARK_")
+                                   tmp_path, "SPARK_", LOOPBACK)
     assert re.search(r"\[0\]<stdout>:Epoch 0: Test_acc", out), out
