@@ -178,6 +178,18 @@ def test_an_elastic_job_goes_on_without_a_lost_worker(cluster, tmp_path):
     assert len(results) in (2, 3) and results == [(20, len(results))] * len(results), results
 
 
+def test_an_elastic_job_the_cluster_cannot_hold_fails_saying_why(cluster, tmp_path):
+    from dtrain.ray import ElasticRayExecutor
+
+    # 7 workers of 1 CPU on a cluster of 6: below --min-np until the elastic timeout.
+    executor = ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=7, max_np=7,
+                                                                     elastic_timeout=5))
+    executor.start()
+    with pytest.raises(RuntimeError, match=r"(?s)dtrain launch exited 1.*fewer workers than "
+                                           r"--min-np 7 after 5 s"):
+        executor.run(elastic_steps, args=(20, str(tmp_path / "died")))
+
+
 def die_on_rank_1():
     import dtrain.torch as hvd
 

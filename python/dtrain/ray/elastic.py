@@ -18,6 +18,7 @@ job, in its final rank order. Run this driver on a node of the cluster (the work
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import pickle
@@ -133,12 +134,16 @@ class ElasticRayExecutor:
         env.update(RAY_ADDRESS=str(self._address), DTRAIN_RAY_FN=fn_path,
                    DTRAIN_RAY_RESULT_DIR=results, DTRAIN_RAY_CPUS=str(self.cpus_per_slot),
                    DTRAIN_RAY_GPUS=str(self.gpus_per_slot))
-        p = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, errors="replace")
-        if self.settings.verbose:
-            sys.stdout.write(p.stdout)
-            sys.stdout.flush()
+        # The job's merged output as it comes (verbose), its last lines kept for an error.
+        tail: collections.deque[str] = collections.deque(maxlen=30)
+        with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, errors="replace") as p:
+            assert p.stdout is not None
+            for line in p.stdout:
+                tail.append(line)
+                if self.settings.verbose:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
         if p.returncode != 0:
-            tail = "\n".join(p.stdout.splitlines()[-30:])
             raise RuntimeError(f"the elastic job on Ray failed (dtrain launch exited "
-                               f"{p.returncode}):\n{tail}")
+                               f"{p.returncode}):\n{''.join(tail)}")
