@@ -202,7 +202,8 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
                   "second; it prints the hosts that may run workers, one `HOST:SLOTS` a line. "
                   "Workers start on free slots (up to --max-np); a worker that fails retires its "
                   "slot and the others go on from their last commit (dtrain.torch.elastic). "
-                  "--launcher local: this machine's names only; --launcher ssh: any host");
+                  "--launcher local: this machine's names only; --launcher ssh: any host; "
+                  "--launcher ray: the Ray nodes' addresses");
   app->add_option(
       "--min-np", f->min_np,
       "elastic: the fewest workers to train with (default -n, else 1); below it the "
