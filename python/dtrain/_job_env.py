@@ -1,7 +1,7 @@
 """The variables a dtrain process started by a cluster engine (a Ray actor, a Ray Train worker, a
-Spark task) reads to find its job, as `dtrain launch` sets them for the processes it starts (src/launcher/plan/job_plan.cc):
-no hostfile and no ssh, the job's secret handed to each actor by a method call (never through a
-runtime_env, which Ray shows on its dashboard)."""
+Spark task) reads to find its job, as `dtrain launch` sets them for the processes it starts
+(src/launcher/plan/job_plan.cc): no hostfile and no ssh, the job's secret handed to each process
+by the engine's own call (never through a Ray runtime_env, which Ray shows on its dashboard)."""
 
 import os
 import secrets
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Place:
-    """Where an actor runs: its Ray node and the address its peers reach it at."""
+    """Where a process of the job runs: its node (Ray's node id; for Spark, its host name), the
+    address its peers reach it at, and its host name."""
     node_id: str
     address: str
     hostname: str

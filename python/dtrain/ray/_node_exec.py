@@ -22,7 +22,6 @@ and 0): the actor's resources.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import subprocess
@@ -108,8 +107,9 @@ def main() -> int:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False,
-             logging_level=logging.WARNING)
+    from .discover import connect
+
+    connect()
     runner_class: Any = ray.remote(_Runner)
     runner = runner_class.options(
         num_cpus=args.cpus, num_gpus=args.gpus, max_concurrency=2,

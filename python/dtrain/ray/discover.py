@@ -13,7 +13,17 @@ import sys
 from typing import Any
 
 
+def connect() -> None:
+    """Joins the cluster as Ray's clients do (RAY_ADDRESS, else this machine's), quietly: the
+    output of this module and of dtrain.ray._node_exec is the job's."""
+    import ray
+
+    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False,
+             logging_level=logging.WARNING)
+
+
 def slots(node: dict[str, Any], cpus_per_worker: float, gpus_per_worker: float) -> int:
+    """How many workers of that many CPUs and GPUs the node's resources hold."""
     resources = node.get("Resources", {})
     n = int(resources.get("CPU", 0) // cpus_per_worker) if cpus_per_worker else sys.maxsize
     if gpus_per_worker:
@@ -28,8 +38,7 @@ def main() -> int:
     args = ap.parse_args()
     import ray
 
-    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False,
-             logging_level=logging.WARNING)
+    connect()
     try:
         for node in ray.nodes():
             n = slots(node, args.cpus_per_worker, args.gpus_per_worker) if node["Alive"] else 0

@@ -32,6 +32,8 @@ from typing import Any
 import ray
 from ray import cloudpickle  # Ray vendors it
 
+from .discover import slots
+
 
 @dataclasses.dataclass
 class ElasticSettings:
@@ -91,11 +93,8 @@ class ElasticRayExecutor:
     def _max_np(self) -> int:
         if self.settings.max_np is not None:
             return self.settings.max_np
-        total = 0
-        for node in ray.nodes():
-            if node["Alive"]:
-                cpus = node.get("Resources", {}).get("CPU", 0)
-                total += int(cpus // self.cpus_per_slot)
+        total = sum(slots(node, self.cpus_per_slot, self.gpus_per_slot)
+                    for node in ray.nodes() if node["Alive"])  # as the discovery offers them
         return max(total, self.settings.min_np)
 
     def run(self, worker_fn: Callable[..., Any], callbacks: Any = None,
