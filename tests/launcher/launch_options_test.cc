@@ -174,7 +174,16 @@ TEST(LaunchOptions, TheRayLauncherRunsElasticJobsOnly) {
   EXPECT_THAT(ErrorOf({"-n", "2", "-s", "0", "--launcher", "ray", "--", "t"}),
               HasSubstr("use dtrain.ray.RayExecutor"));
   EXPECT_THAT(ErrorOf({"-n", "2", "-s", "0", "--launcher", "rays", "--", "t"}),
-              HasSubstr("(choose from local, ssh, mpi, slurm, sge, ray)"));
+              HasSubstr("(choose from local, ssh, mpi, slurm, sge, ray, spark)"));
+}
+
+TEST(LaunchOptions, TheSparkLauncherRunsElasticJobsOnly) {
+  EXPECT_EQ(Parse({"-s", "0", "--launcher", "spark", "--host-discovery-script",
+                   "python3 -m dtrain.spark.discover", "--", "t"})
+                .launcher,
+            LauncherKind::kSpark);
+  EXPECT_THAT(ErrorOf({"-n", "2", "-s", "0", "--launcher", "spark", "--", "t"}),
+              HasSubstr("use dtrain.spark.run"));
 }
 
 }  // namespace

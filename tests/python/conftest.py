@@ -173,3 +173,32 @@ def run_example_on_an_engine(script, args, cwd, drop_prefix, extra_env=None):
                        text=True, timeout=600)
     assert p.returncode == 0, p.stdout
     return p.stdout
+
+
+def elastic_steps(steps, marker, sleep_s=0.0, kill_parent=False):
+    """Horovod's elastic loop, run by the engines' elastic jobs (Ray's, Spark's): rank 1 of the
+    first membership dies at step 8 (once: `marker` records it), or with `kill_parent` kills the
+    process that runs it (the engine's actor or task); the job rolls back to the last commit and
+    goes on without it (or with a worker started on the freed slot)."""
+    import torch
+
+    import dtrain.torch as hvd
+
+    hvd.init()
+    state = hvd.elastic.ObjectState(step=0)
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < steps:
+            if state.step == 8 and hvd.rank() == 1 and not os.path.exists(marker):
+                open(marker, "w").close()
+                if kill_parent:
+                    os.kill(os.getppid(), signal.SIGKILL)
+                os._exit(3)  # the worker's process dies without a word
+            hvd.allreduce(torch.ones(1))
+            time.sleep(sleep_s)
+            state.step += 1
+            state.commit()
+        return state.step, hvd.size()
+
+    return train(state)

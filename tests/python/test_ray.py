@@ -143,35 +143,13 @@ def test_max_restarts_replaces_a_lost_worker_which_rejoins_the_job(cluster):
     assert results == [(0, 0, False), (1, 5, True)], results
 
 
-def elastic_steps(steps, marker, sleep_s=0.0):
-    """Horovod's elastic loop: rank 1 of the first membership dies at step 8 (once: `marker`
-    records it); the job rolls back to the last commit and goes on without it (or with a worker
-    started on the freed slot)."""
-    import dtrain.torch as hvd
-
-    hvd.init()
-    state = hvd.elastic.ObjectState(step=0)
-
-    @hvd.elastic.run
-    def train(state):
-        while state.step < steps:
-            if state.step == 8 and hvd.rank() == 1 and not os.path.exists(marker):
-                open(marker, "w").close()
-                os._exit(3)  # the worker's process dies without a word
-            hvd.allreduce(torch.ones(1))
-            time.sleep(sleep_s)
-            state.step += 1
-            state.commit()
-        return state.step, hvd.size()
-
-    return train(state)
-
-
 def test_an_elastic_job_goes_on_without_a_lost_worker(cluster, tmp_path):
     from dtrain.ray import ElasticRayExecutor
 
     executor = ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=2, max_np=3))
     executor.start()
+    from conftest import elastic_steps
+
     results = executor.run(elastic_steps, args=(20, str(tmp_path / "died")))
     assert (tmp_path / "died").exists()
     # Every worker that ended the job went through all the steps, in one membership at the end.
@@ -185,6 +163,8 @@ def test_an_elastic_job_the_cluster_cannot_hold_fails_saying_why(cluster, tmp_pa
     executor = ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=7, max_np=7,
                                                                      elastic_timeout=5))
     executor.start()
+    from conftest import elastic_steps
+
     with pytest.raises(RuntimeError, match=r"(?s)dtrain launch exited 1.*fewer workers than "
                                            r"--min-np 7 after 5 s"):
         executor.run(elastic_steps, args=(20, str(tmp_path / "died")))

@@ -11,27 +11,23 @@ How: ``run`` starts ``dtrain launch -s 0 --launcher ray --host-discovery-script 
 dtrain.ray.discover' --min-np A --max-np B`` on this machine, dtrain's elastic driver
 (src/launcher/watch/elastic_job.h). Its workers run on the Ray nodes the discovery lists, each
 through a proxy here that has Ray run it on its node (dtrain/ray/_node_exec.py); ``train`` is
-pickled to them. Memberships, rollbacks to the last commit and new workers are
+pickled to them (dtrain/_elastic_launch.py). Memberships, rollbacks to the last commit and new workers are
 ``dtrain.torch.elastic``'s, as under ``dtrain launch``. The results: each worker's that ended the
 job, in its final rank order. Run this driver on a node of the cluster (the workers report to it).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import os
-import pickle
 import shlex
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import ray
 from ray import cloudpickle  # Ray vendors it
 
+from .. import _elastic_launch
 from .discover import slots
 
 
@@ -104,45 +100,15 @@ class ElasticRayExecutor:
         (fewer than ``min_np`` workers for ``elastic_timeout``, or every worker lost)."""
         if self._address is None:
             raise RuntimeError("start() the ElasticRayExecutor first")
-        with tempfile.TemporaryDirectory(prefix="dtrain-ray-elastic-") as folder:
-            fn_path = os.path.join(folder, "fn.pkl")
-            with open(fn_path, "wb") as f:
-                cloudpickle.dump((worker_fn, tuple(args), dict(kwargs or {})), f)
-            results = os.path.join(folder, "results")
-            os.mkdir(results)
-            self._launch(fn_path, results)
-            found = []
-            for name in sorted(os.listdir(results)):
-                with open(os.path.join(results, name), "rb") as f:
-                    found.append(pickle.load(f))
-        return [result for _, result in sorted(found, key=lambda r: r[0])]
-
-    def _launch(self, fn_path: str, results: str) -> None:
         python = sys.executable
         discover = (f"{shlex.quote(python)} -m dtrain.ray.discover --cpus-per-worker "
                     f"{self.cpus_per_slot} --gpus-per-worker {self.gpus_per_slot}")
-        argv = [python, "-m", "dtrain", "launch", "-s", "0", "--launcher", "ray",
-                "--host-discovery-script", discover, "--min-np", str(self.settings.min_np),
-                "--max-np", str(self._max_np()),
-                "--elastic-timeout", str(self.settings.elastic_timeout), "--",
-                "@python", "-m", "dtrain.ray._fn_worker"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "HOROVOD_"))}
-        env.update(self.env_vars)
-        # The proxies (python3 on PATH) are this Python, connected to this driver's cluster.
-        env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
-        env.update(RAY_ADDRESS=str(self._address), DTRAIN_RAY_FN=fn_path,
-                   DTRAIN_RAY_RESULT_DIR=results, DTRAIN_RAY_CPUS=str(self.cpus_per_slot),
+        launch_args = ["--launcher", "ray", "--host-discovery-script", discover,
+                       "--min-np", str(self.settings.min_np), "--max-np", str(self._max_np()),
+                       "--elastic-timeout", str(self.settings.elastic_timeout)]
+        env = dict(self.env_vars)
+        env.update(RAY_ADDRESS=str(self._address), DTRAIN_RAY_CPUS=str(self.cpus_per_slot),
                    DTRAIN_RAY_GPUS=str(self.gpus_per_slot))
-        # The job's merged output as it comes (verbose), its last lines kept for an error.
-        tail: collections.deque[str] = collections.deque(maxlen=30)
-        with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace") as p:
-            assert p.stdout is not None
-            for line in p.stdout:
-                tail.append(line)
-                if self.settings.verbose:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
-        if p.returncode != 0:
-            raise RuntimeError(f"the elastic job on Ray failed (dtrain launch exited "
-                               f"{p.returncode}):\n{''.join(tail)}")
+        return _elastic_launch.run_function(
+            cloudpickle.dump, worker_fn, args, dict(kwargs or {}), launch_args, env,
+            sys.stdout if self.settings.verbose else None, "on Ray")

@@ -181,12 +181,6 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: dict[str, Any]
     return _results(records, num_proc, stdout, stderr, prefix_output_with_timestamp)
 
 
-def run_elastic(*args: Any, **kwargs: Any) -> list[Any]:
-    """Horovod's elastic Spark run: not supported yet (a barrier stage has a fixed size)."""
-    raise NotImplementedError("dtrain.spark.run_elastic is not supported yet: use dtrain.spark.run"
-                              ", or `dtrain launch --host-discovery-script` for elastic training")
-
-
 def _collect(sc: Any, task: Callable[[Any], Any], num_proc: int, group: str,
              start_timeout: int) -> list[dict[str, Any]]:
     """Runs the barrier stage in a thread of its own (Spark's job group is per thread) while this

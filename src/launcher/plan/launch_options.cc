@@ -67,12 +67,13 @@ std::vector<EnvVar> ParseEnvArgs(const std::string& flag, const std::vector<std:
 }
 
 LauncherKind ParseLauncher(const std::string& name) {
-  for (LauncherKind k : {LauncherKind::kLocal, LauncherKind::kSsh, LauncherKind::kMpi,
-                         LauncherKind::kSlurm, LauncherKind::kSge, LauncherKind::kRay}) {
+  for (LauncherKind k :
+       {LauncherKind::kLocal, LauncherKind::kSsh, LauncherKind::kMpi, LauncherKind::kSlurm,
+        LauncherKind::kSge, LauncherKind::kRay, LauncherKind::kSpark}) {
     if (name == LauncherName(k)) return k;
   }
   throw UsageError("--launcher " + name + ": unknown launcher '" + name +
-                   "' (choose from local, ssh, mpi, slurm, sge, ray)");
+                   "' (choose from local, ssh, mpi, slurm, sge, ray, spark)");
 }
 
 void CheckRange(const char* flag, int64_t value, int64_t lo, int64_t hi) {
@@ -159,9 +160,10 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
   app->add_option("-s,--num-servers", f->num_servers,
                   "number of servers (default: N); 0: an allreduce job without servers");
   app->add_option("--launcher", f->launcher,
-                  "where processes run: local (default), ssh, mpi, slurm, sge, ray (an elastic "
-                  "job's workers on a Ray cluster's nodes: with --host-discovery-script "
-                  "'python3 -m dtrain.ray.discover')");
+                  "where processes run: local (default), ssh, mpi, slurm, sge, ray or spark (an "
+                  "elastic job's workers on a Ray cluster's nodes or in a Spark job's tasks, "
+                  "with --host-discovery-script 'python3 -m dtrain.ray.discover' or "
+                  "dtrain.spark.discover)");
   app->add_option("-H,--hostfile", f->hostfile,
                   "the hosts, one a line: NAME or ADDRESS, optionally :SLOTS; # comments. ssh: "
                   "servers, then workers, cycle through them (one of each per host when there "
@@ -203,7 +205,8 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
                   "Workers start on free slots (up to --max-np); a worker that fails retires its "
                   "slot and the others go on from their last commit (dtrain.torch.elastic). "
                   "--launcher local: this machine's names only; --launcher ssh: any host; "
-                  "--launcher ray: the Ray nodes' addresses");
+                  "--launcher ray: the Ray nodes' addresses; --launcher spark: the addresses of "
+                  "dtrain.spark.run_elastic's tasks");
   app->add_option(
       "--min-np", f->min_np,
       "elastic: the fewest workers to train with (default -n, else 1); below it the "
@@ -267,6 +270,8 @@ const char* LauncherName(LauncherKind kind) {
       return "sge";
     case LauncherKind::kRay:
       return "ray";
+    case LauncherKind::kSpark:
+      return "spark";
   }
   return "?";
 }
@@ -348,12 +353,18 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
         "'python3 -m dtrain.ray.discover' lists; for a fixed-size job on Ray, use "
         "dtrain.ray.RayExecutor");
   }
+  if (o.launcher == LauncherKind::kSpark && !o.host_discovery_script) {
+    throw UsageError(
+        "--launcher spark runs the elastic jobs of dtrain.spark.run_elastic, which starts it; "
+        "for a fixed-size job on Spark, use dtrain.spark.run");
+  }
   if (o.host_discovery_script) {
     if (o.launcher != LauncherKind::kLocal && o.launcher != LauncherKind::kSsh &&
-        o.launcher != LauncherKind::kRay) {
+        o.launcher != LauncherKind::kRay && o.launcher != LauncherKind::kSpark) {
       throw UsageError(
           std::string("--host-discovery-script works with --launcher local (this machine's "
-                      "slots), ssh (any host's) and ray (a Ray cluster's nodes), which start "
+                      "slots), ssh (any host's), ray (a Ray cluster's nodes) and spark (a Spark "
+                      "job's tasks), which start "
                       "each worker themselves; --launcher ") +
           LauncherName(o.launcher) + " starts them through its own tool");
     }

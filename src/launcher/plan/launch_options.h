@@ -25,7 +25,7 @@ class UsageError : public InvalidArgument {
 };
 
 // Where the processes of the job run (see backends.h).
-enum class LauncherKind { kLocal, kSsh, kMpi, kSlurm, kSge, kRay };
+enum class LauncherKind { kLocal, kSsh, kMpi, kSlurm, kSge, kRay, kSpark };
 
 const char* LauncherName(LauncherKind kind);
 

@@ -2,7 +2,8 @@
 // hosts the script offers. --launcher local runs every worker on this machine; --launcher ssh runs
 // each on its host through ssh, as the ssh backend does (ssh_launcher.cc), a host's address looked
 // up with `ssh -G` when the script first offers it. --launcher ray runs each on a Ray node, through
-// a proxy process here (python/dtrain/ray/_node_exec.py) that has Ray run it there.
+// a proxy process here (python/dtrain/ray/_node_exec.py) that has Ray run it there; --launcher
+// spark in one of dtrain.spark.run_elastic's tasks, through python/dtrain/spark/_node_exec.py.
 #include <arpa/inet.h>
 
 #include <cstdio>
@@ -70,16 +71,17 @@ class SshHosts : public ElasticHosts {
   std::map<std::string, Known> known_;
 };
 
-// A Ray cluster's nodes, named by address (`python3 -m dtrain.ray.discover` prints them). Each
-// worker is a local proxy, `python3 -m dtrain.ray._node_exec --node ADDRESS -- ARGV`, which asks
-// Ray for an actor on that node and runs ARGV there with the worker's variables; it stops the
-// worker when its stdin closes (the launcher ended) or it is signalled, and exits with the
-// worker's code (1, naming the node, when Ray lost the actor or the node). The python3 on PATH
-// must import dtrain and ray; the proxy finds the cluster as Ray's clients do (RAY_ADDRESS).
-class RayNodes : public ElasticHosts {
+// The nodes of an engine that runs the workers for us, named by address: a Ray cluster's
+// (`python3 -m dtrain.ray.discover` prints them) or a Spark job's tasks (dtrain.spark.discover's).
+// Each worker is a local proxy, `python3 -m dtrain.ENGINE._node_exec --node ADDRESS -- ARGV`,
+// which has the engine run ARGV there with the worker's variables (a Ray actor with that node's
+// affinity; a free task of run_elastic's on that host); it stops the worker when its stdin closes
+// (the launcher ended) or it is signalled, and exits with the worker's code (1, naming the node,
+// when the engine lost it). The python3 on PATH must import dtrain and the engine's package.
+class EngineNodes : public ElasticHosts {
  public:
-  RayNodes(const LaunchOptions& options, uint16_t report_port)
-      : options_(options), report_port_(report_port) {}
+  EngineNodes(const LaunchOptions& options, uint16_t report_port, std::string engine)
+      : options_(options), report_port_(report_port), engine_(std::move(engine)) {}
 
   std::optional<std::string> Refuse(const std::string& host) override {
     in_addr v4{};
@@ -88,8 +90,8 @@ class RayNodes : public ElasticHosts {
         ::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
       return std::nullopt;
     }
-    return "which is not an address: --launcher ray takes the Ray nodes' addresses, as "
-           "`python3 -m dtrain.ray.discover` prints them";
+    return "which is not an address: --launcher " + engine_ +
+           " takes addresses, as `python3 -m dtrain." + engine_ + ".discover` prints them";
   }
 
   ProcessSpec Place(const ProcessSpec& worker, const std::string& host) override {
@@ -98,9 +100,9 @@ class RayNodes : public ElasticHosts {
     SetEnv(&spec.env, "DMLC_NODE_HOST", host);
     SetEnv(&spec.env, "DTRAIN_REPORT_ADDR",
            SchedulerAddressToward(host, options_.interface) + ":" + std::to_string(report_port_));
-    spec.argv = {"python3", "-m", "dtrain.ray._node_exec", "--node", host, "--"};
+    spec.argv = {"python3", "-m", "dtrain." + engine_ + "._node_exec", "--node", host, "--"};
     spec.argv.insert(spec.argv.end(), worker.argv.begin(), worker.argv.end());
-    spec.remote_via = "ray";
+    spec.remote_via = engine_;
     spec.stdin_held_open = true;
     return spec;
   }
@@ -108,6 +110,7 @@ class RayNodes : public ElasticHosts {
  private:
   const LaunchOptions options_;
   const uint16_t report_port_;
+  const std::string engine_;
 };
 
 }  // namespace
@@ -117,7 +120,8 @@ class RayNodes : public ElasticHosts {
 // number names it (DTRAIN_NODE_RANK, set per worker).
 int RunElasticJob(const LaunchOptions& options) {
   const bool ssh = options.launcher == LauncherKind::kSsh;
-  const bool ray = options.launcher == LauncherKind::kRay;
+  const bool engine =
+      options.launcher == LauncherKind::kRay || options.launcher == LauncherKind::kSpark;
   LaunchOptions one = options;
   one.num_workers = 1;
   JobPlan plan =
@@ -125,7 +129,7 @@ int RunElasticJob(const LaunchOptions& options) {
   SupervisorOptions supervision;
   supervision.kill_grace = options.kill_grace;
   supervision.output_dir = options.output_dir;
-  SetUpReports(options, &plan, &supervision, /*other_hosts=*/ssh || ray);
+  SetUpReports(options, &plan, &supervision, /*other_hosts=*/ssh || engine);
   ProcessSpec worker = plan.processes.front();
   std::vector<EnvVar> env;
   for (EnvVar& v : worker.env) {
@@ -145,18 +149,20 @@ int RunElasticJob(const LaunchOptions& options) {
     const std::string cwd = std::filesystem::current_path(ec).string();
     if (ec) throw Error("cannot get the current directory: " + ec.message());
     elastic.hosts = std::make_shared<SshHosts>(options, cwd, supervision.reports->port);
-  } else if (ray) {
-    elastic.hosts = std::make_shared<RayNodes>(options, supervision.reports->port);
+  } else if (engine) {
+    elastic.hosts = std::make_shared<EngineNodes>(options, supervision.reports->port,
+                                                  LauncherName(options.launcher));
   } else {
     elastic.hosts = std::make_shared<ThisMachine>();
   }
+  const std::string where = ssh                                        ? "through ssh"
+                            : options.launcher == LauncherKind::kRay   ? "on Ray's nodes"
+                            : options.launcher == LauncherKind::kSpark ? "in Spark's tasks"
+                                                                       : "on this machine";
   std::fprintf(stderr,
                "dtrain launch: elastic allreduce job %s: %d to %d workers on the slots that `%s` "
                "offers\n",
-               ssh   ? "through ssh"
-               : ray ? "on Ray's nodes"
-                     : "on this machine",
-               options.min_np, options.max_np, elastic.discovery_script.c_str());
+               where.c_str(), options.min_np, options.max_np, elastic.discovery_script.c_str());
   return SuperviseElasticJob(worker, supervision, elastic);
 }
 

@@ -120,6 +120,7 @@ int RunBackend(const LaunchOptions& options) {
     case LauncherKind::kSge:
       return RunSgeJob(options);
     case LauncherKind::kRay:  // elastic only (launch_options.cc)
+    case LauncherKind::kSpark:
       return RunElasticJob(options);
   }
   return kLauncherFailureExitCode;

@@ -1,6 +1,7 @@
-"""`@python -m dtrain.ray._fn_worker`: a worker of ElasticRayExecutor.run (dtrain/ray/elastic.py),
-started on a Ray node by `dtrain launch --launcher ray` (dtrain/ray/_node_exec.py). Runs the
-function pickled at DTRAIN_RAY_FN and writes ``(rank, result)`` to DTRAIN_RAY_RESULT, its rank the
+"""`@python -m dtrain._fn_worker`: a worker of an elastic job started for a Python function
+(dtrain.ray.ElasticRayExecutor.run, dtrain.spark.run_elastic), run on its node by
+dtrain._engine_child.ChildRunner. Runs the function pickled at DTRAIN_FN (by the engine's
+cloudpickle, which must import here) and writes ``(rank, result)`` to DTRAIN_RESULT, its rank the
 one it ended the job with (an elastic job's ranks change as workers come and go)."""
 
 from __future__ import annotations
@@ -9,14 +10,12 @@ import os
 import pickle
 import sys
 
-from ray import cloudpickle  # Ray vendors it
-
 
 def main() -> int:
     from dtrain.errors import RemovedFromJob
 
-    with open(os.environ["DTRAIN_RAY_FN"], "rb") as f:
-        fn, args, kwargs = cloudpickle.load(f)
+    with open(os.environ["DTRAIN_FN"], "rb") as f:
+        fn, args, kwargs = pickle.load(f)  # cloudpickle's output loads with pickle
     try:
         result = fn(*args, **kwargs)
     except RemovedFromJob as e:  # told to leave before it had a part: no result, no failure
@@ -28,7 +27,7 @@ def main() -> int:
 
         if hvd.is_initialized():
             rank = hvd.rank()
-    with open(os.environ["DTRAIN_RAY_RESULT"], "wb") as f:
+    with open(os.environ["DTRAIN_RESULT"], "wb") as f:
         pickle.dump((rank, result), f)
     return 0
 
