@@ -17,7 +17,7 @@ while (($#)); do
   esac
 done
 targets=(fuzz_wire_decoder fuzz_tcp_receive fuzz_control_decoder fuzz_negotiation_decoder
-  fuzz_checkpoint_decoder)
+  fuzz_checkpoint_decoder fuzz_row_sparse_decoder)
 
 # Without CUDA: the decoders never see device memory, and the sanitizers should not meet nvcc's
 # objects.

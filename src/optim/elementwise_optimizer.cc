@@ -223,6 +223,47 @@ void ElementwiseOptimizer::Update(uint64_t index, std::span<float> weight,
   state.update_count = t;
 }
 
+void ElementwiseOptimizer::UpdateRows(uint64_t index, std::span<float> weight, size_t row_length,
+                                      std::span<const int64_t> rows, std::span<const float> grad) {
+  if (row_length == 0 || weight.size() % row_length != 0) {
+    throw InvalidArgument(IndexName(index) + ": rows of " + std::to_string(row_length) +
+                          " elements do not divide a weight of " + std::to_string(weight.size()));
+  }
+  const auto row_count = static_cast<int64_t>(weight.size() / row_length);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= row_count || (i > 0 && rows[i] <= rows[i - 1])) {
+      throw InvalidArgument(IndexName(index) + ": row " + std::to_string(rows[i]) + " at " +
+                            std::to_string(i) + " is " +
+                            (rows[i] < 0 || rows[i] >= row_count
+                                 ? "outside the weight's " + std::to_string(row_count) + " rows"
+                                 : "not above the row before it (rows must increase)"));
+    }
+  }
+  if (grad.size() != rows.size() * row_length) {
+    throw InvalidArgument(IndexName(index) + ": a gradient of " + std::to_string(grad.size()) +
+                          " elements for " + std::to_string(rows.size()) + " rows of " +
+                          std::to_string(row_length));
+  }
+  IndexState& state = StateOf(index, weight.size());
+  const uint64_t t = state.update_count + 1;
+  const Step step{t, LearningRateAt(t)};
+  const size_t n = weight.size();
+  float* const buffers = HostBuffers(state);
+  auto apply = [&](int64_t begin, int64_t end) {
+    for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
+      const size_t first = static_cast<size_t>(rows[i]) * row_length;
+      Apply(step, weight.subspan(first, row_length), grad.subspan(i * row_length, row_length),
+            {buffers ? buffers + first : nullptr, n});
+    }
+  };
+  if (parallel_for_) {
+    parallel_for_(static_cast<int64_t>(rows.size()), apply);
+  } else {
+    apply(0, static_cast<int64_t>(rows.size()));
+  }
+  state.update_count = t;
+}
+
 void ElementwiseOptimizer::UpdateOnDevice(uint64_t index, const Array& weight, const Array& grad) {
   if (!weight.on_device() || !grad.on_device()) {
     throw InvalidArgument(IndexName(index) + ": UpdateOnDevice takes values on a device (the " +

@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "dtrain/common/array.h"
-#include "optim/optimizer.h"
 #include "optim/kernels/device_launch.h"
 #include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
 #include "optim/optimizer_params.h"
 
 namespace dtrain {
@@ -50,6 +50,8 @@ class ElementwiseOptimizer : public Optimizer {
   };
 
   void Update(uint64_t index, std::span<float> weight, std::span<const float> grad) final;
+  void UpdateRows(uint64_t index, std::span<float> weight, size_t row_length,
+                  std::span<const int64_t> rows, std::span<const float> grad) final;
   void UpdateOnDevice(uint64_t index, const Array& weight, const Array& grad) final;
   void SetParallelFor(ParallelFor parallel_for) final { parallel_for_ = std::move(parallel_for); }
 

@@ -45,6 +45,17 @@ class Optimizer {
   // a refused Update changes nothing.
   virtual void Update(uint64_t index, std::span<float> weight, std::span<const float> grad) = 0;
 
+  // MXNet's lazy update of a row-sparse gradient: `weight` is the index's whole value, a matrix
+  // of rows of `row_length` elements; `grad` holds the gradient of the rows `rows` (strictly
+  // increasing, each below the matrix's row count), one after another. Only those rows' weights
+  // and state change, each as Update would change it (so weight decay and momentum reach a row
+  // only in the steps that touch it); the index's update count goes up by one, as for any update.
+  // The state is the whole index's, shared with Update. Throws InvalidArgument for a row length
+  // that does not divide the weight, rows out of order or range, a gradient of another length, or
+  // a length other than the index's earlier updates'; a refused call changes nothing.
+  virtual void UpdateRows(uint64_t index, std::span<float> weight, size_t row_length,
+                          std::span<const int64_t> rows, std::span<const float> grad) = 0;
+
   // The same update on float32 values in one CUDA device's memory (device Arrays, as the front
   // ends wrap CUDA tensors), computed there bit for bit as Update computes it. The kernel is queued
   // on `weight`'s stream, after the work queued so far on `grad`'s, and the call returns without

@@ -1,0 +1,46 @@
+// The body of a row-sparse push and of a row request (MXNet's row_sparse storage on the wire):
+// what a worker sends a server for the rows of one slot of an embedding-like key, a matrix cut
+// into slots at row boundaries (KeyPartition), so that every server holds whole rows.
+//
+//   rows push:     u64 n, then n row ids (i64), then n rows of row_bytes each, in the ids' order
+//   rows request:  u64 n, then n row ids (i64); the answer is the n rows, in the request's order
+//
+// Integers are little-endian; row ids count from the slot's first row. Ids may come in any order
+// and repeat: a server adds a pushed row to the slot's sum for each time its id appears (the
+// duplicates of an embedding's gradient are summed, as torch's coalesce would). The decoders read
+// untrusted bytes: the length must be exactly what n announces, and every id must lie within the
+// slot; anything else is a ProtocolError naming what is wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dtrain::ps {
+
+struct RowSparseView {
+  std::vector<int64_t> rows;     // as sent: any order, repeats allowed
+  const char* values = nullptr;  // rows.size() rows of row_bytes, in the same order
+  size_t row_bytes = 0;
+
+  const char* row(size_t i) const { return values + i * row_bytes; }
+};
+
+// Bytes of a push of n rows of row_bytes; a request's are RowSparseBytes(n, 0). Throws
+// InvalidArgument when that overflows size_t.
+size_t RowSparseBytes(size_t n, size_t row_bytes);
+
+// Writes a push (or, with row_bytes 0 and values null, a request) into out, which holds
+// RowSparseBytes(rows.size(), row_bytes) bytes. `values`: the rows, one after another.
+void EncodeRowSparse(std::span<const int64_t> rows, const void* values, size_t row_bytes,
+                     char* out);
+
+// A push into a slot of `slot_rows` rows of `row_bytes` (> 0). `values` points into `data`.
+RowSparseView DecodeRowSparse(const char* data, size_t size, int64_t slot_rows, size_t row_bytes);
+
+// A request's row ids, for a slot of `slot_rows` rows.
+std::vector<int64_t> DecodeRowRequest(const char* data, size_t size, int64_t slot_rows);
+
+}  // namespace dtrain::ps
