@@ -19,8 +19,11 @@ float32, float64, float16 or bfloat16.
 Keys are ints in ``[0, 2**43)`` or strs; every worker must init the same keys. A value is a tensor,
 or a list of tensors from several local devices (summed before they leave the worker). A key may
 be a list of keys, with one value (tensor or list) per key. A sparse COO value (an embedding's
-gradient, torch's form of MXNet's ``row_sparse``) is pushed as its dense form, and
-``row_sparse_pull`` gives the rows of a key asked for; the whole value travels either way.
+gradient, torch's form of MXNet's ``row_sparse``) and ``row_sparse_pull`` move only the rows
+concerned in dist stores (CPU tensors whose sparse indices run along the first dimension, as
+``nn.Embedding(sparse=True)`` gives; the servers then update only those rows unless the
+optimizer's ``lazy_update`` is 0); elsewhere a sparse value is pushed as its dense form and the
+whole value is pulled.
 
 Errors: misuse raises :class:`dtrain.InvalidArgument` (a ``ValueError``) naming the key at the
 call; a failure on the way raises :class:`dtrain.PeerError` or :class:`dtrain.TimeoutError`,
@@ -83,6 +86,35 @@ class Handle:
     @property
     def done(self) -> bool:
         return self._op.done
+
+
+class _AllOf:
+    """Several calls as one: done when all are (a push of sparse and dense keys together)."""
+
+    __slots__ = ("_ops",)
+
+    def __init__(self, ops: list[_dtrain.Operation]) -> None:
+        self._ops = ops
+
+    def wait(self) -> None:
+        for op in self._ops:
+            op.wait()
+
+    @property
+    def done(self) -> bool:
+        return all(op.done for op in self._ops)
+
+
+def _row_sparse(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A sparse value's row ids and rows (the devices' together: the store sums repeats), when
+    every tensor is a CPU sparse COO tensor with indices along its first dimension only (an
+    embedding's gradient); None otherwise (the value travels dense)."""
+    if not all(t.is_sparse and t.device.type == "cpu" and t.dim() >= 2 and t.sparse_dim() == 1
+               for t in tensors):
+        return None
+    rows = torch.cat([t._indices()[0] for t in tensors])
+    values = torch.cat([t._values() for t in tensors]).contiguous()
+    return rows, values
 
 
 def _is_tensor(x: object) -> bool:
@@ -202,7 +234,16 @@ class KVStore:
         """Adds the value (summed over the devices given) to this round of the key."""
         keys, listed = _keys(key)
         values = self._shaped("push", keys, _per_key(keys, listed, value, "value"), "value")
-        return Handle(self._h.push(keys, _densified(values), priority))
+        rows = [_row_sparse(v) for v in values] if self._moves_rows() else [None] * len(keys)
+        if all(r is None for r in rows):
+            return Handle(self._h.push(keys, _densified(values), priority))
+        ops = [self._h.push_rows(k, r[0], r[1], priority)
+               for k, r in zip(keys, rows) if r is not None]
+        dense = [(k, v) for k, v, r in zip(keys, values, rows) if r is None]
+        if dense:
+            ops.append(self._h.push([k for k, _ in dense], _densified([v for _, v in dense]),
+                                    priority))
+        return Handle(_AllOf(ops))  # type: ignore[arg-type]
 
     @overload
     def pull(self, key: _Key, out: None = None, priority: int = 0,
@@ -258,8 +299,8 @@ class KVStore:
         gradient). With `out` (a dense tensor of the key's shape, or one per device), writes those
         rows and zeros elsewhere, as MXNet's row_sparse `out`, and returns a Handle that is done;
         with one out per device, `row_ids` may be one per device too, as in MXNet. For several
-        keys, pass one `row_ids` per key. Row ids are checked before anything is written. The
-        whole value travels (dtrain moves dense values); only the selection is sparse."""
+        keys, pass one `row_ids` per key. Row ids are checked before anything is written. In a
+        dist store only those rows travel (CPU tensors); elsewhere the whole value does."""
         keys, listed = _keys(key)
         if row_ids is None:
             raise InvalidArgument("row_sparse_pull of key %r needs row_ids" % (keys[0],))
@@ -284,29 +325,44 @@ class KVStore:
             per_device = (targets is not None and len(targets) > 1
                           and isinstance(given, (list, tuple)) and len(given) == len(targets)
                           and all(_is_tensor(g) or isinstance(g, (list, tuple)) for g in given))
-            # Without out the rows land in a new tensor on torch's default device.
-            full = self._new_like(k) if targets is None else targets[0]
-            devices = [t.device for t in targets] if targets is not None else [full.device]
+            # Without out the rows land in a new tensor on the CPU.
+            dtype = targets[0].dtype if targets is not None else self._shapes[k][1]
+            devices = ([t.device for t in targets] if targets is not None
+                       else [torch.device("cpu")])
             ids = [_row_ids(given[j] if per_device else given, k, shape[0], devices[j])
                    for j in range(len(devices))]
-            plans.append((k, targets, ids, full))
+            plans.append((k, targets, ids, tuple(shape), dtype))
         results = []
         op = None
-        for k, targets, ids, full in plans:
-            op = self._h.pull([k], [[full]], priority)
-            op.wait()
+        for k, targets, ids, shape, dtype in plans:
+            if self._moves_rows() and len(shape) >= 2 and all(d.type == "cpu" for d in
+                                                               (i.device for i in ids)):
+                # Only the rows asked for travel: their union, then each device's share.
+                union = torch.unique(torch.cat(ids))
+                got = torch.empty((union.numel(),) + shape[1:], dtype=dtype)
+                op = self._h.pull_rows(k, union, got, priority)
+                op.wait()
+                rows = [got.index_select(0, torch.searchsorted(union, device_ids))
+                        for device_ids in ids]
+            else:
+                full = self._new_like(k) if targets is None else targets[0]
+                op = self._h.pull([k], [[full]], priority)
+                op.wait()
+                rows = [full.index_select(0, device_ids.to(full.device)) for device_ids in ids]
             if targets is None:
-                results.append(torch.sparse_coo_tensor(ids[0].unsqueeze(0),
-                                                       full.index_select(0, ids[0]),
-                                                       full.shape).coalesce())
+                results.append(torch.sparse_coo_tensor(ids[0].unsqueeze(0), rows[0],
+                                                       shape).coalesce())
                 continue
-            rows = [full.index_select(0, device_ids.to(full.device)) for device_ids in ids]
             for t, device_ids, kept in zip(targets, ids, rows):
                 t.zero_()
                 t.index_copy_(0, device_ids, kept.to(t.device))
         if op is None or outs is None:
             return results if listed else results[0]
         return Handle(op, out)
+
+    def _moves_rows(self) -> bool:
+        """Whether sparse values move as rows: dist stores."""
+        return self.type.startswith("dist")
 
     # --- control ---
     def barrier(self) -> None:

@@ -32,8 +32,9 @@ from .lr_scheduler import LRScheduler
 __all__ = ["create", "Optimizer", "SGD", "NAG", "Adam", "AdaGrad", "RMSProp"]
 
 # MXNet parameters with nothing to choose here (multi_precision: half-precision parameters always
-# have float32 masters); accepted so scripts carry over.
-_IGNORED = ("multi_precision", "lazy_update", "param_idx2name", "sym", "begin_num_update")
+# have float32 masters); accepted so scripts carry over. (lazy_update is passed on: a dist store's
+# servers apply row-sparse gradients lazily unless it is 0.)
+_IGNORED = ("multi_precision", "param_idx2name", "sym", "begin_num_update")
 
 
 class Optimizer:

@@ -63,6 +63,17 @@ OptimizerSpec SpecFrom(const std::string& name, const std::map<std::string, doub
   return spec;
 }
 
+// Row ids of a row push or pull: integers, on the CPU, any shape (flattened).
+std::vector<int64_t> RowIdsFrom(const at::Tensor& rows, Key key) {
+  if (rows.is_floating_point() || rows.is_complex() || rows.scalar_type() == at::kBool) {
+    throw InvalidArgument("rows of key " + KeyLabel(key) + ": row ids must be integers, not " +
+                          std::string(c10::toString(rows.scalar_type())));
+  }
+  const at::Tensor ids = rows.reshape(-1).to(at::kCPU, at::kLong).contiguous();
+  const int64_t* data = ids.data_ptr<int64_t>();
+  return std::vector<int64_t>(data, data + ids.numel());
+}
+
 }  // namespace
 
 KVStoreHandle::KVStoreHandle(const std::string& type) {
@@ -144,6 +155,26 @@ void RegisterKVStore(py::module_& m) {
              auto store = h.store();
              py::gil_scoped_release no_gil;
              return store->PushPull(ks, in, out, priority);
+           })
+      .def("push_rows",
+           [](const KVStoreHandle& h, const py::handle& key, const at::Tensor& rows,
+              const at::Tensor& values, int priority) {
+             const Key k = KeyFrom(key);
+             std::vector<int64_t> ids = RowIdsFrom(rows, k);
+             const Array array = ArrayView(values, "rows of key " + KeyLabel(k));
+             auto store = h.store();
+             py::gil_scoped_release no_gil;
+             return store->PushRows(k, std::move(ids), array, priority);
+           })
+      .def("pull_rows",
+           [](const KVStoreHandle& h, const py::handle& key, const at::Tensor& rows,
+              const at::Tensor& out, int priority) {
+             const Key k = KeyFrom(key);
+             std::vector<int64_t> ids = RowIdsFrom(rows, k);
+             const Array array = ArrayView(out, "rows out of key " + KeyLabel(k));
+             auto store = h.store();
+             py::gil_scoped_release no_gil;
+             return store->PullRows(k, std::move(ids), array, priority);
            })
       .def("waitall",
            [](const KVStoreHandle& h) {

@@ -410,6 +410,18 @@ bool DeviceStagingKVStore::UpdatedOnDevice(const std::vector<Array>& values) {
   return true;
 }
 
+Operation DeviceStagingKVStore::PushRows(Key key, std::vector<int64_t> rows, const Array& values,
+                                         int priority) {
+  if (MustQueue({values})) Flush();
+  return inner_->PushRows(key, std::move(rows), values, priority);
+}
+
+Operation DeviceStagingKVStore::PullRows(Key key, std::vector<int64_t> rows, const Array& out,
+                                         int priority) {
+  if (MustQueue({out})) Flush();
+  return inner_->PullRows(key, std::move(rows), out, priority);
+}
+
 Operation DeviceStagingKVStore::Push(Key key, std::vector<Array> values, int priority) {
   if (!MustQueue(values) || UpdatedOnDevice(values)) {
     return inner_->Push(key, std::move(values), priority);

@@ -88,6 +88,11 @@ class DeviceStagingKVStore final : public KVStore {
   Operation PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
                      int priority = 0) override;
 
+  // Host rows only: they reach the wrapped store once the calls queued before them have.
+  Operation PushRows(Key key, std::vector<int64_t> rows, const Array& values,
+                     int priority = 0) override;
+  Operation PullRows(Key key, std::vector<int64_t> rows, const Array& out,
+                     int priority = 0) override;
   void WaitAll() override;
   void Barrier() override {
     Flush();

@@ -204,9 +204,13 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
     setup_done = TakeSetupDoneByTheJob();
     for (size_t i = 0; i < keys.size(); ++i) {
       const Array& v = values[i];
-      const auto& slots = partition_.Add(static_cast<uint64_t>(keys[i]), v.size(), v.dtype());
-      keys_[keys[i]] =
-          KeyInfo{v.shape(), v.dtype(), slots, ServersOf(slots), std::make_shared<Residual>()};
+      // A matrix's slots hold whole rows (row-sparse pushes and pulls).
+      const int64_t row_elements =
+          v.shape().size() >= 2 ? NumElements(Shape(v.shape().begin() + 1, v.shape().end())) : 0;
+      const auto& slots = partition_.Add(static_cast<uint64_t>(keys[i]), v.size(), v.dtype(),
+                                         std::max<int64_t>(row_elements, 1));
+      keys_[keys[i]] = KeyInfo{v.shape(),        v.dtype(),    slots,
+                               ServersOf(slots), row_elements, std::make_shared<Residual>()};
       // Rank 0's values are the ones kept, as in MXNet; a replacement finds them there.
       if (rank() != 0 || setup_done) continue;
       const Body whole = WholeArray(v);
@@ -217,9 +221,9 @@ void DistKVStore::Init(std::span<const Key> keys, std::span<const Array> values)
         msg.header.part = slot.part;
         msg.header.dtype = v.dtype();
         // "again": a replacement of rank 0 that the lost process may have beaten to it.
-        msg.meta =
-            nlohmann::json{{"length", slot.length}, {"sync", sync_}, {"again", node_.rejoined()}}
-                .dump();
+        nlohmann::json meta{{"length", slot.length}, {"sync", sync_}, {"again", node_.rejoined()}};
+        if (row_elements > 0) meta["row_length"] = row_elements;
+        msg.meta = meta.dump();
         msg.body = Slice(whole, slot.offset, slot.length, v.dtype());
         requests.emplace_back(slot.server, std::move(msg));
       }

@@ -58,6 +58,12 @@ class DistKVStore : public KVStore, public StagedCalls {
   Operation PushPull(Key key, std::vector<Array> values, std::vector<Array> outs,
                      int priority = 0) override;
   Operation IssueStaged(StagedCall call) override;
+  // One request per slot of the key's rows (dist_kvstore_rows.cc); a push goes to every slot,
+  // empty where it has no row, as each slot's round needs every worker's push.
+  Operation PushRows(Key key, std::vector<int64_t> rows, const Array& values,
+                     int priority = 0) override;
+  Operation PullRows(Key key, std::vector<int64_t> rows, const Array& out,
+                     int priority = 0) override;
   void WaitAll() override;
   void Barrier() override;
   void SetOptimizer(const OptimizerSpec& spec) override;
@@ -76,7 +82,8 @@ class DistKVStore : public KVStore, public StagedCalls {
     Shape shape;
     DType dtype;
     std::vector<ps::Slot> slots;
-    std::string servers;  // " on server 0 (host:port)": where its operations wait, for errors
+    std::string servers;       // " on server 0 (host:port)": where its operations wait, for errors
+    int64_t row_elements = 0;  // a matrix's (2+ dimensions) elements per row; 0 otherwise
     // Gradient compression's error feedback: what this worker has not sent yet, per element
     // (allocated by the first compressed push); its mutex orders compressions of the key. Pushes
     // compressed by the caller (StagedCall::packed: values on a GPU) keep theirs where they
@@ -85,6 +92,10 @@ class DistKVStore : public KVStore, public StagedCalls {
   };
 
   const KeyInfo& Lookup(Key key, const char* op) const;
+  // The key's info for a row push or pull: a matrix, `rows` within it, `values` (n rows of its
+  // row shape, on the host). Throws InvalidArgument naming what does not fit.
+  const KeyInfo& LookupRows(Key key, const char* op, const std::vector<int64_t>& rows,
+                            const Array& values) const;
   void Check(Key key, const KeyInfo& info, const std::vector<Array>& arrays, const char* op,
              const char* what) const;
   // A buffer of `bytes` for a value of `info`'s key this worker pushes (log_buffers_ or the

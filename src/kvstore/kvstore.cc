@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "dtrain/common/error.h"
+#include "kvstore/key_names.h"
 
 namespace dtrain {
 namespace {
@@ -42,6 +43,16 @@ std::vector<KeyGroup> GroupByKey(std::span<const Key> keys,
 }
 
 }  // namespace
+
+Operation KVStore::PushRows(Key key, std::vector<int64_t>, const Array&, int) {
+  throw InvalidArgument("push of rows of key " + KeyLabel(key) + ": the " + type() +
+                        " store moves dense values (push the dense gradient)");
+}
+
+Operation KVStore::PullRows(Key key, std::vector<int64_t>, const Array&, int) {
+  throw InvalidArgument("pull of rows of key " + KeyLabel(key) + ": the " + type() +
+                        " store moves dense values (pull the dense value)");
+}
 
 void KVStore::Init(std::span<const Key> keys, std::span<const Array> values) {
   CheckCounts("Init", keys.size(), values.size(), "values");

@@ -27,6 +27,7 @@ std::vector<std::string_view> WithCommonParams(std::vector<std::string_view> own
   own.insert(own.begin(), "learning_rate");
   own.insert(own.end(), LearningRateSchedule::kParamNames.begin(),
              LearningRateSchedule::kParamNames.end());
+  own.push_back("lazy_update");
   return own;
 }
 
@@ -116,6 +117,7 @@ ElementwiseOptimizer::ElementwiseOptimizer(OptimizerSpec spec, std::string_view 
       params_(spec_, WithCommonParams(std::move(own_params))) {
   params_.NonNegative("learning_rate", static_cast<float>(default_learning_rate));
   learning_rate_ = params_.Exact("learning_rate", default_learning_rate);
+  lazy_update_ = params_.Flag("lazy_update", true);
   schedule_ = LearningRateSchedule::FromSpec(spec_, params_, learning_rate_);
 }
 

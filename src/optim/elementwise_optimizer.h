@@ -56,6 +56,7 @@ class ElementwiseOptimizer : public Optimizer {
   void SetParallelFor(ParallelFor parallel_for) final { parallel_for_ = std::move(parallel_for); }
 
   const OptimizerSpec& spec() const final { return spec_; }
+  bool lazy_update() const final { return lazy_update_; }
   void set_learning_rate(double learning_rate) final;
   void set_learning_rate_from(uint64_t t, double learning_rate) final;
   double learning_rate() const final;
@@ -129,6 +130,7 @@ class ElementwiseOptimizer : public Optimizer {
   double learning_rate_ = 0;
   std::vector<std::pair<uint64_t, double>> rate_changes_;
   LearningRateSchedule schedule_;
+  bool lazy_update_ = true;
   size_t state_buffers_ = 0;
 
   ParallelFor parallel_for_;        // unset: updates run on the caller's thread

@@ -56,6 +56,11 @@ class Optimizer {
   virtual void UpdateRows(uint64_t index, std::span<float> weight, size_t row_length,
                           std::span<const int64_t> rows, std::span<const float> grad) = 0;
 
+  // Whether a store applies a row-sparse gradient with UpdateRows (MXNet's lazy_update, the
+  // spec's "lazy_update" parameter, 1 by default as in MXNet) or as a dense gradient, zero in the
+  // rows not pushed, with Update (lazy_update 0: weight decay and momentum reach every row).
+  virtual bool lazy_update() const = 0;
+
   // The same update on float32 values in one CUDA device's memory (device Arrays, as the front
   // ends wrap CUDA tensors), computed there bit for bit as Update computes it. The kernel is queued
   // on `weight`'s stream, after the work queued so far on `grad`'s, and the call returns without

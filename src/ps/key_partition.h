@@ -46,15 +46,22 @@ class KeyPartition {
   KeyPartition(int num_servers, int64_t bigarray_bound, size_t chunk_bytes,
                size_t partition_bytes = 0);
 
-  // Places a new key; returns its slots (in order of offset).
-  const std::vector<Slot>& Add(uint64_t key, int64_t elements, DType dtype);
+  // Places a new key; returns its slots (in order of offset). `row_elements` > 1: the key is a
+  // matrix of rows that long, and every boundary falls between rows too (a multiple of the least
+  // common multiple of the row and kCompressionAlignment), so that every slot holds whole rows
+  // (row-sparse pushes and pulls, ps/row_sparse_body.h).
+  const std::vector<Slot>& Add(uint64_t key, int64_t elements, DType dtype,
+                               int64_t row_elements = 1);
   // nullptr if the key was never added.
   const std::vector<Slot>* Find(uint64_t key) const;
 
   const std::vector<uint64_t>& bytes_per_server() const { return bytes_per_server_; }
 
  private:
-  void Cut(int server, int64_t offset, int64_t length, size_t elem_size, std::vector<Slot>* out);
+  // Cuts [offset, offset + length) into pieces of at most chunk_bytes_ (at least one `unit`),
+  // boundaries at multiples of `unit` elements.
+  void Cut(int server, int64_t offset, int64_t length, size_t elem_size, int64_t unit,
+           std::vector<Slot>* out);
   // The server with the fewest bytes among those not marked in `holds_part` (all of them once
   // every one is marked); marks it.
   int LeastLoadedServerWithout(std::vector<bool>* holds_part) const;

@@ -13,6 +13,7 @@
 #include "compression/codec.h"
 #include "dtrain/common/array.h"
 #include "dtrain/common/error.h"
+#include "ps/row_sparse_body.h"
 #include "ps/server_slot.h"
 #include "report/reporter.h"
 #include "report/timeline.h"
@@ -38,17 +39,7 @@ constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
 constexpr size_t kRunHereBytes = 64 * 1024;
 
 bool IsDataRequest(const Header& h) {
-  return !h.is_response() && (h.command == Command::kPush || h.command == Command::kPull ||
-                              h.command == Command::kPushPull);
-}
-
-Body NewBuffer(size_t bytes) {
-  auto buffer = BufferPool::Default().Get(bytes);
-  Body b;
-  b.data = buffer.get();
-  b.size = bytes;
-  b.owner = std::move(buffer);
-  return b;
+  return !h.is_response() && (IsPushCommand(h.command) || IsPullCommand(h.command));
 }
 
 // A reply's header: the request's, answering it (its priority too, so the values a worker needs
@@ -63,6 +54,15 @@ Header ReplyTo(const Header& request, uint32_t flags) {
 }
 
 }  // namespace
+
+Body NewBuffer(size_t bytes) {
+  auto buffer = BufferPool::Default().Get(bytes);
+  Body b;
+  b.data = buffer.get();
+  b.size = bytes;
+  b.owner = std::move(buffer);
+  return b;
+}
 
 Server::Server(Node& node, const Config& config)
     : node_(node),
@@ -113,6 +113,7 @@ void Server::ReplyValue(SlotState& slot, const Header& request) {
 }
 
 size_t Server::BodyLimit(const Header& h) {
+  if (h.command == Command::kPushRows || h.command == Command::kPullRows) return RowsBodyLimit(h);
   if (h.command == Command::kPull) return 0;
   if (h.command != Command::kPush && h.command != Command::kPushPull) return SIZE_MAX;
   std::shared_lock<std::shared_mutex> lock(slots_mutex_);
@@ -191,9 +192,20 @@ void Server::HandleInit(Message&& msg) {
                              std::to_string(length) + " elements but carries " +
                              std::to_string(msg.body.size) + " bytes");
   }
+  int64_t row_length = 0;
+  if (meta.contains("row_length")) {
+    if (!meta["row_length"].is_number_unsigned() || meta["row_length"].get<int64_t>() < 1 ||
+        length % meta["row_length"].get<int64_t>() != 0) {
+      return ReplyError(h, "init of " + SlotName(h.key, h.part) + ": row_length " +
+                               meta["row_length"].dump() + " does not divide its " +
+                               std::to_string(length) + " elements");
+    }
+    row_length = meta["row_length"].get<int64_t>();
+  }
   auto slot = std::make_unique<SlotState>(h.key, h.part, length, h.dtype, meta["sync"].get<bool>(),
                                           msg.body.owner ? std::move(msg.body) : NewBuffer(0),
                                           node_.layout().num_workers, 0);
+  slot->row_length = row_length;
   {
     std::unique_lock<std::shared_mutex> lock(slots_mutex_);
     auto [it, inserted] = slots_.try_emplace({h.key, h.part}, std::move(slot));
@@ -329,7 +341,11 @@ void Server::HandleData(Message&& msg) {
     }
     slot = it->second.get();
   }
-  if ((h.flags & transport::kFlagBodyRefused) != 0) {
+  if (h.command == Command::kPushRows || h.command == Command::kPullRows) {
+    if (std::string problem = RowRequestProblem(*slot, msg); !problem.empty()) {
+      return ReplyError(h, problem);
+    }
+  } else if ((h.flags & transport::kFlagBodyRefused) != 0) {
     return ReplyError(h, std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) +
                              " refused: " + msg.meta + " (it holds " +
                              std::to_string(slot->length) + " " +
@@ -347,7 +363,7 @@ void Server::HandleData(Message&& msg) {
       return ReplyError(h, "compressed push to " + SlotName(h.key, h.part) +
                                " holds codes its format does not have");
     }
-  } else if (h.command != Command::kPull) {
+  } else if (h.command == Command::kPush || h.command == Command::kPushPull) {
     if (h.dtype != slot->dtype || msg.body.size != slot->bytes()) {
       return ReplyError(h, std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) +
                                " carries " + std::to_string(msg.body.size / DTypeSize(h.dtype)) +
@@ -356,7 +372,7 @@ void Server::HandleData(Message&& msg) {
                                std::string(DTypeName(slot->dtype)));
     }
   }
-  if (h.command != Command::kPull && !checkpoint_folder_.empty() &&
+  if (IsPushCommand(h.command) && !checkpoint_folder_.empty() &&
       !pushed_since_checkpoint_.load(std::memory_order_relaxed)) {
     pushed_since_checkpoint_.store(true, std::memory_order_relaxed);
   }
@@ -394,6 +410,9 @@ void Server::OnWorkerFinished(int worker_rank) {
 
 void Server::FailRound(SlotState& slot, const std::string& why) {
   for (const Header& h : slot.waiting) ReplyError(h, why);
+  for (const auto& [h, rows] : slot.waiting_rows) ReplyError(h, why);
+  slot.waiting_rows.clear();
+  ClearRowSums(slot);
   for (auto& queue : slot.deferred) {
     for (const Message& m : queue) ReplyError(m.header, why);
     queue.clear();
@@ -406,7 +425,7 @@ void Server::FailRound(SlotState& slot, const std::string& why) {
 
 void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
   auto& queue = slot.deferred[worker];
-  const bool is_push = msg.header.command != Command::kPull;
+  const bool is_push = IsPushCommand(msg.header.command);
   if (is_push) {
     if (std::string problem = FinishedWorkerProblem(); !problem.empty()) {
       return ReplyError(msg.header, problem);
@@ -418,7 +437,7 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
     ++slot.contributed[worker];
     if (slot.pushed[worker]) {
       slot.waiting.push_back(msg.header);  // answered with the round, when it completes
-    } else if (msg.header.command == Command::kPush) {
+    } else if (msg.header.command == Command::kPush || msg.header.command == Command::kPushRows) {
       Reply(msg.header);
     } else {
       ReplyValue(slot, msg.header);
@@ -450,31 +469,44 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
 
 void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
   const Header h = msg.header;
-  timeline::Span span(h.command == Command::kPull ? "pull" : "merge", "server",
+  timeline::Span span(IsPullCommand(h.command) ? "pull" : "merge", "server",
                       timeline::Enabled() ? timeline::Args()
                                                 .Int("key", static_cast<int64_t>(h.key))
                                                 .Int("part", h.part)
                                                 .Int("worker", worker)
                                                 .Int("bytes", msg.body.size)
                                           : timeline::Args());
-  if (h.command == Command::kPull) {
+  if (IsPullCommand(h.command)) {
     // A pull waits for the round its worker has pushed into; otherwise the value is current. A
     // replacement whose lost process pushed into this round has not yet: its value is current.
-    if (slot.pushed[worker] && slot.absorb[worker] == 0) {
+    const bool wait = slot.pushed[worker] && slot.absorb[worker] == 0;
+    if (h.command == Command::kPullRows) {
+      std::vector<int64_t> rows = DecodeRowRequest(msg.body.data, msg.body.size, slot.rows());
+      if (wait) {
+        slot.waiting_rows.emplace_back(h, std::move(rows));
+      } else {
+        ReplyRows(slot, h, rows);
+      }
+    } else if (wait) {
       slot.waiting.push_back(h);
     } else {
       ReplyValue(slot, h);
     }
     return;
   }
-  if (h.compression != Compression::kNone) {
-    const bool first = !slot.merged.owner;
-    if (first) slot.merged = NewBuffer(slot.bytes());
-    Decompress(h, msg.body, slot.merged.data, slot.length, /*accumulate=*/!first);
-  } else if (!slot.merged.owner) {
-    slot.merged = std::move(msg.body);  // the first push of a round becomes the sum: no copy
+  if (h.command == Command::kPushRows) {
+    AccumulateRows(slot, msg.body);
   } else {
-    Add(slot.merged.data, msg.body.data, slot.length, slot.dtype);
+    if (slot.rows_round) DenseRound(slot);  // the rows so far: the dense sum this push adds to
+    if (h.compression != Compression::kNone) {
+      const bool first = !slot.merged.owner;
+      if (first) slot.merged = NewBuffer(slot.bytes());
+      Decompress(h, msg.body, slot.merged.data, slot.length, /*accumulate=*/!first);
+    } else if (!slot.merged.owner) {
+      slot.merged = std::move(msg.body);  // the first push of a round becomes the sum: no copy
+    } else {
+      Add(slot.merged.data, msg.body.data, slot.length, slot.dtype);
+    }
   }
   slot.pushed[worker] = 1;
   ++slot.pushed_count;
@@ -489,7 +521,9 @@ void Server::CompleteRound(SlotState& slot) {
                                                 .Int("part", slot.part)
                                                 .Int("bytes", slot.bytes())
                                           : timeline::Args());
-  if (!slot.merged.owner) {
+  if (slot.rows_round) {
+    ApplyRowRound(slot);
+  } else if (!slot.merged.owner) {
     // Every push of the round was lost (SkipLostRounds): the value stays.
   } else if (std::shared_ptr<Optimizer> optimizer = CurrentOptimizer()) {
     ApplyGradient(slot, slot.merged, optimizer.get());
@@ -497,15 +531,18 @@ void Server::CompleteRound(SlotState& slot) {
   } else {
     slot.value = std::move(slot.merged);  // the stored value is the round's sum
     slot.merged = Body{};
+    slot.value_holds_rows = false;
   }
   for (const Header& h : slot.waiting) {
-    if (h.command == Command::kPush) {
-      Reply(h);
+    if (h.command == Command::kPush || h.command == Command::kPushRows) {
+      Reply(h);  // an acknowledgement
     } else {
       ReplyValue(slot, h);
     }
   }
   slot.waiting.clear();
+  for (const auto& [h, rows] : slot.waiting_rows) ReplyRows(slot, h, rows);
+  slot.waiting_rows.clear();
   std::fill(slot.pushed.begin(), slot.pushed.end(), 0);
   slot.pushed_count = 0;
   ++slot.rounds;
@@ -515,7 +552,7 @@ void Server::DrainDeferred(SlotState& slot) {
   for (size_t w = 0; w < slot.deferred.size(); ++w) {
     auto& queue = slot.deferred[w];
     while (!queue.empty()) {
-      const bool is_push = queue.front().header.command != Command::kPull;
+      const bool is_push = IsPushCommand(queue.front().header.command);
       if (is_push && slot.pushed[w]) break;
       Message msg = std::move(queue.front());
       queue.pop_front();
@@ -526,10 +563,14 @@ void Server::DrainDeferred(SlotState& slot) {
 
 void Server::AsyncMessage(SlotState& slot, int worker, Message&& msg) {
   const Header h = msg.header;
-  const bool is_push = h.command != Command::kPull;
+  const bool is_push = IsPushCommand(h.command);
   if (is_push && slot.absorb[worker] > 0) {
     // A replacement's repeat of a push its lost process had made: that one was applied.
     --slot.absorb[worker];
+  } else if (h.command == Command::kPushRows) {
+    ApplyPushedRows(slot, msg.body);
+  } else if (h.command == Command::kPullRows) {
+    return ReplyRows(slot, h, DecodeRowRequest(msg.body.data, msg.body.size, slot.rows()));
   } else if (h.compression != Compression::kNone) {
     Body grad = NewBuffer(slot.bytes());
     Decompress(h, msg.body, grad.data, slot.length, /*accumulate=*/false);
@@ -538,20 +579,24 @@ void Server::AsyncMessage(SlotState& slot, int worker, Message&& msg) {
     ApplyGradient(slot, msg.body, CurrentOptimizer().get());
   }
   if (is_push) ++slot.contributed[worker];
-  if (h.command == Command::kPush) {
+  if (h.command == Command::kPush || h.command == Command::kPushRows) {
     Reply(h);
   } else {
     ReplyValue(slot, h);
   }
 }
 
-void Server::ApplyGradient(SlotState& slot, const Body& grad, Optimizer* optimizer) {
-  // Copy on write: a reply still being sent holds a reference to the value buffer.
+void Server::CopyOnWrite(SlotState& slot) {
+  // A reply still being sent holds a reference to the value buffer.
   if (slot.value.owner.use_count() > 1) {
     Body fresh = NewBuffer(slot.bytes());
     std::memcpy(fresh.data, slot.value.data, slot.bytes());
     slot.value = std::move(fresh);
   }
+}
+
+void Server::ApplyGradient(SlotState& slot, const Body& grad, Optimizer* optimizer) {
+  CopyOnWrite(slot);
   if (optimizer) {
     if (slot.dtype != DType::kFloat32) {
       throw InvalidArgument("optimizers support float32 values only, " +

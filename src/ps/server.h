@@ -153,6 +153,27 @@ class Server {
   void AsyncMessage(SlotState& slot, int worker, transport::Message&& msg);
   // With an optimizer: weight update; without: the gradient is added to the value (async).
   void ApplyGradient(SlotState& slot, const transport::Body& grad, Optimizer* optimizer);
+  // Row-sparse requests (server_rows.cc), slot lock held unless said otherwise.
+  // BodyLimit of a row push or pull (none for a slot without rows). Takes the slots' lock.
+  size_t RowsBodyLimit(const transport::Header& h);
+  // Why a row request cannot be served ("" when it can): the slot has no rows, the types differ,
+  // the body was refused or does not decode.
+  std::string RowRequestProblem(const SlotState& slot, const transport::Message& msg);
+  // dist_sync: a row push's rows added to the round's sum (row_sums, or the dense `merged`).
+  void AccumulateRows(SlotState& slot, const transport::Body& body);
+  // A dense push joins a round of row pushes: their sum becomes the dense `merged`.
+  void DenseRound(SlotState& slot);
+  // The round's rows applied: lazily (UpdateRows), densely, or as the new value without an
+  // optimizer; row_sums cleared.
+  void ApplyRowRound(SlotState& slot);
+  // row_sums back to zeros, no row touched, no row round.
+  void ClearRowSums(SlotState& slot);
+  // dist_async: a row push applied at once, its repeated rows summed.
+  void ApplyPushedRows(SlotState& slot, const transport::Body& body);
+  void ReplyRows(SlotState& slot, const transport::Header& request,
+                 const std::vector<int64_t>& rows);
+  // The value, writable: a fresh copy when a reply still holds the buffer.
+  void CopyOnWrite(SlotState& slot);
   std::shared_ptr<Optimizer> CurrentOptimizer();
 
   void Reply(const transport::Header& request, transport::Body body = {}, std::string meta = {});

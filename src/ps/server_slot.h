@@ -60,9 +60,38 @@ struct Server::SlotState {
   std::vector<int64_t> skip;
   int64_t rounds = 0;  // dist_sync rounds applied to value
 
+  // A matrix's slot (init's "row_length"; 0 for other values): row-sparse requests
+  // (server_rows.cc). A dist_sync round of row pushes sums them into `row_sums` (as long as the
+  // slot, allocated zeroed by the first and kept zero outside the rows pushed since), each row
+  // pushed listed once in `touched` and marked in `row_touched`; the rows of a waiting row pull.
+  int64_t row_length = 0;
+  bool rows_round = false;  // the round so far holds row pushes only
+  transport::Body row_sums;
+  std::vector<int64_t> touched;
+  std::vector<char> row_touched;
+  std::vector<std::pair<transport::Header, std::vector<int64_t>>> waiting_rows;
+  // Without an optimizer a round's sum becomes the value: after a row round, the value is zero
+  // but in `value_rows` (value_holds_rows), so the next row round clears just those.
+  bool value_holds_rows = false;
+  std::vector<int64_t> value_rows;
+
   size_t bytes() const { return static_cast<size_t>(length) * DTypeSize(dtype); }
+  int64_t rows() const { return row_length > 0 ? length / row_length : 0; }
+  size_t row_bytes() const { return static_cast<size_t>(row_length) * DTypeSize(dtype); }
   uint64_t optimizer_index() const { return (key << 20) | part; }
 };
+
+// A body of `bytes` from the process's BufferPool (uninitialised).
+transport::Body NewBuffer(size_t bytes);
+
+// Requests that add to a slot's value, and those that read it.
+inline bool IsPushCommand(transport::Command c) {
+  return c == transport::Command::kPush || c == transport::Command::kPushPull ||
+         c == transport::Command::kPushRows;
+}
+inline bool IsPullCommand(transport::Command c) {
+  return c == transport::Command::kPull || c == transport::Command::kPullRows;
+}
 
 // "key K" or "key K part P", as errors and logs name a slot.
 inline std::string SlotName(uint64_t key, uint32_t part) {

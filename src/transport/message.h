@@ -52,6 +52,9 @@ enum class Command : uint16_t {
   kPushPull = 35,      // push, then the value once the push is applied
   kSetOptimizer = 36,  // meta: JSON optimizer description
   kCommand = 37,       // meta: JSON for server-side commands; body: opaque bytes (optimizer state)
+  // Row-sparse values of a matrix's slot (ps/row_sparse_body.h: ids, then rows).
+  kPushRows = 38,  // body: row ids and this worker's contribution to those rows
+  kPullRows = 39,  // body: row ids; the reply: those rows of the slot's value
 };
 
 bool IsKnownCommand(uint16_t raw);

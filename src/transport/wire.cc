@@ -30,7 +30,8 @@ T Get(const char* bytes, size_t offset) {
 
 bool CarriesValues(Command c) {
   return c == Command::kInit || c == Command::kPush || c == Command::kPull ||
-         c == Command::kPushPull || c == Command::kCommand;  // commands: opaque state bytes
+         c == Command::kPushPull || c == Command::kCommand ||  // commands: opaque state bytes
+         c == Command::kPushRows || c == Command::kPullRows;
 }
 
 }  // namespace
@@ -61,6 +62,8 @@ bool IsKnownCommand(uint16_t raw) {
     case Command::kPushPull:
     case Command::kSetOptimizer:
     case Command::kCommand:
+    case Command::kPushRows:
+    case Command::kPullRows:
       return true;
   }
   return false;
@@ -116,6 +119,10 @@ std::string_view CommandName(Command c) {
       return "set-optimizer";
     case Command::kCommand:
       return "command";
+    case Command::kPushRows:
+      return "push-rows";
+    case Command::kPullRows:
+      return "pull-rows";
   }
   return "unknown";
 }

@@ -4,7 +4,7 @@ exactly by programs/kv_worker.py, and the API's errors in one process."""
 import pytest
 import torch
 
-from conftest import launch_argv, program, run_ok
+from conftest import job_env, launch_argv, program, run_ok
 
 import dtrain
 
@@ -39,6 +39,22 @@ def test_store_type_through_dtrain_launch(spawn, kind, workers, servers, devices
 def test_local_store_types(spawn, kind, devices):
     out = run_ok(spawn, program("kv_worker.py", kind, "--devices", devices))
     check(out, 1, kind)
+
+
+@pytest.mark.parametrize("kind,workers,servers,lazy", [
+    ("dist_sync", 1, 1, 1),
+    ("dist_sync", 2, 2, 1),
+    ("dist_sync", 3, 2, 0),
+])
+def test_an_embeddings_sparse_gradient_moves_as_rows(spawn, kind, workers, servers, lazy):
+    """Only the rows travel, and the servers update them as MXNet's lazy_update (or, with
+    lazy_update=0, as the dense formula): programs/kv_rows_worker.py checks every row."""
+    # The 1000 x 8 table over every server, in slots of 4096 bytes (128 rows).
+    rows_split = {"MXNET_KVSTORE_BIGARRAY_BOUND": "256", "DTRAIN_CHUNK_BYTES": "4096"}
+    out = run_ok(spawn, launch_argv(workers, servers,
+                                    program("kv_rows_worker.py", kind, lazy)),
+                 env=job_env(rows_split))
+    assert out.count("kv_rows_worker OK") == workers, out
 
 
 def test_dist_alias_is_dist_sync(spawn):

@@ -96,6 +96,19 @@ class KVStore {
   Operation PushPull(std::span<const Key> keys, std::span<const std::vector<Array>> values,
                      std::span<const std::vector<Array>> outs, int priority = 0);
 
+  // MXNet's row_sparse push and pull, for a key whose value is a matrix (two or more dimensions:
+  // rows along the first). PushRows adds to this round of `key` the rows `rows` of a gradient,
+  // `values` holding them one after another (rows.size() rows of the key's row shape; ids may
+  // repeat and come in any order: repeats are summed); the other rows are zero. PullRows copies
+  // the key's rows `rows` into `out` (rows.size() rows), in that order. Dist stores move only
+  // those rows (a server applies the optimizer to the rows pushed only: MXNet's lazy_update,
+  // unless the optimizer's lazy_update is 0); the others throw InvalidArgument (push and pull
+  // the dense value there). Host arrays only.
+  virtual Operation PushRows(Key key, std::vector<int64_t> rows, const Array& values,
+                             int priority = 0);
+  virtual Operation PullRows(Key key, std::vector<int64_t> rows, const Array& out,
+                             int priority = 0);
+
   // Waits for every operation issued so far.
   virtual void WaitAll() = 0;
   // Blocks until every worker has reached the barrier.

@@ -64,7 +64,10 @@ enum class Kind { kValueRequest, kValueReply, kOther };
 
 Kind KindOf(const Message& msg) {
   const Command c = msg.header.command;
-  if (c != Command::kPush && c != Command::kPull && c != Command::kPushPull) return Kind::kOther;
+  if (c != Command::kPush && c != Command::kPull && c != Command::kPushPull &&
+      c != Command::kPushRows && c != Command::kPullRows) {
+    return Kind::kOther;
+  }
   return msg.header.is_response() ? Kind::kValueReply : Kind::kValueRequest;
 }
 

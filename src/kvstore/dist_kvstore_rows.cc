@@ -1,0 +1,175 @@
+// DistKVStore's row-sparse push and pull (KVStore::PushRows, PullRows): only the rows asked for
+// travel. The worker sums repeated rows first, so that a server gets each row at most once (its
+// body limit), splits the rows by slot (every slot holds whole rows: KeyPartition) and numbers
+// them from the slot's first row (ps/row_sparse_body.h).
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "common/elementwise.h"
+#include "dtrain/common/error.h"
+#include "kvstore/dist_kvstore.h"
+#include "kvstore/key_names.h"
+#include "kvstore/operation_state.h"
+#include "ps/row_sparse_body.h"
+
+namespace dtrain {
+
+using transport::Body;
+using transport::Command;
+using transport::Message;
+
+namespace {
+
+// The order that sorts `rows` (stable: repeats keep theirs).
+std::vector<size_t> SortedOrder(const std::vector<int64_t>& rows) {
+  std::vector<size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return rows[a] < rows[b]; });
+  return order;
+}
+
+// The first row of each slot, and the row after the last.
+std::pair<int64_t, int64_t> RowRange(const ps::Slot& slot, int64_t row_elements) {
+  return {slot.offset / row_elements, (slot.offset + slot.length) / row_elements};
+}
+
+}  // namespace
+
+const DistKVStore::KeyInfo& DistKVStore::LookupRows(Key key, const char* op,
+                                                    const std::vector<int64_t>& rows,
+                                                    const Array& values) const {
+  const KeyInfo& info = Lookup(key, op);
+  const std::string what = std::string(op) + " of key " + KeyLabel(key);
+  if (info.row_elements == 0) {
+    throw InvalidArgument(what + ": its value of shape " + ShapeToString(info.shape) +
+                          " is not a matrix (rows need two or more dimensions)");
+  }
+  const int64_t total = info.shape.front();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= total) {
+      throw InvalidArgument(what + ": row " + std::to_string(rows[i]) + " (at " +
+                            std::to_string(i) + ") is outside its " + std::to_string(total) +
+                            " rows");
+    }
+  }
+  values.RequireHost(what.c_str());
+  if (values.dtype() != info.dtype ||
+      values.size() != static_cast<int64_t>(rows.size()) * info.row_elements) {
+    throw InvalidArgument(what + ": " + std::to_string(rows.size()) + " rows of " +
+                          std::to_string(info.row_elements) + " " +
+                          std::string(DTypeName(info.dtype)) + " need as many values; got " +
+                          std::to_string(values.size()) + " " +
+                          std::string(DTypeName(values.dtype())));
+  }
+  return info;
+}
+
+Operation DistKVStore::PushRows(Key key, std::vector<int64_t> rows, const Array& values,
+                                int priority) {
+  const KeyInfo& info = LookupRows(key, "push of rows", rows, values);
+  node_.ThrowIfFailed();
+  const size_t row_bytes = static_cast<size_t>(info.row_elements) * DTypeSize(info.dtype);
+  // Each row once, in increasing order, repeats summed.
+  const std::vector<size_t> order = SortedOrder(rows);
+  std::vector<int64_t> unique;
+  std::vector<char> sums;
+  sums.reserve(rows.size() * row_bytes);
+  for (size_t i : order) {
+    const char* row = values.bytes() + i * row_bytes;
+    if (!unique.empty() && unique.back() == rows[i]) {
+      AddInto(sums.data() + sums.size() - row_bytes, row, info.row_elements, info.dtype);
+    } else {
+      unique.push_back(rows[i]);
+      sums.insert(sums.end(), row, row + row_bytes);
+    }
+  }
+  auto state = Track(
+      "push of " + std::to_string(unique.size()) + " rows of key " + KeyLabel(key) + info.servers,
+      static_cast<int>(info.slots.size()));
+  for (const ps::Slot& slot : info.slots) {
+    const auto [first, end] = RowRange(slot, info.row_elements);
+    const auto lo = std::lower_bound(unique.begin(), unique.end(), first) - unique.begin();
+    const auto hi = std::lower_bound(unique.begin(), unique.end(), end) - unique.begin();
+    std::vector<int64_t> local(unique.begin() + lo, unique.begin() + hi);
+    for (int64_t& r : local) r -= first;
+    Message msg;
+    msg.header.priority = static_cast<int16_t>(std::clamp(priority, -32768, 32767));
+    msg.header.command = Command::kPushRows;
+    msg.header.key = static_cast<uint64_t>(key);
+    msg.header.part = slot.part;
+    msg.header.dtype = info.dtype;
+    msg.body = NewPushBody(info, ps::RowSparseBytes(local.size(), row_bytes));
+    ps::EncodeRowSparse(local, sums.data() + static_cast<size_t>(lo) * row_bytes, row_bytes,
+                        msg.body.data);
+    client_.Request(
+        slot.server, std::move(msg), Body{},
+        [state](const Message*, std::exception_ptr error) { state->PartDone(error); },
+        /*log_push=*/log_pushes_);
+  }
+  return Operation(state);
+}
+
+Operation DistKVStore::PullRows(Key key, std::vector<int64_t> rows, const Array& out,
+                                int priority) {
+  const KeyInfo& info = LookupRows(key, "pull of rows", rows, out);
+  node_.ThrowIfFailed();
+  const size_t row_bytes = static_cast<size_t>(info.row_elements) * DTypeSize(info.dtype);
+  // Each row asked once; the answer is copied to every place it was asked for.
+  const std::vector<size_t> order = SortedOrder(rows);
+  std::vector<int64_t> unique;
+  std::vector<std::vector<size_t>> places;  // per unique row: where it goes in `out`
+  for (size_t i : order) {
+    if (unique.empty() || unique.back() != rows[i]) {
+      unique.push_back(rows[i]);
+      places.emplace_back();
+    }
+    places.back().push_back(i);
+  }
+  struct Request {
+    const ps::Slot* slot;
+    int64_t lo, hi;  // its rows in `unique`
+  };
+  std::vector<Request> requests;
+  for (const ps::Slot& slot : info.slots) {
+    const auto [first, end] = RowRange(slot, info.row_elements);
+    const auto lo = std::lower_bound(unique.begin(), unique.end(), first) - unique.begin();
+    const auto hi = std::lower_bound(unique.begin(), unique.end(), end) - unique.begin();
+    if (hi > lo) requests.push_back({&slot, lo, hi});
+  }
+  auto state = Track(
+      "pull of " + std::to_string(unique.size()) + " rows of key " + KeyLabel(key) + info.servers,
+      std::max<int>(1, static_cast<int>(requests.size())));
+  if (requests.empty()) state->PartDone();
+  auto shared_places = std::make_shared<std::vector<std::vector<size_t>>>(std::move(places));
+  for (const Request& r : requests) {
+    const int64_t first = RowRange(*r.slot, info.row_elements).first;
+    std::vector<int64_t> local(unique.begin() + r.lo, unique.begin() + r.hi);
+    for (int64_t& row : local) row -= first;
+    Message msg;
+    msg.header.priority = static_cast<int16_t>(std::clamp(priority, -32768, 32767));
+    msg.header.command = Command::kPullRows;
+    msg.header.key = static_cast<uint64_t>(key);
+    msg.header.part = r.slot->part;
+    msg.header.dtype = info.dtype;
+    msg.body = NewPushBody(info, ps::RowSparseBytes(local.size(), 0));
+    ps::EncodeRowSparse(local, nullptr, 0, msg.body.data);
+    Body reply = NewPushBody(info, local.size() * row_bytes);
+    auto done = [state, out, reply, shared_places, lo = r.lo, row_bytes](const Message*,
+                                                                         std::exception_ptr error) {
+      if (!error) {
+        for (size_t i = 0; i < reply.size / row_bytes; ++i) {
+          for (size_t place : (*shared_places)[static_cast<size_t>(lo) + i]) {
+            std::memcpy(out.bytes() + place * row_bytes, reply.data + i * row_bytes, row_bytes);
+          }
+        }
+      }
+      state->PartDone(error);
+    };
+    client_.Request(r.slot->server, std::move(msg), reply, std::move(done));
+  }
+  return Operation(state);
+}
+
+}  // namespace dtrain
