@@ -34,7 +34,8 @@ bool SameCheckpoint(const ServerCheckpoint& a, const ServerCheckpoint& b) {
     const CheckpointSlot& x = a.slots[i];
     const CheckpointSlot& y = b.slots[i];
     if (x.key != y.key || x.part != y.part || x.dtype != y.dtype || x.length != y.length ||
-        x.sync != y.sync || x.rounds != y.rounds || x.value.size != y.value.size ||
+        x.sync != y.sync || x.rounds != y.rounds || x.row_length != y.row_length ||
+        x.value.size != y.value.size ||
         std::memcmp(x.value.data, y.value.data, x.value.size) != 0) {
       return false;
     }

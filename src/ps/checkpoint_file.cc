@@ -90,6 +90,7 @@ size_t WriteCheckpoint(const std::string& folder, const ServerCheckpoint& checkp
         {"key", s.key},       {"part", s.part}, {"dtype", static_cast<int>(s.dtype)},
         {"length", s.length}, {"sync", s.sync}, {"rounds", s.rounds}};
     if (!s.sync) slot["pushes"] = s.pushes;
+    if (s.row_length > 0) slot["row_length"] = s.row_length;
     slots.push_back(std::move(slot));
   }
   const std::string index =
@@ -194,6 +195,10 @@ ServerCheckpoint DecodeCheckpoint(std::string_view bytes) {
     s.length = IntField(j, "length", 0, std::numeric_limits<int64_t>::max());
     s.sync = j["sync"].get<bool>();
     s.rounds = IntField(j, "rounds", 0, std::numeric_limits<int64_t>::max());
+    if (j.contains("row_length")) {
+      s.row_length = IntField(j, "row_length", 1, std::numeric_limits<int64_t>::max());
+      if (s.length % s.row_length != 0) throw ProtocolError("checkpoint rows do not divide a slot");
+    }
     if (j.contains("pushes")) {
       if (s.sync || !j["pushes"].is_array()) throw ProtocolError("malformed checkpoint pushes");
       for (const auto& count : j["pushes"]) {

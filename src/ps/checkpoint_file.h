@@ -4,7 +4,8 @@
 //
 // File DIR/server-<rank>/checkpoint.dtsc (all integers little-endian):
 //   "DTSC" u32 version(1) u64 index_bytes  index (JSON)  values  optimizer state  "DTSE" u64 size
-// where index = {"slots": [{"key", "part", "dtype", "length", "sync", "rounds"[, "pushes"]}...],
+// where index = {"slots": [{"key", "part", "dtype", "length", "sync", "rounds"[, "pushes"]
+// [, "row_length"]}...],
 // "optimizer": spec JSON or "", "optimizer_state_bytes": n}, the values are the slots' bytes back
 // to back in index order, and size is the whole file's. Written to a temporary name in the same
 // folder, flushed to disk (fsync) and renamed over the old one, so a reader sees the previous
@@ -37,7 +38,8 @@ struct CheckpointSlot {
   // dist_async: the pushes applied to value, per worker rank (empty for dist_sync). A restored
   // server counts from them; each worker repeats its pushes since (issue 63).
   std::vector<int64_t> pushes;
-  transport::Body value;  // length elements of dtype
+  transport::Body value;   // length elements of dtype
+  int64_t row_length = 0;  // a matrix's slot: elements per row (row-sparse requests); else 0
 
   // What worker `worker` has pushed into value: the rounds, or its asynchronous pushes.
   int64_t PushedBy(int worker) const {

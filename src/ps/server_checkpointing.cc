@@ -81,6 +81,7 @@ void Server::Restore(const ServerCheckpoint& checkpoint) {
     }
     auto slot = std::make_unique<SlotState>(c.key, c.part, c.length, c.dtype, c.sync, c.value,
                                             workers, c.rounds);
+    slot->row_length = c.row_length;
     for (int w = 0; w < workers; ++w) slot->contributed[w] = c.PushedBy(w);
     if (c.sync) {
       least = least < 0 ? c.rounds : std::min(least, c.rounds);
@@ -193,6 +194,7 @@ ServerCheckpoint Server::Capture() {
     c.length = slot->length;
     c.sync = slot->sync;
     c.rounds = slot->rounds;
+    c.row_length = slot->row_length;
     if (!slot->sync) c.pushes = slot->contributed;
     c.value = slot->value;  // shared: the next update copies first (ApplyGradient)
     c.value.size = slot->bytes();

@@ -46,6 +46,8 @@ ServerCheckpoint Sample() {
   c.slots.push_back(
       {(uint64_t{1} << 63) + 5, 2, DType::kFloat32, 1, false, 0, {40, 0, 3}, Floats({9.0f})});
   c.slots.push_back({8, 0, DType::kFloat32, 0, true, 4, {}, Floats({})});
+  // A matrix's slot: 2 rows of 2.
+  c.slots.push_back({9, 1, DType::kFloat32, 4, true, 2, {}, Floats({1.f, 2.f, 3.f, 4.f}), 2});
   c.optimizer_spec = R"({"name":"sgd","learning_rate":0.1,"momentum":0.9})";
   c.optimizer_state = std::string("state\0bytes", 11);
   return c;
@@ -74,6 +76,7 @@ TEST_F(CheckpointFolderTest, WhatIsWrittenIsReadBackExactly) {
     EXPECT_EQ(a.sync, b.sync);
     EXPECT_EQ(a.rounds, b.rounds);
     EXPECT_EQ(a.pushes, b.pushes);
+    EXPECT_EQ(a.row_length, b.row_length);
     for (int w = 0; w < 3; ++w) EXPECT_EQ(a.PushedBy(w), b.PushedBy(w));
     ASSERT_EQ(a.value.size, b.value.size);
     EXPECT_EQ(std::memcmp(a.value.data, b.value.data, a.value.size), 0);

@@ -57,6 +57,17 @@ def test_an_embeddings_sparse_gradient_moves_as_rows(spawn, kind, workers, serve
     assert out.count("kv_rows_worker OK") == workers, out
 
 
+def test_rows_stay_exact_when_a_server_is_lost_and_restored(spawn):
+    """Rank 0 kills server 1 after its push of step 1: the replacement restores its checkpoint
+    (the slots' rows with it), the workers repeat their row pushes since, and every row of every
+    step is still MXNet's lazy formula."""
+    rows_split = {"MXNET_KVSTORE_BIGARRAY_BOUND": "256", "DTRAIN_CHUNK_BYTES": "4096"}
+    out = run_ok(spawn, launch_argv(2, 2, program("kv_rows_worker.py", "dist_sync", 1, 1),
+                                    "--max-restarts", "1"), env=job_env(rows_split))
+    assert "rank 0 killed server 1 after its push of step 1" in out, out
+    assert "restored" in out and out.count("kv_rows_worker OK") == 2, out
+
+
 def test_dist_alias_is_dist_sync(spawn):
     out = run_ok(spawn, launch_argv(2, 1, program("kv_worker.py", "dist")))
     check(out, 2, "dist")

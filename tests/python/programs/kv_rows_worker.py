@@ -1,16 +1,21 @@
 """A worker that pushes an embedding's sparse gradient to a dist store and checks the table the
 servers keep, row by row, against MXNet's formulas written out here.
 
-    kv_rows_worker.py TYPE LAZY
+    kv_rows_worker.py TYPE LAZY [KILL_SERVER_AT_STEP]
 
 Run it under `dtrain launch -n N -s S`. The store's optimizer is SGD with momentum and weight
 decay on the servers, `lazy_update=LAZY` (1: MXNet's lazy update, only the rows some worker
 pushed move; 0: the dense formula, every row moves). Each worker's gradient is that of an
 `nn.Embedding(sparse=True)` over ids that differ between workers, overlap and repeat. After each
-step every worker pulls the whole table with row_sparse_pull (rows only) and compares. Prints
+step every worker pulls the whole table with row_sparse_pull (rows only) and compares. With
+KILL_SERVER_AT_STEP (under `dtrain launch --max-restarts 1`), rank 0 kills server 1 right after
+its push of that step, in its first life: the server's replacement restores its checkpoint, the
+workers repeat their pushes since, and every row must still come out exact. Prints
 "kv_rows_worker OK rank R of N" at the end.
 """
 
+import os
+import signal
 import sys
 
 import torch
@@ -38,8 +43,25 @@ def scale_of(rank, step):
     return torch.arange(DIM, dtype=torch.float32) * 0.01 + (rank + 1) * 0.5 - step * 0.1
 
 
+def find_server(rank):
+    """The pid of this job's server `rank` (the same DMLC_PS_ROOT_PORT as ours), from /proc."""
+    wanted = {b"DMLC_ROLE=server", b"DTRAIN_NODE_RANK=%d" % rank,
+              b"DMLC_PS_ROOT_PORT=" + os.environ["DMLC_PS_ROOT_PORT"].encode()}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/environ" % name, "rb") as f:
+                    env = set(f.read().split(b"\0"))
+            except OSError:
+                continue
+            if wanted <= env:
+                return int(name)
+    raise SystemExit("cannot find server %d" % rank)
+
+
 def main():
     kind, lazy = sys.argv[1], bool(int(sys.argv[2]))
+    kill_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
     kv = dtrain.kv.create(kind)
     initial = torch.arange(ROWS * DIM, dtype=torch.float32).reshape(ROWS, DIM) * 0.001 + 1
     kv.init("table", initial)
@@ -50,6 +72,9 @@ def main():
     everything = torch.arange(ROWS - 1, -1, -1)  # every row, backwards
     for step in range(STEPS):
         kv.push("table", sparse_grad(kv.rank, step, scale_of(kv.rank, step)))
+        if step == kill_at and kv.rank == 0 and os.environ.get("DTRAIN_RESTART_COUNT", "0") == "0":
+            os.kill(find_server(1), signal.SIGKILL)
+            print("rank 0 killed server 1 after its push of step %d" % step, flush=True)
         # The reference: every worker's gradient summed; lazy: only their rows move.
         grads = [sparse_grad(r, step, scale_of(r, step)) for r in range(kv.num_workers)]
         total = sum(g.to_dense() for g in grads).double()
