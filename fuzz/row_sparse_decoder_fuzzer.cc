@@ -47,6 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const dtrain::ProtocolError&) {
   }
   try {
+    const RowSparseView view = DecodeRowSparseIds(body, body_size, slot_rows);
+    CheckIds(view.rows, slot_rows);
+    if (view.values + view.values_bytes != body + body_size) Fail("packed rows past the body");
+  } catch (const dtrain::ProtocolError&) {
+  }
+  try {
     const std::vector<int64_t> rows = DecodeRowRequest(body, body_size, slot_rows);
     CheckIds(rows, slot_rows);
     std::string again(RowSparseBytes(rows.size(), 0), '\0');

@@ -110,6 +110,11 @@ class DistKVStore : public KVStore, public StagedCalls {
   transport::Body LogCopy(const KeyInfo& info, const transport::Body& b);
   // The sum of the device values, as a message body source (no copy for a single value).
   transport::Body Summed(const KeyInfo& info, const std::vector<Array>& values) const;
+  // A row push's body for `local` (a slot's rows, numbered from its row `first`) whose float32
+  // `values` are compressed with `spec` (their residuals updated); sets the header's fields.
+  transport::Body CompressedRows(const KeyInfo& info, const CompressionSpec& spec,
+                                 const std::vector<int64_t>& local, int64_t first,
+                                 const char* values, transport::Header* header);
   // `source` (the key's float32 values) compressed as a whole, residual updated.
   transport::Body Compressed(const KeyInfo& info, const transport::Body& source,
                              const CompressionSpec& spec) const;

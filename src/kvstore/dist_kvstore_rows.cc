@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/elementwise.h"
+#include "compression/codec.h"
 #include "dtrain/common/error.h"
 #include "kvstore/dist_kvstore.h"
 #include "kvstore/key_names.h"
@@ -85,6 +86,18 @@ Operation DistKVStore::PushRows(Key key, std::vector<int64_t> rows, const Array&
       sums.insert(sums.end(), row, row + row_bytes);
     }
   }
+  CompressionSpec compression;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pushed_ = true;
+    compression = compression_;
+  }
+  if (!compression.AppliesTo(NumElements(info.shape))) compression = CompressionSpec{};
+  if (compression.enabled() && info.dtype != DType::kFloat32) {
+    throw InvalidArgument("push of rows of key " + KeyLabel(key) +
+                          ": gradient compression works on float32 values, the key holds " +
+                          std::string(DTypeName(info.dtype)));
+  }
   auto state = Track(
       "push of " + std::to_string(unique.size()) + " rows of key " + KeyLabel(key) + info.servers,
       static_cast<int>(info.slots.size()));
@@ -100,15 +113,57 @@ Operation DistKVStore::PushRows(Key key, std::vector<int64_t> rows, const Array&
     msg.header.key = static_cast<uint64_t>(key);
     msg.header.part = slot.part;
     msg.header.dtype = info.dtype;
-    msg.body = NewPushBody(info, ps::RowSparseBytes(local.size(), row_bytes));
-    ps::EncodeRowSparse(local, sums.data() + static_cast<size_t>(lo) * row_bytes, row_bytes,
-                        msg.body.data);
+    const char* values = sums.data() + static_cast<size_t>(lo) * row_bytes;
+    if (compression.enabled() && !local.empty()) {
+      msg.body = CompressedRows(info, compression, local, first, values, &msg.header);
+    } else {
+      msg.body = NewPushBody(info, ps::RowSparseBytes(local.size(), row_bytes));
+      ps::EncodeRowSparse(local, values, row_bytes, msg.body.data);
+    }
     client_.Request(
         slot.server, std::move(msg), Body{},
         [state](const Message*, std::exception_ptr error) { state->PartDone(error); },
         /*log_push=*/log_pushes_);
   }
   return Operation(state);
+}
+
+Body DistKVStore::CompressedRows(const KeyInfo& info, const CompressionSpec& spec,
+                                 const std::vector<int64_t>& local, int64_t first,
+                                 const char* values, transport::Header* header) {
+  const auto length = static_cast<size_t>(info.row_elements);
+  const size_t n = local.size() * length;
+  if (n > UINT32_MAX) {
+    throw InvalidArgument("a compressed push of " + std::to_string(local.size()) + " rows of " +
+                          std::to_string(length) + " values is over 2^32 values");
+  }
+  const size_t ids = ps::RowSparseBytes(local.size(), 0);
+  Body out = NewPushBody(info, ids + CompressedBytes(spec.type, static_cast<int64_t>(n)));
+  ps::EncodeRowSparse(local, nullptr, 0, out.data);
+  // Error feedback per element of the key, as the dense path keeps it: these rows' residuals,
+  // gathered, compressed with the rows, and put back.
+  Residual& residual = *info.residual;
+  std::lock_guard<std::mutex> lock(residual.mutex);
+  if (residual.values.empty()) {
+    residual.values.assign(static_cast<size_t>(info.shape[0]) * length, 0.f);
+  }
+  std::vector<float> kept(n);
+  for (size_t i = 0; i < local.size(); ++i) {
+    const auto row = static_cast<size_t>(local[i] + first);
+    std::copy_n(residual.values.begin() + static_cast<std::ptrdiff_t>(row * length), length,
+                kept.begin() + static_cast<std::ptrdiff_t>(i * length));
+  }
+  Compress(spec, reinterpret_cast<const float*>(values), kept.data(), static_cast<int64_t>(n),
+           out.data + ids);
+  for (size_t i = 0; i < local.size(); ++i) {
+    const auto row = static_cast<size_t>(local[i] + first);
+    std::copy_n(kept.begin() + static_cast<std::ptrdiff_t>(i * length), length,
+                residual.values.begin() + static_cast<std::ptrdiff_t>(row * length));
+  }
+  header->compression = spec.type;
+  header->threshold = spec.threshold;
+  header->elements = static_cast<uint32_t>(n);
+  return out;
 }
 
 Operation DistKVStore::PullRows(Key key, std::vector<int64_t> rows, const Array& out,

@@ -81,6 +81,24 @@ RowSparseView DecodeRowSparse(const char* data, size_t size, int64_t slot_rows, 
   view.rows = ReadIds(data, n, slot_rows, "a row-sparse push");
   view.values = data + kCountBytes + n * kIdBytes;
   view.row_bytes = row_bytes;
+  view.values_bytes = n * row_bytes;
+  return view;
+}
+
+RowSparseView DecodeRowSparseIds(const char* data, size_t size, int64_t slot_rows) {
+  if (size < kCountBytes) {
+    throw ProtocolError("a packed row push of " + std::to_string(size) +
+                        " bytes is shorter than its row count");
+  }
+  const uint64_t n = GetU64(data);
+  if (n > (size - kCountBytes) / kIdBytes) {
+    throw ProtocolError("a packed row push announces " + std::to_string(n) + " rows but carries " +
+                        std::to_string(size - kCountBytes) + " bytes after the count");
+  }
+  RowSparseView view;
+  view.rows = ReadIds(data, n, slot_rows, "a packed row push");
+  view.values = data + kCountBytes + n * kIdBytes;
+  view.values_bytes = size - kCountBytes - n * kIdBytes;
   return view;
 }
 

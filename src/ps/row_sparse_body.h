@@ -3,6 +3,7 @@
 // into slots at row boundaries (KeyPartition), so that every server holds whole rows.
 //
 //   rows push:     u64 n, then n row ids (i64), then n rows of row_bytes each, in the ids' order
+//                  (or, compressed, the n rows' float32 values packed as compression/codec.h does)
 //   rows request:  u64 n, then n row ids (i64); the answer is the n rows, in the request's order
 //
 // Integers are little-endian; row ids count from the slot's first row. Ids may come in any order
@@ -24,6 +25,7 @@ struct RowSparseView {
   std::vector<int64_t> rows;     // as sent: any order, repeats allowed
   const char* values = nullptr;  // rows.size() rows of row_bytes, in the same order
   size_t row_bytes = 0;
+  size_t values_bytes = 0;  // bytes from `values` to the body's end
 
   const char* row(size_t i) const { return values + i * row_bytes; }
 };
@@ -39,6 +41,11 @@ void EncodeRowSparse(std::span<const int64_t> rows, const void* values, size_t r
 
 // A push into a slot of `slot_rows` rows of `row_bytes` (> 0). `values` points into `data`.
 RowSparseView DecodeRowSparse(const char* data, size_t size, int64_t slot_rows, size_t row_bytes);
+
+// A push whose rows are packed (compressed): its ids, and `values` at the packed rows, which are
+// the rest of the body (values_bytes; the caller checks them against the compression's size for
+// rows.size() rows). row_bytes is 0.
+RowSparseView DecodeRowSparseIds(const char* data, size_t size, int64_t slot_rows);
 
 // A request's row ids, for a slot of `slot_rows` rows.
 std::vector<int64_t> DecodeRowRequest(const char* data, size_t size, int64_t slot_rows);

@@ -341,7 +341,8 @@ void Server::HandleData(Message&& msg) {
     }
     slot = it->second.get();
   }
-  if (h.command == Command::kPushRows || h.command == Command::kPullRows) {
+  const bool rows = h.command == Command::kPushRows || h.command == Command::kPullRows;
+  if (rows) {
     if (std::string problem = RowRequestProblem(*slot, msg); !problem.empty()) {
       return ReplyError(h, problem);
     }
@@ -351,7 +352,9 @@ void Server::HandleData(Message&& msg) {
                              std::to_string(slot->length) + " " +
                              std::string(DTypeName(slot->dtype)) + ")");
   }
-  if (h.compression != Compression::kNone) {
+  if (rows) {
+    // RowRequestProblem checked the body, compressed or not.
+  } else if (h.compression != Compression::kNone) {
     // The header fits itself (wire.cc); now it must fit the slot, and the words their format.
     if (slot->dtype != DType::kFloat32 || h.elements != static_cast<uint64_t>(slot->length)) {
       return ReplyError(h, "compressed " + std::string(CommandName(h.command)) + " to " +
@@ -495,7 +498,7 @@ void Server::Accumulate(SlotState& slot, int worker, Message&& msg) {
     return;
   }
   if (h.command == Command::kPushRows) {
-    AccumulateRows(slot, msg.body);
+    AccumulateRows(slot, msg);
   } else {
     if (slot.rows_round) DenseRound(slot);  // the rows so far: the dense sum this push adds to
     if (h.compression != Compression::kNone) {
@@ -568,7 +571,7 @@ void Server::AsyncMessage(SlotState& slot, int worker, Message&& msg) {
     // A replacement's repeat of a push its lost process had made: that one was applied.
     --slot.absorb[worker];
   } else if (h.command == Command::kPushRows) {
-    ApplyPushedRows(slot, msg.body);
+    ApplyPushedRows(slot, msg);
   } else if (h.command == Command::kPullRows) {
     return ReplyRows(slot, h, DecodeRowRequest(msg.body.data, msg.body.size, slot.rows()));
   } else if (h.compression != Compression::kNone) {

@@ -160,7 +160,7 @@ class Server {
   // the body was refused or does not decode.
   std::string RowRequestProblem(const SlotState& slot, const transport::Message& msg);
   // dist_sync: a row push's rows added to the round's sum (row_sums, or the dense `merged`).
-  void AccumulateRows(SlotState& slot, const transport::Body& body);
+  void AccumulateRows(SlotState& slot, const transport::Message& msg);
   // A dense push joins a round of row pushes: their sum becomes the dense `merged`.
   void DenseRound(SlotState& slot);
   // The round's rows applied: lazily (UpdateRows), densely, or as the new value without an
@@ -169,7 +169,7 @@ class Server {
   // row_sums back to zeros, no row touched, no row round.
   void ClearRowSums(SlotState& slot);
   // dist_async: a row push applied at once, its repeated rows summed.
-  void ApplyPushedRows(SlotState& slot, const transport::Body& body);
+  void ApplyPushedRows(SlotState& slot, const transport::Message& msg);
   void ReplyRows(SlotState& slot, const transport::Header& request,
                  const std::vector<int64_t>& rows);
   // The value, writable: a fresh copy when a reply still holds the buffer.

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "common/elementwise.h"
+#include "compression/codec.h"
 #include "dtrain/common/error.h"
 #include "ps/row_sparse_body.h"
 #include "ps/server.h"
@@ -49,6 +50,40 @@ CoalescedRows Coalesce(const RowSparseView& pushed, DType dtype, int64_t row_len
   return out;
 }
 
+// A row push's rows, unpacked first when they came compressed.
+struct PushedRows {
+  RowSparseView view;
+  std::vector<char> unpacked;
+};
+
+PushedRows DecodePushedRows(const Header& h, const Body& body, int64_t slot_rows,
+                            int64_t row_length, size_t row_bytes) {
+  PushedRows out;
+  if (h.compression == Compression::kNone) {
+    out.view = DecodeRowSparse(body.data, body.size, slot_rows, row_bytes);
+    return out;
+  }
+  out.view = DecodeRowSparseIds(body.data, body.size, slot_rows);
+  const auto n = static_cast<int64_t>(out.view.rows.size()) * row_length;
+  if (static_cast<int64_t>(h.elements) != n ||
+      out.view.values_bytes != CompressedBytes(h.compression, n)) {
+    throw ProtocolError("a compressed row push of " + std::to_string(out.view.rows.size()) +
+                        " rows of " + std::to_string(row_length) + " announces " +
+                        std::to_string(h.elements) + " values in " +
+                        std::to_string(out.view.values_bytes) + " bytes");
+  }
+  if (!WellFormed(h.compression, out.view.values, n)) {
+    throw ProtocolError("a compressed row push holds codes its format does not have");
+  }
+  out.unpacked.resize(static_cast<size_t>(n) * sizeof(float));
+  dtrain::Decompress({h.compression, h.threshold}, out.view.values, n,
+                     reinterpret_cast<float*>(out.unpacked.data()), /*accumulate=*/false);
+  out.view.values = out.unpacked.data();
+  out.view.row_bytes = row_bytes;
+  out.view.values_bytes = out.unpacked.size();
+  return out;
+}
+
 std::span<float> Floats(Body& b, int64_t n) {
   return {reinterpret_cast<float*>(b.data), static_cast<size_t>(n)};
 }
@@ -78,14 +113,18 @@ std::string Server::RowRequestProblem(const SlotState& slot, const Message& msg)
     return what + " refused: " + msg.meta + " (it holds " + std::to_string(slot.rows()) +
            " rows of " + std::to_string(slot.row_length) + ")";
   }
-  if (h.compression != Compression::kNone) return what + ": rows are not sent compressed";
+  if (h.compression != Compression::kNone &&
+      (h.command != Command::kPushRows || slot.dtype != DType::kFloat32)) {
+    return what + ": only float32 rows are pushed compressed; it holds " +
+           std::string(DTypeName(slot.dtype));
+  }
   if (h.command == Command::kPushRows && h.dtype != slot.dtype) {
     return what + " carries " + std::string(DTypeName(h.dtype)) + " rows; it holds " +
            std::string(DTypeName(slot.dtype));
   }
   try {
     if (h.command == Command::kPushRows) {
-      DecodeRowSparse(msg.body.data, msg.body.size, slot.rows(), slot.row_bytes());
+      DecodePushedRows(h, msg.body, slot.rows(), slot.row_length, slot.row_bytes());
     } else {
       DecodeRowRequest(msg.body.data, msg.body.size, slot.rows());
     }
@@ -95,8 +134,10 @@ std::string Server::RowRequestProblem(const SlotState& slot, const Message& msg)
   return {};
 }
 
-void Server::AccumulateRows(SlotState& slot, const Body& body) {
-  const RowSparseView pushed = DecodeRowSparse(body.data, body.size, slot.rows(), slot.row_bytes());
+void Server::AccumulateRows(SlotState& slot, const Message& msg) {
+  const PushedRows decoded =
+      DecodePushedRows(msg.header, msg.body, slot.rows(), slot.row_length, slot.row_bytes());
+  const RowSparseView& pushed = decoded.view;
   const size_t row_bytes = slot.row_bytes();
   if (slot.merged.owner) {  // a dense push came first this round
     for (size_t i = 0; i < pushed.rows.size(); ++i) {
@@ -186,9 +227,10 @@ void Server::ApplyRowRound(SlotState& slot) {
   ClearRowSums(slot);
 }
 
-void Server::ApplyPushedRows(SlotState& slot, const Body& body) {
-  const RowSparseView pushed = DecodeRowSparse(body.data, body.size, slot.rows(), slot.row_bytes());
-  const CoalescedRows rows = Coalesce(pushed, slot.dtype, slot.row_length);
+void Server::ApplyPushedRows(SlotState& slot, const Message& msg) {
+  const PushedRows decoded =
+      DecodePushedRows(msg.header, msg.body, slot.rows(), slot.row_length, slot.row_bytes());
+  const CoalescedRows rows = Coalesce(decoded.view, slot.dtype, slot.row_length);
   const size_t row_bytes = slot.row_bytes();
   CopyOnWrite(slot);
   slot.value_holds_rows = false;

@@ -156,7 +156,8 @@ static void DecodeCompression(const char* bytes, Frame* f) {
     if (Get<uint64_t>(bytes, 56) != 0) throw ProtocolError("reserved header bytes are not zero");
     return;
   }
-  const bool push = h.command == Command::kPush || h.command == Command::kPushPull;
+  const bool push = h.command == Command::kPush || h.command == Command::kPushPull ||
+                    h.command == Command::kPushRows;
   if (!push || h.is_response() || h.dtype != DType::kFloat32) {
     throw ProtocolError("only float32 pushes are compressed, not this " +
                         std::string(CommandName(h.command)));
@@ -166,7 +167,14 @@ static void DecodeCompression(const char* bytes, Frame* f) {
   } catch (const InvalidArgument& e) {
     throw ProtocolError(std::string("compressed push: ") + e.what());
   }
-  if (h.elements == 0 || f->body_len != CompressedBytes(h.compression, h.elements)) {
+  // A row push carries its row count and ids (8 bytes each) before the compressed rows; the
+  // server checks that they account for the rest (ps/row_sparse_body.h).
+  const size_t ids = h.command == Command::kPushRows && f->body_len >= 8 &&
+                             f->body_len > CompressedBytes(h.compression, h.elements) &&
+                             (f->body_len - CompressedBytes(h.compression, h.elements)) % 8 == 0
+                         ? f->body_len - CompressedBytes(h.compression, h.elements)
+                         : 0;
+  if (h.elements == 0 || f->body_len != ids + CompressedBytes(h.compression, h.elements)) {
     throw ProtocolError("compressed push of " + std::to_string(h.elements) + " values (" +
                         std::string(CompressionName(h.compression)) + ") carries " +
                         std::to_string(f->body_len) + " bytes, not " +

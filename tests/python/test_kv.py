@@ -41,18 +41,21 @@ def test_local_store_types(spawn, kind, devices):
     check(out, 1, kind)
 
 
-@pytest.mark.parametrize("kind,workers,servers,lazy", [
-    ("dist_sync", 1, 1, 1),
-    ("dist_sync", 2, 2, 1),
-    ("dist_sync", 3, 2, 0),
+@pytest.mark.parametrize("kind,workers,servers,lazy,compression", [
+    ("dist_sync", 1, 1, 1, "none"),
+    ("dist_sync", 2, 2, 1, "none"),
+    ("dist_sync", 3, 2, 0, "none"),
+    ("dist_sync", 2, 2, 1, "fp16"),
 ])
-def test_an_embeddings_sparse_gradient_moves_as_rows(spawn, kind, workers, servers, lazy):
-    """Only the rows travel, and the servers update them as MXNet's lazy_update (or, with
-    lazy_update=0, as the dense formula): programs/kv_rows_worker.py checks every row."""
+def test_an_embeddings_sparse_gradient_moves_as_rows(spawn, kind, workers, servers, lazy,
+                                                     compression):
+    """Only the rows travel (as float16 with fp16 compression), and the servers update them as
+    MXNet's lazy_update (or, with lazy_update=0, as the dense formula):
+    programs/kv_rows_worker.py checks every row."""
     # The 1000 x 8 table over every server, in slots of 4096 bytes (128 rows).
     rows_split = {"MXNET_KVSTORE_BIGARRAY_BOUND": "256", "DTRAIN_CHUNK_BYTES": "4096"}
     out = run_ok(spawn, launch_argv(workers, servers,
-                                    program("kv_rows_worker.py", kind, lazy)),
+                                    program("kv_rows_worker.py", kind, lazy, -1, compression)),
                  env=job_env(rows_split))
     assert out.count("kv_rows_worker OK") == workers, out
 

@@ -1,7 +1,7 @@
 """A worker that pushes an embedding's sparse gradient to a dist store and checks the table the
 servers keep, row by row, against MXNet's formulas written out here.
 
-    kv_rows_worker.py TYPE LAZY [KILL_SERVER_AT_STEP]
+    kv_rows_worker.py TYPE LAZY [KILL_SERVER_AT_STEP [COMPRESSION]]
 
 Run it under `dtrain launch -n N -s S`. The store's optimizer is SGD with momentum and weight
 decay on the servers, `lazy_update=LAZY` (1: MXNet's lazy update, only the rows some worker
@@ -10,7 +10,9 @@ pushed move; 0: the dense formula, every row moves). Each worker's gradient is t
 step every worker pulls the whole table with row_sparse_pull (rows only) and compares. With
 KILL_SERVER_AT_STEP (under `dtrain launch --max-restarts 1`), rank 0 kills server 1 right after
 its push of that step, in its first life: the server's replacement restores its checkpoint, the
-workers repeat their pushes since, and every row must still come out exact. Prints
+workers repeat their pushes since, and every row must still come out exact (-1: no kill). With
+COMPRESSION fp16 the rows travel as float16: each worker's rows (repeats summed) are rounded so
+before the servers sum them. Prints
 "kv_rows_worker OK rank R of N" at the end.
 """
 
@@ -62,9 +64,12 @@ def find_server(rank):
 def main():
     kind, lazy = sys.argv[1], bool(int(sys.argv[2]))
     kill_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
+    fp16 = len(sys.argv) > 4 and sys.argv[4] == "fp16"
     kv = dtrain.kv.create(kind)
     initial = torch.arange(ROWS * DIM, dtype=torch.float32).reshape(ROWS, DIM) * 0.001 + 1
     kv.init("table", initial)
+    if fp16:
+        kv.set_gradient_compression({"type": "fp16"})
     kv.set_optimizer(dtrain.optimizer.create("sgd", learning_rate=LR, momentum=MOMENTUM, wd=WD,
                                              lazy_update=lazy))
     want = initial.double()
@@ -77,7 +82,7 @@ def main():
             print("rank 0 killed server 1 after its push of step %d" % step, flush=True)
         # The reference: every worker's gradient summed; lazy: only their rows move.
         grads = [sparse_grad(r, step, scale_of(r, step)) for r in range(kv.num_workers)]
-        total = sum(g.to_dense() for g in grads).double()
+        total = sum(g.to_dense().half().float() if fp16 else g.to_dense() for g in grads).double()
         moves = torch.zeros(ROWS, dtype=torch.bool)
         for r in range(kv.num_workers):
             moves[ids_of(r, step)] = True
