@@ -71,6 +71,21 @@ def test_rows_stay_exact_when_a_server_is_lost_and_restored(spawn):
     assert "restored" in out and out.count("kv_rows_worker OK") == 2, out
 
 
+def test_server_embedding_trains_as_the_whole_table(spawn):
+    """dtrain.torch.ServerEmbedding (an Embedding and a sum EmbeddingBag in 4 shards, one batch
+    prefetched) against the same tables held whole and pushed as sparse gradients:
+    programs/server_embedding_worker.py compares outputs every step and every row at the end."""
+    out = run_ok(spawn, launch_argv(2, 2, program("server_embedding_worker.py")))
+    assert out.count("server_embedding_worker OK") == 2, out
+
+
+def test_server_embedding_needs_a_dist_store(kv):
+    import dtrain.torch
+
+    with pytest.raises(ValueError, match="dist store's servers"):
+        dtrain.torch.ServerEmbedding(10, 4, kv)
+
+
 def test_dist_alias_is_dist_sync(spawn):
     out = run_ok(spawn, launch_argv(2, 1, program("kv_worker.py", "dist")))
     check(out, 2, "dist")

@@ -34,10 +34,11 @@ from .process_sets import *  # noqa: F401,F403
 from .process_sets import __all__ as _process_sets_all
 from .scatter_ops import *  # noqa: F401,F403
 from .scatter_ops import __all__ as _scatter_all
+from .server_embedding import ServerEmbedding as ServerEmbedding  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm as SyncBatchNorm  # noqa: F401
 from .trainer import Trainer as Trainer  # noqa: F401
 
 __all__ = list(_ops_all) + list(_autograd_all) + list(_scatter_all) + list(_process_sets_all) + [
     "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-    "sparse_allreduce_async", "SyncBatchNorm", "Trainer", "elastic",
+    "sparse_allreduce_async", "SyncBatchNorm", "Trainer", "elastic", "ServerEmbedding",
 ]
