@@ -60,3 +60,15 @@ def test_horovod_process_sets_example(spawn, launcher, n):
     assert set(found) == {"lenet", "mlp"}, out
     # 150 batches of one rank's learning rate: both well past chance (0.1).
     assert all(float(a) > 0.4 for a in found.values()), out
+
+
+def test_dlrm_example_learns_the_clicks(spawn):
+    """examples/python/dlrm.py with small tables (its default has a 1.07 GB one): its held-out
+    AUC must come near the hidden model's own (the data's ceiling)."""
+    out = run_ok(spawn, launch_argv(2, 2, [PYTHON, os.path.join(EXAMPLES, "dlrm.py"),
+                                          "--tables", "20000,5000,500", "--steps", "150",
+                                          "--test-samples", "5000"]))
+    m = re.search(r"Test_auc ([0-9.]+) Test_acc ([0-9.]+).*own AUC ([0-9.]+)", out)
+    assert m, out
+    auc, ceiling = float(m.group(1)), float(m.group(3))
+    assert auc > 0.75 and auc > ceiling - 0.08, out
