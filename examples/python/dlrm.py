@@ -52,13 +52,20 @@ def mlp(sizes):
     return torch.nn.Sequential(*layers[:-1])  # the last layer is linear
 
 
+def server_tables(kv):
+    """Tables on the servers: table t is ServerEmbedding "table<t>"."""
+    return lambda t, rows, dim: dtrain.torch.ServerEmbedding(rows, dim, kv, name="table%d" % t,
+                                                             seed=1000 * t)
+
+
 class DLRM(torch.nn.Module):
-    def __init__(self, tables, dim, kv):
+    """make_table(t, rows, dim): table t's module (bench/sparse_bench.py gives nn.Embeddings)."""
+
+    def __init__(self, tables, dim, make_table):
         super().__init__()
         self.bottom = mlp([DENSE, 64, dim])
-        self.tables = torch.nn.ModuleList(
-            dtrain.torch.ServerEmbedding(rows, dim, kv, name="table%d" % t, seed=1000 * t)
-            for t, rows in enumerate(tables))
+        self.tables = torch.nn.ModuleList(make_table(t, rows, dim)
+                                          for t, rows in enumerate(tables))
         features = 1 + len(tables)
         self.top = mlp([dim + features * (features - 1) // 2, 64, 1])
 
@@ -94,7 +101,7 @@ def main():
     torch.manual_seed(0)  # the same MLP weights on every worker (rank 0's are kept anyway)
 
     kv = dtrain.kv.create("dist_sync")
-    model = DLRM(tables, args.dim, kv)
+    model = DLRM(tables, args.dim, server_tables(kv))
     dense_params = [(name, p) for name, p in model.named_parameters()]
     kv.init([name for name, _ in dense_params], [p.detach() for _, p in dense_params])
     # One optimizer on the servers for every key: the MLPs' and the tables' rows (lazily).

@@ -22,7 +22,8 @@ def run_function(dump: Callable[[Any, Any], None], fn: Callable[..., Any],
     """Runs ``fn(*args, **kwargs)`` as an elastic job (``launch_args``: the launcher's flags,
     ``env``: its variables besides this process's), showing its merged output on ``out`` as it
     comes; the results of the workers that ended it, in their final rank order. Raises, with the
-    job's last 30 lines, when the job fails. ``dump``: the engine's cloudpickle.dump."""
+    job's last lines and the launcher's own, when the job fails. ``dump``: the engine's
+    cloudpickle.dump."""
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="dtrain-elastic-") as folder:
         fn_path = os.path.join(folder, "fn.pkl")
@@ -37,18 +38,21 @@ def run_function(dump: Callable[[Any, Any], None], fn: Callable[..., Any],
         # The proxies (python3 on PATH) are this Python.
         job_env["PATH"] = os.path.dirname(python) + os.pathsep + job_env.get("PATH", "")
         job_env.update(DTRAIN_FN_FILE=fn_path, DTRAIN_RESULT_DIR=results)
-        tail: collections.deque[str] = collections.deque(maxlen=30)
+        # The last lines, and the launcher's own apart: a dying engine process can print
+        # hundreds of lines (Ray's stack dumps) after the launcher has said why it stopped.
+        tail: collections.deque[str] = collections.deque(maxlen=15)
+        said: collections.deque[str] = collections.deque(maxlen=15)
         with subprocess.Popen(argv, env=job_env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace") as p:
             assert p.stdout is not None
             for line in p.stdout:
-                tail.append(line)
+                (said if line.startswith("dtrain launch:") else tail).append(line)
                 if out is not None:
                     out.write(line)
                     out.flush()
         if p.returncode != 0:
             raise RuntimeError(f"the elastic job {what} failed (dtrain launch exited "
-                               f"{p.returncode}):\n{''.join(tail)}")
+                               f"{p.returncode}):\n{''.join(tail)}{''.join(said)}")
         found = []
         for name in sorted(os.listdir(results)):
             with open(os.path.join(results, name), "rb") as f:

@@ -334,12 +334,12 @@ class KVStore:
             plans.append((k, targets, ids, tuple(shape), dtype))
         results = []
         op = None
-        for k, targets, ids, shape, dtype in plans:
-            if self._moves_rows() and len(shape) >= 2 and all(d.type == "cpu" for d in
-                                                               (i.device for i in ids)):
+        for k, targets, ids, dims, dtype in plans:
+            if self._moves_rows() and len(dims) >= 2 and all(i.device.type == "cpu"
+                                                              for i in ids):
                 # Only the rows asked for travel: their union, then each device's share.
                 union = torch.unique(torch.cat(ids))
-                got = torch.empty((union.numel(),) + shape[1:], dtype=dtype)
+                got = torch.empty((union.numel(),) + dims[1:], dtype=dtype)
                 op = self._h.pull_rows(k, union, got, priority)
                 op.wait()
                 rows = [got.index_select(0, torch.searchsorted(union, device_ids))
@@ -351,7 +351,7 @@ class KVStore:
                 rows = [full.index_select(0, device_ids.to(full.device)) for device_ids in ids]
             if targets is None:
                 results.append(torch.sparse_coo_tensor(ids[0].unsqueeze(0), rows[0],
-                                                       shape).coalesce())
+                                                       dims).coalesce())
                 continue
             for t, device_ids, kept in zip(targets, ids, rows):
                 t.zero_()
