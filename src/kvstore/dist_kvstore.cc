@@ -435,6 +435,17 @@ Body DistKVStore::Compressed(const KeyInfo& info, const Body& source,
   return out;
 }
 
+CompressionSpec DistKVStore::PushCompression(Key key, const KeyInfo& info, const char* op) {
+  pushed_ = true;
+  if (!compression_.AppliesTo(NumElements(info.shape))) return CompressionSpec{};
+  if (compression_.enabled() && info.dtype != DType::kFloat32) {
+    throw InvalidArgument(std::string(op) + " of key " + KeyLabel(key) +
+                          ": gradient compression works on float32 values, the key holds " +
+                          std::string(DTypeName(info.dtype)));
+  }
+  return compression_;
+}
+
 void DistKVStore::SetGradientCompression(const std::map<std::string, std::string>& params) {
   const CompressionSpec spec = CompressionSpec::FromParams(params);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -481,14 +492,7 @@ Operation DistKVStore::Issue(Command command, const StagedCall& call) {
       CheckPackedValue(op, key, Array::Wrap(nullptr, info.shape, info.dtype, nullptr), *call.packed,
                        compression_, values[0]);
     }
-    pushed_ = true;
-    compression = compression_;
-  }
-  if (!compression.AppliesTo(NumElements(info.shape))) compression = CompressionSpec{};
-  if (compression.enabled() && info.dtype != DType::kFloat32) {
-    throw InvalidArgument(std::string(op) + " of key " + KeyLabel(key) +
-                          ": gradient compression works on float32 values, the key holds " +
-                          std::string(DTypeName(info.dtype)));
+    compression = PushCompression(key, info, op);
   }
   // The pushed value's first `bytes` bytes are on the host once this returns (staged_calls.h).
   bool value_on_host = !call.await_value || command == Command::kPull;

@@ -110,6 +110,10 @@ class DistKVStore : public KVStore, public StagedCalls {
   transport::Body LogCopy(const KeyInfo& info, const transport::Body& b);
   // The sum of the device values, as a message body source (no copy for a single value).
   transport::Body Summed(const KeyInfo& info, const std::vector<Array>& values) const;
+  // The compression a push of `info`'s key applies (none where the spec does not apply to its
+  // size), marking that a push was made (compression is fixed from then on). mutex_ held. Throws
+  // InvalidArgument, naming `op`, for compression of a key that is not float32.
+  CompressionSpec PushCompression(Key key, const KeyInfo& info, const char* op);
   // A row push's body for `local` (a slot's rows, numbered from its row `first`) whose float32
   // `values` are compressed with `spec` (their residuals updated); sets the header's fields.
   transport::Body CompressedRows(const KeyInfo& info, const CompressionSpec& spec,

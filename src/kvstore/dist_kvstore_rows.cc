@@ -4,9 +4,7 @@
 // them from the slot's first row (ps/row_sparse_body.h).
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
-#include "common/elementwise.h"
 #include "compression/codec.h"
 #include "dtrain/common/error.h"
 #include "kvstore/dist_kvstore.h"
@@ -22,18 +20,34 @@ using transport::Message;
 
 namespace {
 
-// The order that sorts `rows` (stable: repeats keep theirs).
-std::vector<size_t> SortedOrder(const std::vector<int64_t>& rows) {
-  std::vector<size_t> order(rows.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return rows[a] < rows[b]; });
-  return order;
+// A slot's share of a key's rows `unique` (sorted, distinct): where it starts in `unique`, the
+// slot's first row, and its rows numbered from there (every slot holds whole rows).
+struct SlotShare {
+  int64_t lo = 0;
+  int64_t first = 0;
+  std::vector<int64_t> local;
+};
+
+SlotShare ShareOf(const std::vector<int64_t>& unique, const ps::Slot& slot, int64_t row_elements) {
+  SlotShare share;
+  share.first = slot.offset / row_elements;
+  const int64_t end = (slot.offset + slot.length) / row_elements;
+  const auto lo = std::lower_bound(unique.begin(), unique.end(), share.first);
+  share.lo = lo - unique.begin();
+  share.local.assign(lo, std::lower_bound(lo, unique.end(), end));
+  for (int64_t& row : share.local) row -= share.first;
+  return share;
 }
 
-// The first row of each slot, and the row after the last.
-std::pair<int64_t, int64_t> RowRange(const ps::Slot& slot, int64_t row_elements) {
-  return {slot.offset / row_elements, (slot.offset + slot.length) / row_elements};
+// A row push or pull of `slot`, its body still to come.
+Message RowRequest(Command command, Key key, const ps::Slot& slot, DType dtype, int priority) {
+  Message msg;
+  msg.header.priority = static_cast<int16_t>(std::clamp(priority, -32768, 32767));
+  msg.header.command = command;
+  msg.header.key = static_cast<uint64_t>(key);
+  msg.header.part = slot.part;
+  msg.header.dtype = dtype;
+  return msg;
 }
 
 }  // namespace
@@ -72,53 +86,26 @@ Operation DistKVStore::PushRows(Key key, std::vector<int64_t> rows, const Array&
   const KeyInfo& info = LookupRows(key, "push of rows", rows, values);
   node_.ThrowIfFailed();
   const size_t row_bytes = static_cast<size_t>(info.row_elements) * DTypeSize(info.dtype);
-  // Each row once, in increasing order, repeats summed.
-  const std::vector<size_t> order = SortedOrder(rows);
-  std::vector<int64_t> unique;
-  std::vector<char> sums;
-  sums.reserve(rows.size() * row_bytes);
-  for (size_t i : order) {
-    const char* row = values.bytes() + i * row_bytes;
-    if (!unique.empty() && unique.back() == rows[i]) {
-      AddInto(sums.data() + sums.size() - row_bytes, row, info.row_elements, info.dtype);
-    } else {
-      unique.push_back(rows[i]);
-      sums.insert(sums.end(), row, row + row_bytes);
-    }
-  }
+  const ps::CoalescedRows coalesced =
+      ps::CoalesceRows(rows, values.bytes(), row_bytes, info.row_elements, info.dtype);
+  const std::vector<int64_t>& unique = coalesced.rows;
   CompressionSpec compression;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    pushed_ = true;
-    compression = compression_;
-  }
-  if (!compression.AppliesTo(NumElements(info.shape))) compression = CompressionSpec{};
-  if (compression.enabled() && info.dtype != DType::kFloat32) {
-    throw InvalidArgument("push of rows of key " + KeyLabel(key) +
-                          ": gradient compression works on float32 values, the key holds " +
-                          std::string(DTypeName(info.dtype)));
+    compression = PushCompression(key, info, "push of rows");
   }
   auto state = Track(
       "push of " + std::to_string(unique.size()) + " rows of key " + KeyLabel(key) + info.servers,
       static_cast<int>(info.slots.size()));
   for (const ps::Slot& slot : info.slots) {
-    const auto [first, end] = RowRange(slot, info.row_elements);
-    const auto lo = std::lower_bound(unique.begin(), unique.end(), first) - unique.begin();
-    const auto hi = std::lower_bound(unique.begin(), unique.end(), end) - unique.begin();
-    std::vector<int64_t> local(unique.begin() + lo, unique.begin() + hi);
-    for (int64_t& r : local) r -= first;
-    Message msg;
-    msg.header.priority = static_cast<int16_t>(std::clamp(priority, -32768, 32767));
-    msg.header.command = Command::kPushRows;
-    msg.header.key = static_cast<uint64_t>(key);
-    msg.header.part = slot.part;
-    msg.header.dtype = info.dtype;
-    const char* values = sums.data() + static_cast<size_t>(lo) * row_bytes;
-    if (compression.enabled() && !local.empty()) {
-      msg.body = CompressedRows(info, compression, local, first, values, &msg.header);
+    const SlotShare share = ShareOf(unique, slot, info.row_elements);
+    Message msg = RowRequest(Command::kPushRows, key, slot, info.dtype, priority);
+    const char* values = coalesced.values.data() + static_cast<size_t>(share.lo) * row_bytes;
+    if (compression.enabled() && !share.local.empty()) {
+      msg.body = CompressedRows(info, compression, share.local, share.first, values, &msg.header);
     } else {
-      msg.body = NewPushBody(info, ps::RowSparseBytes(local.size(), row_bytes));
-      ps::EncodeRowSparse(local, values, row_bytes, msg.body.data);
+      msg.body = NewPushBody(info, ps::RowSparseBytes(share.local.size(), row_bytes));
+      ps::EncodeRowSparse(share.local, values, row_bytes, msg.body.data);
     }
     client_.Request(
         slot.server, std::move(msg), Body{},
@@ -172,7 +159,7 @@ Operation DistKVStore::PullRows(Key key, std::vector<int64_t> rows, const Array&
   node_.ThrowIfFailed();
   const size_t row_bytes = static_cast<size_t>(info.row_elements) * DTypeSize(info.dtype);
   // Each row asked once; the answer is copied to every place it was asked for.
-  const std::vector<size_t> order = SortedOrder(rows);
+  const std::vector<size_t> order = ps::SortedRowOrder(rows);
   std::vector<int64_t> unique;
   std::vector<std::vector<size_t>> places;  // per unique row: where it goes in `out`
   for (size_t i : order) {
@@ -182,37 +169,24 @@ Operation DistKVStore::PullRows(Key key, std::vector<int64_t> rows, const Array&
     }
     places.back().push_back(i);
   }
-  struct Request {
-    const ps::Slot* slot;
-    int64_t lo, hi;  // its rows in `unique`
-  };
-  std::vector<Request> requests;
+  std::vector<std::pair<const ps::Slot*, SlotShare>> requests;  // the slots with rows asked
   for (const ps::Slot& slot : info.slots) {
-    const auto [first, end] = RowRange(slot, info.row_elements);
-    const auto lo = std::lower_bound(unique.begin(), unique.end(), first) - unique.begin();
-    const auto hi = std::lower_bound(unique.begin(), unique.end(), end) - unique.begin();
-    if (hi > lo) requests.push_back({&slot, lo, hi});
+    SlotShare share = ShareOf(unique, slot, info.row_elements);
+    if (!share.local.empty()) requests.emplace_back(&slot, std::move(share));
   }
   auto state = Track(
       "pull of " + std::to_string(unique.size()) + " rows of key " + KeyLabel(key) + info.servers,
       std::max<int>(1, static_cast<int>(requests.size())));
   if (requests.empty()) state->PartDone();
   auto shared_places = std::make_shared<std::vector<std::vector<size_t>>>(std::move(places));
-  for (const Request& r : requests) {
-    const int64_t first = RowRange(*r.slot, info.row_elements).first;
-    std::vector<int64_t> local(unique.begin() + r.lo, unique.begin() + r.hi);
-    for (int64_t& row : local) row -= first;
-    Message msg;
-    msg.header.priority = static_cast<int16_t>(std::clamp(priority, -32768, 32767));
-    msg.header.command = Command::kPullRows;
-    msg.header.key = static_cast<uint64_t>(key);
-    msg.header.part = r.slot->part;
-    msg.header.dtype = info.dtype;
+  for (const auto& [slot, share] : requests) {
+    const std::vector<int64_t>& local = share.local;
+    Message msg = RowRequest(Command::kPullRows, key, *slot, info.dtype, priority);
     msg.body = NewPushBody(info, ps::RowSparseBytes(local.size(), 0));
     ps::EncodeRowSparse(local, nullptr, 0, msg.body.data);
     Body reply = NewPushBody(info, local.size() * row_bytes);
-    auto done = [state, out, reply, shared_places, lo = r.lo, row_bytes](const Message*,
-                                                                         std::exception_ptr error) {
+    auto done = [state, out, reply, shared_places, lo = share.lo, row_bytes](
+                    const Message*, std::exception_ptr error) {
       if (!error) {
         for (size_t i = 0; i < reply.size / row_bytes; ++i) {
           for (size_t place : (*shared_places)[static_cast<size_t>(lo) + i]) {
@@ -222,7 +196,7 @@ Operation DistKVStore::PullRows(Key key, std::vector<int64_t> rows, const Array&
       }
       state->PartDone(error);
     };
-    client_.Request(r.slot->server, std::move(msg), reply, std::move(done));
+    client_.Request(slot->server, std::move(msg), reply, std::move(done));
   }
   return Operation(state);
 }

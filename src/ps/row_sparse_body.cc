@@ -1,8 +1,11 @@
 #include "ps/row_sparse_body.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
+#include "common/elementwise.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::ps {
@@ -105,6 +108,30 @@ RowSparseView DecodeRowSparseIds(const char* data, size_t size, int64_t slot_row
 std::vector<int64_t> DecodeRowRequest(const char* data, size_t size, int64_t slot_rows) {
   const uint64_t n = ReadCount(data, size, kIdBytes, "a row request");
   return ReadIds(data, n, slot_rows, "a row request");
+}
+
+std::vector<size_t> SortedRowOrder(std::span<const int64_t> rows) {
+  std::vector<size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return rows[a] < rows[b]; });
+  return order;
+}
+
+CoalescedRows CoalesceRows(std::span<const int64_t> rows, const char* values, size_t row_bytes,
+                           int64_t row_length, DType dtype) {
+  CoalescedRows out;
+  out.values.reserve(rows.size() * row_bytes);
+  for (size_t i : SortedRowOrder(rows)) {
+    const char* row = values + i * row_bytes;
+    if (!out.rows.empty() && out.rows.back() == rows[i]) {
+      AddInto(out.values.data() + out.values.size() - row_bytes, row, row_length, dtype);
+    } else {
+      out.rows.push_back(rows[i]);
+      out.values.insert(out.values.end(), row, row + row_bytes);
+    }
+  }
+  return out;
 }
 
 }  // namespace dtrain::ps

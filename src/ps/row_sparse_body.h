@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/common/dtype.h"
+
 namespace dtrain::ps {
 
 struct RowSparseView {
@@ -49,5 +51,20 @@ RowSparseView DecodeRowSparseIds(const char* data, size_t size, int64_t slot_row
 
 // A request's row ids, for a slot of `slot_rows` rows.
 std::vector<int64_t> DecodeRowRequest(const char* data, size_t size, int64_t slot_rows);
+
+// The order that sorts `rows` (stable: repeats keep theirs).
+std::vector<size_t> SortedRowOrder(std::span<const int64_t> rows);
+
+// Rows each once, in increasing order, with the values of repeated ones summed: what a worker
+// sends a server (so that a server gets each row at most once) and what Optimizer::UpdateRows
+// takes.
+struct CoalescedRows {
+  std::vector<int64_t> rows;
+  std::vector<char> values;  // rows.size() rows of row_bytes
+};
+
+// `values`: rows.size() rows of `row_length` elements of `dtype` (row_bytes each).
+CoalescedRows CoalesceRows(std::span<const int64_t> rows, const char* values, size_t row_bytes,
+                           int64_t row_length, DType dtype);
 
 }  // namespace dtrain::ps

@@ -39,7 +39,7 @@ constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
 constexpr size_t kRunHereBytes = 64 * 1024;
 
 bool IsDataRequest(const Header& h) {
-  return !h.is_response() && (IsPushCommand(h.command) || IsPullCommand(h.command));
+  return !h.is_response() && transport::IsValueCommand(h.command);
 }
 
 // A reply's header: the request's, answering it (its priority too, so the values a worker needs
@@ -342,38 +342,9 @@ void Server::HandleData(Message&& msg) {
     slot = it->second.get();
   }
   const bool rows = h.command == Command::kPushRows || h.command == Command::kPullRows;
-  if (rows) {
-    if (std::string problem = RowRequestProblem(*slot, msg); !problem.empty()) {
-      return ReplyError(h, problem);
-    }
-  } else if ((h.flags & transport::kFlagBodyRefused) != 0) {
-    return ReplyError(h, std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) +
-                             " refused: " + msg.meta + " (it holds " +
-                             std::to_string(slot->length) + " " +
-                             std::string(DTypeName(slot->dtype)) + ")");
-  }
-  if (rows) {
-    // RowRequestProblem checked the body, compressed or not.
-  } else if (h.compression != Compression::kNone) {
-    // The header fits itself (wire.cc); now it must fit the slot, and the words their format.
-    if (slot->dtype != DType::kFloat32 || h.elements != static_cast<uint64_t>(slot->length)) {
-      return ReplyError(h, "compressed " + std::string(CommandName(h.command)) + " to " +
-                               SlotName(h.key, h.part) + " carries " + std::to_string(h.elements) +
-                               " float32 values; it holds " + std::to_string(slot->length) + " " +
-                               std::string(DTypeName(slot->dtype)));
-    }
-    if (!WellFormed(h.compression, msg.body.data, slot->length)) {
-      return ReplyError(h, "compressed push to " + SlotName(h.key, h.part) +
-                               " holds codes its format does not have");
-    }
-  } else if (h.command == Command::kPush || h.command == Command::kPushPull) {
-    if (h.dtype != slot->dtype || msg.body.size != slot->bytes()) {
-      return ReplyError(h, std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) +
-                               " carries " + std::to_string(msg.body.size / DTypeSize(h.dtype)) +
-                               " " + std::string(DTypeName(h.dtype)) + " elements; it holds " +
-                               std::to_string(slot->length) + " " +
-                               std::string(DTypeName(slot->dtype)));
-    }
+  if (std::string problem = rows ? RowRequestProblem(*slot, msg) : DenseRequestProblem(*slot, msg);
+      !problem.empty()) {
+    return ReplyError(h, problem);
   }
   if (IsPushCommand(h.command) && !checkpoint_folder_.empty() &&
       !pushed_since_checkpoint_.load(std::memory_order_relaxed)) {
@@ -385,6 +356,36 @@ void Server::HandleData(Message&& msg) {
   } else {
     AsyncMessage(*slot, node_.layout().RankOf(h.sender), std::move(msg));
   }
+}
+
+std::string Server::DenseRequestProblem(const SlotState& slot, const Message& msg) {
+  const Header& h = msg.header;
+  if ((h.flags & transport::kFlagBodyRefused) != 0) {
+    return std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) +
+           " refused: " + msg.meta + " (it holds " + std::to_string(slot.length) + " " +
+           std::string(DTypeName(slot.dtype)) + ")";
+  }
+  if (h.compression != Compression::kNone) {
+    // The header fits itself (wire.cc); now it must fit the slot, and the words their format.
+    if (slot.dtype != DType::kFloat32 || h.elements != static_cast<uint64_t>(slot.length)) {
+      return "compressed " + std::string(CommandName(h.command)) + " to " +
+             SlotName(h.key, h.part) + " carries " + std::to_string(h.elements) +
+             " float32 values; it holds " + std::to_string(slot.length) + " " +
+             std::string(DTypeName(slot.dtype));
+    }
+    if (!WellFormed(h.compression, msg.body.data, slot.length)) {
+      return "compressed push to " + SlotName(h.key, h.part) +
+             " holds codes its format does not have";
+    }
+  } else if (h.command == Command::kPush || h.command == Command::kPushPull) {
+    if (h.dtype != slot.dtype || msg.body.size != slot.bytes()) {
+      return std::string(CommandName(h.command)) + " to " + SlotName(h.key, h.part) + " carries " +
+             std::to_string(msg.body.size / DTypeSize(h.dtype)) + " " +
+             std::string(DTypeName(h.dtype)) + " elements; it holds " +
+             std::to_string(slot.length) + " " + std::string(DTypeName(slot.dtype));
+    }
+  }
+  return {};
 }
 
 std::string Server::FinishedWorkerProblem() {
@@ -440,7 +441,7 @@ void Server::SyncMessage(SlotState& slot, int worker, Message&& msg) {
     ++slot.contributed[worker];
     if (slot.pushed[worker]) {
       slot.waiting.push_back(msg.header);  // answered with the round, when it completes
-    } else if (msg.header.command == Command::kPush || msg.header.command == Command::kPushRows) {
+    } else if (AcknowledgedOnly(msg.header.command)) {
       Reply(msg.header);
     } else {
       ReplyValue(slot, msg.header);
@@ -537,8 +538,8 @@ void Server::CompleteRound(SlotState& slot) {
     slot.value_holds_rows = false;
   }
   for (const Header& h : slot.waiting) {
-    if (h.command == Command::kPush || h.command == Command::kPushRows) {
-      Reply(h);  // an acknowledgement
+    if (AcknowledgedOnly(h.command)) {
+      Reply(h);
     } else {
       ReplyValue(slot, h);
     }
@@ -582,7 +583,7 @@ void Server::AsyncMessage(SlotState& slot, int worker, Message&& msg) {
     ApplyGradient(slot, msg.body, CurrentOptimizer().get());
   }
   if (is_push) ++slot.contributed[worker];
-  if (h.command == Command::kPush || h.command == Command::kPushRows) {
+  if (AcknowledgedOnly(h.command)) {
     Reply(h);
   } else {
     ReplyValue(slot, h);

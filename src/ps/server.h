@@ -153,6 +153,9 @@ class Server {
   void AsyncMessage(SlotState& slot, int worker, transport::Message&& msg);
   // With an optimizer: weight update; without: the gradient is added to the value (async).
   void ApplyGradient(SlotState& slot, const transport::Body& grad, Optimizer* optimizer);
+  // Why a push or pull of a whole slot's value cannot be served ("" when it can): the body was
+  // refused, or does not fit the slot (its type and size, or its compressed words).
+  std::string DenseRequestProblem(const SlotState& slot, const transport::Message& msg);
   // Row-sparse requests (server_rows.cc), slot lock held unless said otherwise.
   // BodyLimit of a row push or pull (none for a slot without rows). Takes the slots' lock.
   size_t RowsBodyLimit(const transport::Header& h);

@@ -25,29 +25,26 @@ using transport::Message;
 
 namespace {
 
-// The rows in increasing order, each once, with their gradients summed: what UpdateRows takes.
-struct CoalescedRows {
-  std::vector<int64_t> rows;
-  std::vector<char> values;  // rows.size() rows of row_bytes
-};
-
-CoalescedRows Coalesce(const RowSparseView& pushed, DType dtype, int64_t row_length) {
-  std::vector<size_t> order(pushed.rows.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return pushed.rows[a] < pushed.rows[b]; });
-  CoalescedRows out;
-  out.values.reserve(order.size() * pushed.row_bytes);
-  for (size_t i : order) {
-    if (!out.rows.empty() && out.rows.back() == pushed.rows[i]) {
-      AddInto(out.values.data() + out.values.size() - pushed.row_bytes, pushed.row(i), row_length,
-              dtype);
-    } else {
-      out.rows.push_back(pushed.rows[i]);
-      out.values.insert(out.values.end(), pushed.row(i), pushed.row(i) + pushed.row_bytes);
-    }
+// A row push's ids and rows, checked against the slot; compressed rows are checked (their size
+// and codes) but left packed.
+RowSparseView ViewPushedRows(const Header& h, const Body& body, int64_t slot_rows,
+                             int64_t row_length, size_t row_bytes) {
+  if (h.compression == Compression::kNone) {
+    return DecodeRowSparse(body.data, body.size, slot_rows, row_bytes);
   }
-  return out;
+  RowSparseView view = DecodeRowSparseIds(body.data, body.size, slot_rows);
+  const auto n = static_cast<int64_t>(view.rows.size()) * row_length;
+  if (static_cast<int64_t>(h.elements) != n ||
+      view.values_bytes != CompressedBytes(h.compression, n)) {
+    throw ProtocolError("a compressed row push of " + std::to_string(view.rows.size()) +
+                        " rows of " + std::to_string(row_length) + " announces " +
+                        std::to_string(h.elements) + " values in " +
+                        std::to_string(view.values_bytes) + " bytes");
+  }
+  if (!WellFormed(h.compression, view.values, n)) {
+    throw ProtocolError("a compressed row push holds codes its format does not have");
+  }
+  return view;
 }
 
 // A row push's rows, unpacked first when they came compressed.
@@ -58,23 +55,9 @@ struct PushedRows {
 
 PushedRows DecodePushedRows(const Header& h, const Body& body, int64_t slot_rows,
                             int64_t row_length, size_t row_bytes) {
-  PushedRows out;
-  if (h.compression == Compression::kNone) {
-    out.view = DecodeRowSparse(body.data, body.size, slot_rows, row_bytes);
-    return out;
-  }
-  out.view = DecodeRowSparseIds(body.data, body.size, slot_rows);
+  PushedRows out{ViewPushedRows(h, body, slot_rows, row_length, row_bytes), {}};
+  if (h.compression == Compression::kNone) return out;
   const auto n = static_cast<int64_t>(out.view.rows.size()) * row_length;
-  if (static_cast<int64_t>(h.elements) != n ||
-      out.view.values_bytes != CompressedBytes(h.compression, n)) {
-    throw ProtocolError("a compressed row push of " + std::to_string(out.view.rows.size()) +
-                        " rows of " + std::to_string(row_length) + " announces " +
-                        std::to_string(h.elements) + " values in " +
-                        std::to_string(out.view.values_bytes) + " bytes");
-  }
-  if (!WellFormed(h.compression, out.view.values, n)) {
-    throw ProtocolError("a compressed row push holds codes its format does not have");
-  }
   out.unpacked.resize(static_cast<size_t>(n) * sizeof(float));
   dtrain::Decompress({h.compression, h.threshold}, out.view.values, n,
                      reinterpret_cast<float*>(out.unpacked.data()), /*accumulate=*/false);
@@ -124,7 +107,7 @@ std::string Server::RowRequestProblem(const SlotState& slot, const Message& msg)
   }
   try {
     if (h.command == Command::kPushRows) {
-      DecodePushedRows(h, msg.body, slot.rows(), slot.row_length, slot.row_bytes());
+      ViewPushedRows(h, msg.body, slot.rows(), slot.row_length, slot.row_bytes());
     } else {
       DecodeRowRequest(msg.body.data, msg.body.size, slot.rows());
     }
@@ -230,7 +213,8 @@ void Server::ApplyRowRound(SlotState& slot) {
 void Server::ApplyPushedRows(SlotState& slot, const Message& msg) {
   const PushedRows decoded =
       DecodePushedRows(msg.header, msg.body, slot.rows(), slot.row_length, slot.row_bytes());
-  const CoalescedRows rows = Coalesce(decoded.view, slot.dtype, slot.row_length);
+  const CoalescedRows rows = CoalesceRows(decoded.view.rows, decoded.view.values,
+                                          decoded.view.row_bytes, slot.row_length, slot.dtype);
   const size_t row_bytes = slot.row_bytes();
   CopyOnWrite(slot);
   slot.value_holds_rows = false;

@@ -92,6 +92,10 @@ inline bool IsPushCommand(transport::Command c) {
 inline bool IsPullCommand(transport::Command c) {
   return c == transport::Command::kPull || c == transport::Command::kPullRows;
 }
+// Pushes answered with an empty acknowledgement (a pushpull's answer is the value).
+inline bool AcknowledgedOnly(transport::Command c) {
+  return c == transport::Command::kPush || c == transport::Command::kPushRows;
+}
 
 // "key K" or "key K part P", as errors and logs name a slot.
 inline std::string SlotName(uint64_t key, uint32_t part) {

@@ -58,6 +58,9 @@ enum class Command : uint16_t {
 };
 
 bool IsKnownCommand(uint16_t raw);
+// The requests for a slot's value between workers and servers (push, pull, pushpull, and their
+// row forms), and their replies.
+bool IsValueCommand(Command c);
 std::string_view CommandName(Command c);
 
 // Header flags.

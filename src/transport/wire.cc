@@ -29,12 +29,16 @@ T Get(const char* bytes, size_t offset) {
 }
 
 bool CarriesValues(Command c) {
-  return c == Command::kInit || c == Command::kPush || c == Command::kPull ||
-         c == Command::kPushPull || c == Command::kCommand ||  // commands: opaque state bytes
-         c == Command::kPushRows || c == Command::kPullRows;
+  return IsValueCommand(c) || c == Command::kInit ||
+         c == Command::kCommand;  // commands: opaque state bytes
 }
 
 }  // namespace
+
+bool IsValueCommand(Command c) {
+  return c == Command::kPush || c == Command::kPull || c == Command::kPushPull ||
+         c == Command::kPushRows || c == Command::kPullRows;
+}
 
 bool IsKnownCommand(uint16_t raw) {
   switch (static_cast<Command>(raw)) {
@@ -167,18 +171,15 @@ static void DecodeCompression(const char* bytes, Frame* f) {
   } catch (const InvalidArgument& e) {
     throw ProtocolError(std::string("compressed push: ") + e.what());
   }
-  // A row push carries its row count and ids (8 bytes each) before the compressed rows; the
-  // server checks that they account for the rest (ps/row_sparse_body.h).
-  const size_t ids = h.command == Command::kPushRows && f->body_len >= 8 &&
-                             f->body_len > CompressedBytes(h.compression, h.elements) &&
-                             (f->body_len - CompressedBytes(h.compression, h.elements)) % 8 == 0
-                         ? f->body_len - CompressedBytes(h.compression, h.elements)
-                         : 0;
-  if (h.elements == 0 || f->body_len != ids + CompressedBytes(h.compression, h.elements)) {
+  const size_t packed = CompressedBytes(h.compression, h.elements);
+  // A row push carries its row count and ids (8 bytes each) before the packed rows; the server
+  // checks that they account for the rest (ps/row_sparse_body.h).
+  const bool ids_first =
+      h.command == Command::kPushRows && f->body_len > packed && (f->body_len - packed) % 8 == 0;
+  if (h.elements == 0 || (!ids_first && f->body_len != packed)) {
     throw ProtocolError("compressed push of " + std::to_string(h.elements) + " values (" +
                         std::string(CompressionName(h.compression)) + ") carries " +
-                        std::to_string(f->body_len) + " bytes, not " +
-                        std::to_string(CompressedBytes(h.compression, h.elements)));
+                        std::to_string(f->body_len) + " bytes, not " + std::to_string(packed));
   }
 }
 

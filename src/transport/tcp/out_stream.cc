@@ -63,11 +63,7 @@ namespace {
 enum class Kind { kValueRequest, kValueReply, kOther };
 
 Kind KindOf(const Message& msg) {
-  const Command c = msg.header.command;
-  if (c != Command::kPush && c != Command::kPull && c != Command::kPushPull &&
-      c != Command::kPushRows && c != Command::kPullRows) {
-    return Kind::kOther;
-  }
+  if (!IsValueCommand(msg.header.command)) return Kind::kOther;
   return msg.header.is_response() ? Kind::kValueReply : Kind::kValueRequest;
 }
 
