@@ -45,11 +45,15 @@ def run_function(dump: Callable[[Any, Any], None], fn: Callable[..., Any],
         with subprocess.Popen(argv, env=job_env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace") as p:
             assert p.stdout is not None
-            for line in p.stdout:
-                (said if line.startswith("dtrain launch:") else tail).append(line)
-                if out is not None:
-                    out.write(line)
-                    out.flush()
+            try:
+                for line in p.stdout:
+                    (said if line.startswith("dtrain launch:") else tail).append(line)
+                    if out is not None:
+                        out.write(line)
+                        out.flush()
+            except BaseException:
+                p.terminate()  # Ctrl-C here (or a failing `out`): the launcher stops the job
+                raise
         if p.returncode != 0:
             raise RuntimeError(f"the elastic job {what} failed (dtrain launch exited "
                                f"{p.returncode}):\n{''.join(tail)}{''.join(said)}")

@@ -70,9 +70,20 @@ def _answer(token: str, challenge: bytes) -> bytes:
     return hmac.new(token.encode(), challenge, hashlib.sha256).digest()
 
 
+def _keep_alive(sock: socket.socket) -> None:
+    """A member's connection waits without a timeout once it is authenticated (a worker may be
+    silent for hours): TCP keepalive probes end the wait within about 11 s of its host vanishing
+    without a word (no FIN, no RST)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
 def accept_member(sock: socket.socket, token: str) -> dict[str, Any]:
     """The accepting side: challenges the peer, then returns its hello. Raises WireError (or
     OSError, on a timeout) for a stranger."""
+    _keep_alive(sock)
     sock.settimeout(AUTH_TIMEOUT_S)
     challenge = secrets.token_bytes(CHALLENGE_BYTES)
     send(sock, b"c", challenge)
@@ -89,6 +100,7 @@ def join(address: tuple[str, int], token: str, hello: dict[str, Any],
     """The connecting side: connects, answers the challenge and says ``hello``."""
     sock = socket.create_connection(address, timeout=timeout)
     try:
+        _keep_alive(sock)
         kind, challenge = recv(sock, limit=64)
         if kind != b"c" or len(challenge) != CHALLENGE_BYTES:
             raise WireError(f"{address[0]}:{address[1]} is not one of this job's")

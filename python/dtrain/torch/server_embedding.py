@@ -72,7 +72,8 @@ class ServerEmbedding(torch.nn.Module):
             kv.init(key, shard)
             del shard
         self._prefetch: tuple[torch.Tensor, Any] | None = None  # (ids, pulled rows) in flight
-        self._next_ids: torch.Tensor | None = None
+        self._next_ids: torch.Tensor | None = None  # prefetch()'s, until this step's push
+        self._awaiting_push = False  # a forward's rows wait for their backward
 
     def extra_repr(self) -> str:
         return "%d, %d, name=%r, shards=%d%s" % (
@@ -129,8 +130,6 @@ class ServerEmbedding(torch.nn.Module):
             self._next_ids = ids
         else:
             self._start_prefetch(ids)
-
-    _awaiting_push = False
 
     def _checked(self, ids: torch.Tensor) -> torch.Tensor:
         if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
