@@ -119,8 +119,9 @@ def main():
         for name, p in dense_params:
             kv.push(name, p.grad)
             p.grad = None
-        for name, p in dense_params:
-            kv.pull(name, out=p.data)
+        pulls = [kv.pull(name, out=p.data) for name, p in dense_params]
+        for h in pulls:  # the next forward must read the new weights, not a half-written pull
+            h.wait()
         if kv.rank == 0 and (step % 50 == 0 or step == args.steps - 1):
             print("Step %d: loss %.4f (%.1f samples/s a worker)"
                   % (step, loss.item() / args.batch,

@@ -71,13 +71,18 @@ void RegisterTraining(py::module_& m) {
              py::gil_scoped_release no_gil;
              sync.Step(batch_size);
            })
-      .def("stale_gradients",
-           [](const SyncHandle& h) { return h.sync().StaleGradients(); })
+      .def("stale_gradients", [](const SyncHandle& h) { return h.sync().StaleGradients(); })
       .def("wait_for",
            [](const SyncHandle& h, const std::vector<size_t>& indexes) {
              auto& sync = h.sync();
              py::gil_scoped_release no_gil;
              sync.WaitFor(indexes);
+           })
+      .def("wait_for_rows",
+           [](const SyncHandle& h, size_t index, const at::Tensor& ids) {
+             auto& sync = h.sync();
+             py::gil_scoped_release no_gil;
+             sync.WaitForRows(index, ids);
            })
       .def("wait_all",
            [](const SyncHandle& h) {

@@ -1,5 +1,7 @@
 #include "dtrain/train/horovod.h"
 
+#include <set>
+
 #include "dtrain/common/error.h"
 #include "train/tensor_array.h"
 #include "train/tensor_dtype.h"
@@ -85,11 +87,36 @@ struct DistributedOptimizer::Param {
   torch::Tensor buffer;  // the gradient on its way (float32, or float16 compressed)
   collectives::Handle handle;
   bool submitted = false;
+  // SparseGradients::kAllgather, for a sparse embedding's table: `buffer` holds its rows' values
+  // and `ids` their row numbers, each allgathered.
+  bool rows = false;
+  torch::Tensor ids;
+  collectives::Handle ids_handle;
 };
 
+namespace {
+
+// The tables of the embeddings with sparse gradients in `module`, by parameter name.
+std::set<std::string> SparseTables(torch::nn::Module& module) {
+  std::set<std::string> names;
+  for (const auto& item : module.named_modules()) {
+    const auto* e = item.value()->as<torch::nn::EmbeddingImpl>();
+    const auto* bag = item.value()->as<torch::nn::EmbeddingBagImpl>();
+    if ((e && e->options.sparse()) || (bag && bag->options.sparse())) {
+      names.insert(item.key().empty() ? "weight" : item.key() + ".weight");
+    }
+  }
+  return names;
+}
+
+}  // namespace
+
 DistributedOptimizer::DistributedOptimizer(std::unique_ptr<torch::optim::Optimizer> inner,
-                                           torch::nn::Module& module, Compression compression)
+                                           torch::nn::Module& module, Compression compression,
+                                           SparseGradients sparse)
     : inner_(std::move(inner)), compression_(compression) {
+  const std::set<std::string> tables =
+      sparse == SparseGradients::kAllgather ? SparseTables(module) : std::set<std::string>();
   for (auto& item : module.named_parameters(true)) {
     const torch::Tensor& w = item.value();
     if (!w.requires_grad()) continue;
@@ -100,6 +127,7 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<torch::optim::Optimiz
     auto p = std::make_unique<Param>();
     p->name = "grad." + item.key();
     p->weight = w;
+    p->rows = tables.count(item.key()) != 0;
     Param* raw = p.get();
     p->weight.register_hook([this, raw](torch::Tensor grad) { Submit(*raw, grad); });
     params_.push_back(std::move(p));
@@ -113,6 +141,7 @@ DistributedOptimizer::~DistributedOptimizer() {
     if (!p->submitted) continue;
     try {
       p->handle.Wait();
+      if (p->rows) p->ids_handle.Wait();
     } catch (...) {
     }
   }
@@ -124,10 +153,41 @@ void DistributedOptimizer::Submit(Param& p, const torch::Tensor& grad) {
     throw InvalidArgument("DistributedOptimizer: gradient of " + p.name +
                           " produced twice before step() (one backward per step)");
   }
-  p.buffer = SendBuffer(grad, compression_);
-  const Array view = ArrayView(p.buffer);
-  p.handle = collectives::AllreduceAsync(p.name, view, view, collectives::ReduceOp::kAverage);
+  if (p.rows) {
+    SubmitRows(p, grad);
+  } else {
+    p.buffer = SendBuffer(grad, compression_);
+    const Array view = ArrayView(p.buffer);
+    p.handle = collectives::AllreduceAsync(p.name, view, view, collectives::ReduceOp::kAverage);
+  }
   p.submitted = true;
+}
+
+void DistributedOptimizer::SubmitRows(Param& p, const torch::Tensor& grad) {
+  torch::NoGradGuard no_grad;
+  // Every rank gathers under the same names each step, whatever its gradient's form: a dense one
+  // (zeros, for a table backward did not reach) sends its nonzero rows.
+  const torch::Tensor rows = (grad.is_sparse() ? grad : grad.to_sparse(1)).coalesce();
+  const auto dtype = compression_ == Compression::kFp16 ? torch::kFloat16 : torch::kFloat32;
+  p.buffer = rows.values().to(EngineDevice(grad), dtype).contiguous();
+  // Row numbers travel as float64 (the collectives move float types), exact below 2^53.
+  p.ids = rows.indices()[0].to(EngineDevice(grad), torch::kFloat64).contiguous();
+  p.ids_handle = collectives::AllgatherAsync(p.name + ".ids", ArrayView(p.ids));
+  p.handle = collectives::AllgatherAsync(p.name + ".values", ArrayView(p.buffer));
+}
+
+torch::Tensor DistributedOptimizer::GatheredRows(Param& p) {
+  p.ids_handle.Wait();
+  // Shaped again from the weight's: a gather of no rows at all may come back flat.
+  std::vector<int64_t> row_shape(p.weight.sizes().begin(), p.weight.sizes().end());
+  row_shape[0] = -1;
+  const torch::Tensor ids =
+      train::TensorOverArray(p.ids_handle.result()).reshape({1, -1}).to(torch::kInt64);
+  const torch::Tensor values = train::TensorOverArray(p.handle.result())
+                                   .to(p.weight.device(), torch::kFloat32)
+                                   .reshape(row_shape)
+                                   .div(collectives::Size());
+  return torch::sparse_coo_tensor(ids.to(p.weight.device()), values, p.weight.sizes());
 }
 
 void DistributedOptimizer::zero_grad() { inner_->zero_grad(); }
@@ -140,6 +200,13 @@ void DistributedOptimizer::step() {
   for (auto& p : params_) {
     p->handle.Wait();
     p->submitted = false;
+    if (p->rows) {  // the average of every rank's rows, as a sparse gradient
+      const torch::Tensor rows = GatheredRows(*p);
+      // No rank touched the table: no gradient, which torch's optimizers skip (an empty sparse
+      // one breaks LibTorch's Adagrad).
+      p->weight.mutable_grad() = rows._nnz() > 0 ? rows : torch::Tensor();
+      continue;
+    }
     torch::Tensor averaged = p->buffer.to(p->weight.device(), torch::kFloat32);
     // A sparse gradient is replaced by the dense average; a dense one is written in place.
     if (p->weight.grad().defined() && !p->weight.grad().is_sparse()) {

@@ -11,6 +11,7 @@
 #include "optim/optimizer.h"
 #include "report/reporter.h"
 #include "report/timeline.h"
+#include "train/parameter_sync_parts.h"
 #include "train/tensor_array.h"
 #include "train/tensor_dtype.h"
 #include "train/torch_cuda.h"
@@ -80,40 +81,6 @@ bool DefaultUpdateOnKVStore(const std::string& store_type, bool cuda_parameters)
   return !(local && cuda_parameters);
 }
 
-struct ParameterSync::Param {
-  size_t index = 0;
-  std::vector<torch::Tensor> weights;  // one per replica
-  std::vector<torch::Tensor> grads;    // this step's, per replica (buckets that are not flat)
-  std::vector<int> arrived;            // per replica: backward passes that gave a gradient
-  std::vector<unsigned> hooks;         // per replica: its gradient hook, removed with the sync
-  size_t bucket = 0;
-  int64_t offset = 0;  // in its bucket's flat buffers
-  int64_t numel = 0;
-};
-
-// What travels under one key: one parameter (its tensors are sent and received in place) or
-// several small ones, fused. A flat bucket travels through float32 buffers of its own, copied into
-// on the way out and back: several parameters fused, or a float16 or bfloat16 one, whose buffers
-// hold float32 gradients and master weights (MXNet's multi_precision: the optimizer updates the
-// float32 weights, and the parameter gets them rounded).
-struct ParameterSync::Bucket {
-  size_t key = 0;
-  std::vector<size_t> params;
-  int64_t numel = 0;
-  bool flat = false;
-  std::vector<torch::Tensor> grads;  // flat: per replica, on that replica's device
-  torch::Tensor weights;             // flat: weights on replica 0's device (pull target)
-  // Optimizer here: the summed gradient, pulled to replica 0's device (the host or a GPU). On a
-  // GPU its tensor too: each Issue wraps it with the stream current then, so that the pull
-  // waits for the last update that read it even if the caller's stream changed.
-  Array summed;
-  torch::Tensor summed_on_device;
-  int pending = 0;       // gradients still to arrive this step
-  bool issued = false;   // this step's exchange has started
-  bool finished = true;  // every replica holds the latest weights
-  Operation op;
-};
-
 ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, KVStore& kv,
                              TrainerOptions options)
     : kv_(kv), options_(std::move(options)) {
@@ -171,6 +138,13 @@ ParameterSync::ParameterSync(std::vector<std::vector<torch::Tensor>> replicas, K
   }
   ReplicateFromFirst();
   PlanBuckets();
+  const bool store_trains = options_.update_on_kvstore && kv_.type().rfind("dist", 0) == 0;
+  for (auto& p : params_) {
+    const torch::Tensor& w = p->weights[0];
+    p->rows_capable = store_trains && !buckets_[p->bucket]->flat && w.dim() >= 2 &&
+                      std::all_of(p->weights.begin(), p->weights.end(),
+                                  [](const torch::Tensor& t) { return t.device().is_cpu(); });
+  }
 
   // Rank 0's initial weights become everyone's.
   std::vector<Key> keys;
@@ -352,11 +326,14 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
         "while another model trains through them; use_reentrant=False for checkpointing)");
   }
   const bool first_pass = p.arrived[replica] == 0;
-  // An embedding's sparse gradient (nn::Embedding with sparse(true)) travels dense, as Horovod's
-  // sparse_as_dense: the stores sum dense values, and the sum of sparse gradients is the sum of
-  // their dense forms (repeated rows add up).
-  const torch::Tensor dense = grad.is_sparse() ? grad.to_dense() : grad;
-  if (b.flat) {
+  // An embedding's sparse gradient (nn::Embedding with sparse(true)) travels as rows where it
+  // can, and dense otherwise, as Horovod's sparse_as_dense: the stores sum dense values, and the
+  // sum of sparse gradients is the sum of their dense forms (repeated rows add up).
+  const bool kept = !b.flat && KeepSparseGradient(p, replica, grad);
+  const torch::Tensor dense = kept ? torch::Tensor() : grad.is_sparse() ? grad.to_dense() : grad;
+  if (kept) {
+    // IssueRows sends it.
+  } else if (b.flat) {
     torch::NoGradGuard no_grad;
     torch::Tensor slice = b.grads[replica].narrow(0, p.offset, p.numel);
     if (first_pass) {
@@ -364,7 +341,7 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
     } else {
       slice.add_(dense.reshape(-1));
     }
-  } else if (first_pass) {
+  } else if (!p.grads[replica].defined()) {  // the first dense pass
     p.grads[replica] = dense.contiguous();
   } else {
     // Out of place: the first pass's tensor is the one autograd keeps as .grad.
@@ -391,6 +368,16 @@ void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
     outs.push_back(options_.update_on_kvstore ? ArrayOf(b.weights) : b.summed);
   } else {
     Param& p = *params_[b.params[0]];
+    if (TravelsAsRows(p)) {
+      IssueRows(b, lock);
+      return;
+    }
+    if (!p.sparse_grads.empty()) {  // a step that mixed sparse and dense gradients: all dense
+      torch::NoGradGuard no_grad;
+      torch::Tensor& g = p.grads[0];
+      for (const auto& s : p.sparse_grads) g = g.defined() ? g.add(s.to_dense()) : s.to_dense();
+      p.sparse_grads.clear();
+    }
     for (auto& g : p.grads) {
       if (!g.defined()) g = torch::zeros_like(p.weights[0]);
       grads.push_back(ArrayOf(g));
@@ -476,6 +463,7 @@ void ParameterSync::WaitFor(std::span<const size_t> indexes) {
                             std::to_string(params_.size()) + " parameters)");
     }
     Finish(*buckets_[params_[i]->bucket], lock);
+    PullIfRowsStale(*params_[i], lock);
   }
 }
 
@@ -563,6 +551,7 @@ void ParameterSync::WaitAll() {
   ThrowIfHookFailed();
   paused_ = true;  // the caller does something else now (evaluates, saves)
   for (auto& b : buckets_) Finish(*b, lock, /*timed=*/false);
+  for (auto& p : params_) PullIfRowsStale(*p, lock);
 }
 
 void ParameterSync::PullLatest() {
@@ -585,6 +574,7 @@ void ParameterSync::PullWeights() {
   for (auto& b : buckets_) {
     if (b->flat) Scatter(*b);
   }
+  for (auto& p : params_) p->rows_stale = false;
 }
 
 double ParameterSync::learning_rate() const {

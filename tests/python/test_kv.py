@@ -45,6 +45,7 @@ def test_local_store_types(spawn, kind, devices):
     ("dist_sync", 1, 1, 1, "none"),
     ("dist_sync", 2, 2, 1, "none"),
     ("dist_sync", 3, 2, 0, "none"),
+    ("dist_sync", 2, 3, 1, "none"),  # three servers: the table's slots over three
     ("dist_sync", 2, 2, 1, "fp16"),
 ])
 def test_an_embeddings_sparse_gradient_moves_as_rows(spawn, kind, workers, servers, lazy,
@@ -69,6 +70,16 @@ def test_rows_stay_exact_when_a_server_is_lost_and_restored(spawn):
                                     "--max-restarts", "1"), env=job_env(rows_split))
     assert "rank 0 killed server 1 after its push of step 1" in out, out
     assert "restored" in out and out.count("kv_rows_worker OK") == 2, out
+
+
+@pytest.mark.parametrize("workers,servers,lazy", [(2, 2, 1), (3, 2, 0)])
+def test_trainer_moves_a_sparse_embeddings_rows(spawn, workers, servers, lazy):
+    """dtrain.torch.Trainer with nn.Embedding(sparse=True) and EmbeddingBag(sparse=True): the
+    tables travel as rows, each forward pulls the rows it reads, and
+    programs/trainer_rows_worker.py checks every output and, after wait(), every weight against
+    MXNet's lazy (or dense) SGD formulas applied to every worker's batches."""
+    out = run_ok(spawn, launch_argv(workers, servers, program("trainer_rows_worker.py", lazy)))
+    assert out.count("trainer_rows_worker OK") == workers, out
 
 
 def test_server_embedding_trains_as_the_whole_table(spawn):

@@ -37,6 +37,15 @@ namespace dtrain::train::horovod {
 
 enum class Compression { kNone, kFp16 };
 
+// An embedding's sparse gradient (torch::nn::Embedding or EmbeddingBag with sparse(true)), as
+// Horovod's sparse_as_dense chooses: kAsDense averages its dense form (a whole table crosses
+// each step); kAllgather gathers every rank's rows (ids and values, the values divided by the
+// number of ranks), so only the rows the batches touched cross, and the wrapped optimizer gets
+// a sparse gradient (uncoalesced: a row several ranks touched appears once per rank) to apply, as
+// torch's Adagrad, SGD without momentum or SparseAdam do. Horovod's default is kAllgather (its
+// sparse_as_dense=False); here kAsDense stays the default, as this class always did.
+enum class SparseGradients { kAsDense, kAllgather };
+
 // A dtrain Array viewing a contiguous CPU or CUDA tensor's memory (kept alive by the Array); a
 // CUDA one records torch's current stream on its device, which collectives wait for.
 Array ArrayView(const torch::Tensor& tensor);
@@ -60,7 +69,8 @@ class DistributedOptimizer {
   // parameters. Throws InvalidArgument for parameters that are not float32, or neither on the CPU
   // nor on a GPU.
   DistributedOptimizer(std::unique_ptr<torch::optim::Optimizer> inner, torch::nn::Module& module,
-                       Compression compression = Compression::kNone);
+                       Compression compression = Compression::kNone,
+                       SparseGradients sparse = SparseGradients::kAsDense);
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -75,6 +85,8 @@ class DistributedOptimizer {
  private:
   struct Param;
   void Submit(Param& p, const torch::Tensor& grad);
+  void SubmitRows(Param& p, const torch::Tensor& grad);
+  torch::Tensor GatheredRows(Param& p);
 
   std::unique_ptr<torch::optim::Optimizer> inner_;
   Compression compression_;

@@ -37,6 +37,15 @@
 // queued on torch's current stream (the host's results bit for bit), then copies them to the
 // other replicas.
 //
+// Sparse gradients (an embedding's with sparse(true)): with a dist store applying the optimizer
+// (update_on_kvstore), a host matrix with a key of its own travels as rows, MXNet's row_sparse:
+// a step pushes only the rows its batches touched (KVStore::PushRows), the servers update only
+// those (MXNet's lazy_update, unless the optimizer's lazy_update is 0), and WaitForRows pulls
+// only the rows the next forward reads; the other rows here stay as they were until WaitFor,
+// WaitAll or PullLatest pulls the whole table (before evaluating or saving). Elsewhere (a local
+// store, the optimizer here, a fused or CUDA parameter) sparse gradients travel dense, as
+// Horovod's sparse_as_dense.
+//
 // Errors: Step, WaitFor and WaitAll throw what an exchange failed with (PeerError naming the node,
 // TimeoutError); a failure met inside an autograd hook is kept and thrown by the next of them,
 // never into autograd.
@@ -120,6 +129,11 @@ class ParameterSync {
   // Waits until parameter `index` holds its latest weights on every replica.
   void WaitFor(size_t index);
   void WaitFor(std::span<const size_t> indexes);
+  // Waits until rows `ids` (any integer tensor, repeats allowed) of parameter `index` hold their
+  // latest weights on every replica: what an embedding's forward reads. For a table trained by
+  // rows (see "Sparse gradients" above) only those rows travel; otherwise it is WaitFor(index).
+  // Throws InvalidArgument for an id outside the table.
+  void WaitForRows(size_t index, const torch::Tensor& ids);
   // Waits until every parameter of every replica holds the latest weights.
   void WaitAll();
   // WaitAll, then pulls every key's value from the store into every replica: with dist_async,
@@ -169,7 +183,14 @@ class ParameterSync {
   void Issue(Bucket& b, std::unique_lock<std::mutex>& lock);
   // `timed`: the wait counts as waiting for communication (not in WaitAll).
   void Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool timed = true);
-  void PullWeights();             // every key's value from the store into every replica
+  void PullWeights();  // every key's value from the store into every replica
+  // Rows (the row-sparse exchange). Keeps `grad` for a push of rows and returns true, or returns
+  // false (it travels dense).
+  bool KeepSparseGradient(Param& p, int replica, const torch::Tensor& grad);
+  bool TravelsAsRows(const Param& p) const;  // this step's exchange of p, at Issue
+  void IssueRows(Bucket& b, std::unique_lock<std::mutex>& lock);
+  // Pulls p's whole value if its rows are stale (after the bucket's Finish).
+  void PullIfRowsStale(Param& p, std::unique_lock<std::mutex>& lock);
   void Scatter(const Bucket& b);  // a flat bucket's weights into every replica
   void Gather(const Bucket& b);   // replica 0's weights into a flat bucket's weights
 

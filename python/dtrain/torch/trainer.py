@@ -16,7 +16,15 @@ follow one worker with batch N x b.
 
 Parameters may be float32, float16 or bfloat16: half-precision ones train through float32 master
 weights (MXNet's multi_precision), kept by the store (or here, without update_on_kvstore); their
-gradients travel as float32. Sparse gradients (``nn.Embedding(sparse=True)``) travel dense.
+gradients travel as float32.
+
+Sparse gradients (``nn.Embedding(sparse=True)``, ``nn.EmbeddingBag(sparse=True)``): with a dist
+store applying the optimizer, a table on the CPU big enough for a key of its own travels as rows,
+MXNet's row_sparse: a step pushes only the rows its batch touched, the servers update only those
+(MXNet's lazy_update; ``lazy_update=0`` in the optimizer's parameters gives the dense formula),
+and the embedding's forward pulls only the rows its ids read before it runs. The rest of the table
+here is refreshed by ``wait()`` (before evaluating or saving). Elsewhere sparse gradients travel
+dense, as Horovod's ``sparse_as_dense``.
 
 Given a module (or a list of replicas, one per local device), the Trainer makes each submodule's
 forward wait only for its own parameters' new weights, so the next forward overlaps the exchange
@@ -280,7 +288,9 @@ class Trainer:
                 p for p in replica.parameters() if p.requires_grad)}
             for module in replica.modules():
                 own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
-                if own:
+                if own and _sparse_embedding(module) and own == [index[id(module.weight)]]:
+                    self._gates.append(module.register_forward_pre_hook(self._rows_gate(own[0])))
+                elif own:
                     self._gates.append(module.register_forward_pre_hook(self._gate(own)))
 
     def _gate(self, indexes: list[int]) -> Callable[[torch.nn.Module, tuple[Any, ...]], None]:
@@ -292,6 +302,26 @@ class Trainer:
                 t._sync.wait_for(indexes)
 
         return wait_for_weights
+
+    def _rows_gate(self, index: int) -> Callable[[torch.nn.Module, tuple[Any, ...]], None]:
+        """An embedding's forward waits only for the rows its ids read."""
+        trainer = weakref.ref(self)
+
+        def wait_for_rows(module: torch.nn.Module, inputs: tuple[Any, ...]) -> None:
+            t = trainer()
+            if t is None:
+                return
+            if inputs and isinstance(inputs[0], torch.Tensor):
+                t._sync.wait_for_rows(index, inputs[0])
+            else:  # ids passed by keyword: the hook cannot see them, so the whole table
+                t._sync.wait_for([index])
+
+        return wait_for_rows
+
+
+def _sparse_embedding(module: torch.nn.Module) -> bool:
+    return (isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag))
+            and bool(module.sparse))
 
 
 def _remove_hooks(hooks: list[torch.utils.hooks.RemovableHandle]) -> None:

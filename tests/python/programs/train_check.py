@@ -25,6 +25,8 @@ there too, with MXNet's SGD (whose momentum keeps the velocity taken at the old 
 
 --embedding: the model starts with an nn.Embedding whose gradients are sparse (sparse=True, as
 PyTorch users train big vocabularies); the reference's is the same embedding with dense gradients.
+Where the table travels as rows (a dist store applying the optimizer) the trainer's SGD has
+lazy_update=0, MXNet's dense formula (programs/trainer_rows_worker.py checks the lazy one).
 
 Rank 0 prints "train_check max relative difference D" and exits 1 if D is over the bound.
 """
@@ -131,8 +133,11 @@ def run_trainer(args):
                 p.add_(1.0)
     replicas = [model] + [copy.deepcopy(model) for _ in range(args.devices - 1)]
     params = model.parameters() if args.params else replicas
+    sgd = {"learning_rate": LR, "momentum": MOMENTUM, "wd": WD}
+    if args.embedding:  # the dense formula where the table travels as rows (else MXNet's lazy)
+        sgd["lazy_update"] = 0
     trainer = dtrain.torch.Trainer(
-        params, "sgd", {"learning_rate": LR, "momentum": MOMENTUM, "wd": WD}, kvstore=kv,
+        params, "sgd", sgd, kvstore=kv,
         update_on_kvstore=None if args.default_update else not args.update_on_worker,
         fuse_below_kb=0 if args.no_fuse else 64, backward_passes_per_step=args.backward_passes)
     print("train_check update_on_kvstore %s" % trainer.update_on_kvstore, flush=True)
