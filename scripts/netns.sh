@@ -1,7 +1,8 @@
 # Shell functions for emulated hosts (network namespaces), sourced by the benchmarks and tests that
 # build a pair of them (bench/compression_bench.sh, bench/send_buffer_bench.sh,
 # bench/hierarchical_bench.sh, tests/network/link_faults_test.sh,
-# tests/network/hierarchical_allreduce_test.sh): make_host_pair, then shape_host_pair.
+# tests/network/hierarchical_allreduce_test.sh, tests/network/pod_start_order_test.sh):
+# make_host_pair, then shape_host_pair.
 
 # delete_netns NS...: kills whatever still runs in each namespace, then deletes it. Never fails.
 delete_netns() {
@@ -76,3 +77,15 @@ make_host_pair() {
 
 # shape_host_pair RATE: both directions of make_host_pair's link at RATE (shape_link's units).
 shape_host_pair() { shape_link "$a" "$veth_a" "$1" && shape_link "$b" "$veth_b" "$1"; }
+
+# wait_for_named_pids: waits for each process in the caller's `pids` array and sets `codes` to
+# NAME=EXIT_CODE for each (names from the caller's `names` array), in the same order.
+wait_for_named_pids() {
+  codes=()
+  local i code
+  for i in "${!pids[@]}"; do
+    code=0
+    wait "${pids[$i]}" || code=$?
+    codes+=("${names[$i]}=$code")
+  done
+}

@@ -13,6 +13,7 @@ hand.
 """
 
 import atexit as _atexit
+import os as _os
 import sys as _sys
 from importlib import metadata as _metadata
 
@@ -53,6 +54,20 @@ def _run_role_if_service() -> None:
 
 
 _run_role_if_service()
+
+
+def _fit_threads_to_cores() -> None:
+    # torch sizes its thread pool by the machine's cores; in a pod or container with a CPU limit
+    # (a cgroup quota) that many threads are throttled in turn. Unless the user chose a count
+    # (OMP_NUM_THREADS), torch keeps to the cores the quota allows.
+    if _os.environ.get("OMP_NUM_THREADS"):
+        return
+    usable = _dtrain.usable_cores()
+    if usable < _torch.get_num_threads():
+        _torch.set_num_threads(usable)
+
+
+_fit_threads_to_cores()
 
 from . import data, kv, lr_scheduler, optimizer  # noqa: E402
 

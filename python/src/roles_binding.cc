@@ -4,6 +4,7 @@
 #include "bindings.h"
 #include "common/config/config.h"
 #include "common/logging.h"
+#include "common/usable_cores.h"
 #include "dtrain/common/error.h"
 #include "ps/roles.h"
 #include "report/timeline.h"
@@ -23,6 +24,9 @@ void RegisterRoles(py::module_& m) {
       },
       "With DMLC_ROLE=server or scheduler: runs that role until the job ends and returns the "
       "exit code. Otherwise returns None at once.");
+  m.def("usable_cores", &UsableCores,
+        "The cores this process may keep busy: the machine's, its affinity mask's or its cgroup's "
+        "CPU quota (a pod's limit), whichever is fewest.");
   m.def("timeline_enabled", &timeline::Enabled);
   m.def("timeline_start", &timeline::Start, py::arg("path"),
         "Records the timeline from now into `path` (written by timeline_stop or at exit).");

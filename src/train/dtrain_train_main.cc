@@ -21,6 +21,7 @@
 #include "collectives/collectives_internal.h"
 #include "common/config/config.h"
 #include "common/malloc_tuning.h"
+#include "common/usable_cores.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/error.h"
 #include "dtrain/kvstore/init.h"
@@ -82,7 +83,7 @@ int ConfigureThreads(int requested, int workers_on_host, std::string* blas) {
   } else {
     *blas = "not OpenBLAS: install libopenblas0-pthread (LeNet 2x, MLP 20x faster)";
   }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = UsableCores();  // a pod's CPU limit, not the node's cores
   const int threads = requested > 0 ? requested : std::max(1, cores / std::max(1, workers_on_host));
   torch::set_num_threads(threads);
   static bool interop_set = false;  // settable once a process (an elastic worker comes back here)

@@ -109,6 +109,9 @@ TEST(LaunchOptions, Mistakes) {
   EXPECT_THAT(ErrorOf({"-n", "1", "--launcher", "yarn", "cmd"}),
               HasSubstr("unknown launcher 'yarn'"));
   EXPECT_THAT(ErrorOf({"-n", "1", "--bogus", "cmd"}), HasSubstr("unknown option '--bogus'"));
+  // Before the options after it, which CLI11 leaves unparsed: not "-n is required".
+  EXPECT_THAT(ErrorOf({"--frobnicate", "x", "-n", "2", "cmd"}),
+              HasSubstr("unknown option '--frobnicate'"));
   EXPECT_THAT(ErrorOf({"-n", "1", "--env", "NOT_SET_ANYWHERE", "cmd"}),
               HasSubstr("NOT_SET_ANYWHERE is not set"));
   EXPECT_THAT(ErrorOf({"-n", "1", "--env", "1BAD:x", "cmd"}), HasSubstr("not a valid variable"));

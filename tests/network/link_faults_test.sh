@@ -140,12 +140,7 @@ if [[ $case_name != lossy ]]; then
   esac
 fi
 
-codes=()
-for i in "${!pids[@]}"; do
-  code=0
-  wait "${pids[$i]}" || code=$?
-  codes+=("${names[$i]}=$code")
-done
+wait_for_named_pids
 ended=$(date +%s.%N)
 since_fault=$(awk -v a="${fault_at:-$started}" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')
 printf '{"test":"link_faults","case":"%s","rounds":%s,"exit_codes":"%s","seconds_after_fault":%s}\n' \

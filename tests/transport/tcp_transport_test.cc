@@ -454,18 +454,18 @@ TEST(TcpDial, AConnectionThatReachesItselfIsNobodyListening) {
   RecordProperty("reached_itself", reached_itself);
 }
 
-TEST(TcpDial, ANameThatDoesNotResolveFailsAtOnceAndConnectDoesNotRetryIt) {
+// A pod's name resolves only once the pod is Ready (cluster DNS), often after its peers start:
+// Connect keeps trying such a name until its deadline, then says what it last met.
+TEST(TcpDial, ANameThatDoesNotResolveIsRetriedUntilTheDeadline) {
   TcpTransport t(TcpOptions{});
-  const auto start = Clock::now();
   try {
-    t.Connect(1, {"no-such-host.invalid", 4000}, kNoNode, Deadline(Duration(20000)));
+    t.Connect(1, {"no-such-host.invalid", 4000}, kNoNode, Deadline(Duration(1500)));
     ADD_FAILURE() << "connected";
-  } catch (const PeerError& e) {
+  } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot resolve 'no-such-host.invalid'"),
               std::string::npos)
         << e.what();
   }
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
   t.Shutdown(Deadline(Duration(1000)));
 }
 

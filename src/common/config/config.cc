@@ -9,7 +9,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/config/mx_config.h"
 #include "common/logging.h"
+#include "common/usable_cores.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain {
@@ -122,7 +124,16 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
 
 }  // namespace
 
-Config Config::FromEnvironment(const EnvLookup& env) {
+Config Config::FromEnvironment(const EnvLookup& process_env) {
+  // Under Kubeflow's MXJob, what the plain variables leave unset comes from MX_CONFIG.
+  EnvLookup env = process_env;
+  if (auto mx = process_env("MX_CONFIG"); mx && !mx->empty()) {
+    env = [process_env, from_mx = VariablesFromMxConfig(*mx)](const std::string& name) {
+      if (auto v = process_env(name)) return v;
+      const auto it = from_mx.find(name);
+      return it == from_mx.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+  }
   const EnvReader r(env);
   Config c;
   if (auto role = r.Text("DMLC_ROLE")) {
@@ -153,11 +164,17 @@ Config Config::FromEnvironment(const EnvLookup& env) {
     c.reduction_threads = static_cast<int>(*v);
   }
 
-  const int half_the_cores =
-      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+  const int half_the_cores = std::clamp(UsableCores() / 2, 1, 4);
   c.streams_per_peer = half_the_cores;
   c.io_threads = half_the_cores;
   c.apply_threads = half_the_cores;
+  // In a Kubernetes pod (the kubelet sets KUBERNETES_SERVICE_HOST in every container; MXJob's
+  // pods also get DMLC_USE_KUBERNETES=1) a peer's pod may sit Pending or pull its image for
+  // minutes, and its name resolves only once it is Ready: the defaults wait for that.
+  if (r.Text("KUBERNETES_SERVICE_HOST") || r.Boolean("DMLC_USE_KUBERNETES").value_or(false)) {
+    c.connect_timeout = Config::kPodConnectTimeout;
+    c.start_timeout = Config::kPodStartTimeout;
+  }
   r.Millis("DTRAIN_CONNECT_TIMEOUT_MS", &c.connect_timeout);
   r.Millis("DTRAIN_HELLO_TIMEOUT_MS", &c.hello_timeout);
   r.Millis("DTRAIN_LINK_TIMEOUT_MS", &c.link_timeout, 0);

@@ -112,8 +112,13 @@ struct Config {
   int reduction_threads = 4;         // MXNET_KVSTORE_REDUCTION_NTHREADS
 
   // --- dtrain's own (DTRAIN_*) ---
-  Duration connect_timeout{30000};  // DTRAIN_CONNECT_TIMEOUT_MS: reaching the scheduler / a peer
-  Duration hello_timeout{10000};    // DTRAIN_HELLO_TIMEOUT_MS: a connection's time to say hello
+  // DTRAIN_CONNECT_TIMEOUT_MS: reaching the scheduler / a peer, retried (a name that does not
+  // resolve yet included) until then. In a Kubernetes pod the defaults of this and
+  // start_timeout are the kPod ones.
+  Duration connect_timeout{30000};
+  static constexpr Duration kPodConnectTimeout{600000};
+  static constexpr Duration kPodStartTimeout{900000};
+  Duration hello_timeout{10000};  // DTRAIN_HELLO_TIMEOUT_MS: a connection's time to say hello
   // DTRAIN_LINK_TIMEOUT_MS: a data connection that acknowledges nothing (sent data, or TCP
   // keepalive probes when idle) for this long is closed by the kernel and its peer reported lost.
   // 0: the kernel's defaults (hours).

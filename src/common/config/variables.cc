@@ -17,6 +17,10 @@ constexpr std::array kVariables = {
     Variable{"DMLC_NODE_HOST"},
     Variable{"DMLC_NODE_PORT"},
     Variable{"DTRAIN_NODE_RANK", true},
+    // Kubernetes's: in a pod, the connect and start deadlines wait for pods (config.cc)
+    Variable{"KUBERNETES_SERVICE_HOST", true},
+    Variable{"DMLC_USE_KUBERNETES", true},
+    Variable{"MX_CONFIG", true},      // MXJob's JSON (mx_config.h)
     // ps-lite's
     Variable{"PS_VERBOSE"},
     Variable{"PS_RESEND"},

@@ -96,16 +96,20 @@ std::vector<std::string> SplitWords(const std::string& s) {
   return words;
 }
 
-// The part of the command line CLI11 did not consume is the user command, possibly behind `--`.
-std::vector<std::string> ExtractCommand(std::vector<std::string> rest) {
-  if (!rest.empty() && rest.front() == "--") {
-    rest.erase(rest.begin());
-  } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
-    // CLI11 leaves an unknown flag before the command in `remaining` instead of failing.
+// CLI11 stops at an unknown flag and leaves it, and everything after it, in `remaining` instead
+// of failing: checked first, so that `--image X -n 2` names --image rather than a missing -n.
+void RejectUnknownOption(const std::vector<std::string>& rest) {
+  if (!rest.empty() && rest.front() != "--" && rest.front().size() > 1 && rest.front()[0] == '-') {
     throw UsageError("unknown option '" + rest.front() +
                      "' (see dtrain launch --help; to pass flags to the workers, put the command "
                      "after `--`)");
   }
+}
+
+// The part of the command line CLI11 did not consume is the user command, possibly behind `--`.
+std::vector<std::string> ExtractCommand(std::vector<std::string> rest) {
+  RejectUnknownOption(rest);
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
   if (rest.empty() ||
       (rest.size() == 1 && rest[0].find_first_not_of(" \t\n") == std::string::npos)) {
     throw UsageError(
@@ -295,6 +299,7 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
+  RejectUnknownOption(app->remaining());
 
   LaunchOptions o;
   if (f.host_discovery_script) {

@@ -58,7 +58,7 @@ tcp::socket Dial(asio::io_context& io, const std::string& host, uint16_t port,
   std::error_code ec;
   tcp::resolver resolver(io);
   auto results = resolver.resolve(host, std::to_string(port), ec);
-  if (ec == asio::error::host_not_found) {
+  if (ec == asio::error::host_not_found || ec == asio::error::host_not_found_try_again) {
     throw Unresolvable("cannot resolve '" + host + "': " + ec.message());
   }
   if (ec) throw PeerError("cannot resolve '" + host + "': " + ec.message());

@@ -31,11 +31,13 @@ class Refused : public PeerError {
   using PeerError::PeerError;
 };
 
-// The peer's host name does not resolve (the resolver says no such name; a temporary failure of
-// the resolver is retried): like a refusal, retrying cannot help.
-class Unresolvable : public Refused {
+// The peer's host name does not resolve (the resolver says no such name, or cannot answer now).
+// Not a refusal: a
+// cluster's DNS knows a pod's name only once the pod is Ready, which may be minutes after its
+// peers start, so connecting retries it until its deadline.
+class Unresolvable : public PeerError {
  public:
-  using Refused::Refused;
+  using PeerError::PeerError;
 };
 
 // Nobody listens at the peer's address any more (the connection was refused). While a link is

@@ -228,7 +228,9 @@ void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, D
   const int streams = self == kNoNode ? 1 : std::max(1, impl_->options.streams_per_peer);
   std::vector<std::shared_ptr<Impl::OutStream>> opened;
   std::string last_error = "no attempt was made";
+  bool told_unresolved = false;
   for (int i = 0; i < streams; ++i) {
+    Duration pause(50);
     for (;;) {
       if (deadline.passed()) {
         throw TimeoutError("could not connect to " + endpoint.ToString() + " within " +
@@ -243,10 +245,21 @@ void TcpTransport::Connect(NodeId peer, const Endpoint& endpoint, NodeId self, D
         break;
       } catch (const tcp_handshake::Refused& e) {
         throw PeerError("cannot connect to " + endpoint.ToString() + ": " + e.what());
+      } catch (const tcp_handshake::Unresolvable& e) {
+        // Its pod is not Ready yet (cluster DNS), or the name is wrong: say so once, then wait.
+        last_error = e.what();
+        if (!told_unresolved) {
+          DTRAIN_LOG(kWarning) << e.what() << "; retrying until " << Seconds(deadline.timeout())
+                               << " s have passed (DTRAIN_CONNECT_TIMEOUT_MS)";
+          told_unresolved = true;
+        }
       } catch (const Error& e) {
         last_error = e.what();  // not listening yet, or the network: try again
-        std::this_thread::sleep_for(std::min(Duration(50), deadline.left()));
       }
+      std::this_thread::sleep_for(std::min(pause, deadline.left()));
+      // Backing off: a name that does not resolve may take minutes; a process that does not
+      // listen yet usually starts within a second.
+      pause = std::min(pause * 2, Duration(told_unresolved ? 1000 : 200));
     }
   }
   const bool direct = !opened.empty() && opened.front()->direct;
