@@ -46,6 +46,8 @@ test_packages=(
   python3-matplotlib chromium tesseract-ocr tesseract-ocr-eng
   # Spark's JVM, for tests/python/test_spark.py (pyspark itself comes from PyPI, in the pip lane)
   openjdk-17-jre-headless
+  # the kubernetes launcher's YAML (dtrain launch --launcher kubernetes --dry-run)
+  python3-yaml
 )
 
 case $set_name in

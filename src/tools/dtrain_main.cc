@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,16 +45,18 @@ std::string PackagePython() {
       .value_or(DTRAIN_PYTHON);
 }
 
-// `dtrain plot ...`: the plots are drawn by the Python package (dtrain/plot.py, matplotlib). In a
+// `dtrain plot ...` and `dtrain launch --launcher kubernetes ...` run in the Python package
+// (dtrain/plot.py with matplotlib; dtrain/kubernetes with PyYAML and Kubernetes' own client). In a
 // build tree the package sits beside this program's folder; installed, the interpreter finds it.
-[[noreturn]] void RunPlot(const std::vector<std::string>& args) {
+[[noreturn]] void RunPythonModule(const std::string& module, const std::string& what,
+                                  const std::vector<std::string>& args) {
   const std::string python = PackagePython();
-  std::vector<std::string> argv = {python, "-m", "dtrain.plot"};
+  std::vector<std::string> argv = {python, "-m", module};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::filesystem::path self = dtrain::launcher::SelfExecutablePath();
   const std::filesystem::path build_tree =
       self.parent_path().parent_path().parent_path() / "python";
-  if (std::filesystem::exists(build_tree / "dtrain" / "plot.py")) {
+  if (std::filesystem::exists(build_tree / "dtrain" / "__init__.py")) {
     // Raw read: the user's PYTHONPATH is not dtrain's, only handed on with the package in front.
     const char* old = std::getenv("PYTHONPATH");
     const std::string path = build_tree.string() + (old ? ":" + std::string(old) : "");
@@ -63,8 +66,33 @@ std::string PackagePython() {
   for (auto& a : argv) raw.push_back(a.data());
   raw.push_back(nullptr);
   ::execv(raw[0], raw.data());
-  std::fprintf(stderr, "dtrain plot: cannot run %s: %s\n", python.c_str(), std::strerror(errno));
+  std::fprintf(stderr, "%s: cannot run %s: %s\n", what.c_str(), python.c_str(),
+               std::strerror(errno));
   std::exit(1);
+}
+
+// `dtrain launch ... --launcher kubernetes ...` (or --launcher=kubernetes) before any `--`: the
+// arguments after `launch` without that option, for dtrain.kubernetes; nullopt otherwise.
+std::optional<std::vector<std::string>> KubernetesLaunch(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "launch") return std::nullopt;
+  std::vector<std::string> rest;
+  bool kubernetes = false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      rest.insert(rest.end(), argv + i, argv + argc);
+      break;
+    }
+    if (a == "--launcher=kubernetes" ||
+        (a == "--launcher" && i + 1 < argc && std::string(argv[i + 1]) == "kubernetes")) {
+      kubernetes = true;
+      if (a == "--launcher") ++i;
+      continue;
+    }
+    rest.push_back(a);
+  }
+  if (!kubernetes) return std::nullopt;
+  return rest;
 }
 
 }  // namespace
@@ -82,7 +110,10 @@ int main(int argc, char** argv) {
       "plot", "draw accuracy, loss and samples/s from training logs (dtrain plot --help)");
   plot->prefix_command();
   plot->set_help_flag();
-  plot->callback([plot] { RunPlot(plot->remaining()); });
+  plot->callback([plot] { RunPythonModule("dtrain.plot", "dtrain plot", plot->remaining()); });
+  if (auto args = KubernetesLaunch(argc, argv)) {
+    RunPythonModule("dtrain.kubernetes", "dtrain launch --launcher kubernetes", *args);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

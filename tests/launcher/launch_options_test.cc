@@ -177,7 +177,7 @@ TEST(LaunchOptions, TheRayLauncherRunsElasticJobsOnly) {
   EXPECT_THAT(ErrorOf({"-n", "2", "-s", "0", "--launcher", "ray", "--", "t"}),
               HasSubstr("use dtrain.ray.RayExecutor"));
   EXPECT_THAT(ErrorOf({"-n", "2", "-s", "0", "--launcher", "rays", "--", "t"}),
-              HasSubstr("(choose from local, ssh, mpi, slurm, sge, ray, spark)"));
+              HasSubstr("(choose from local, ssh, mpi, slurm, sge, ray, spark, kubernetes)"));
 }
 
 TEST(LaunchOptions, TheSparkLauncherRunsElasticJobsOnly) {

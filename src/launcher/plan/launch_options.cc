@@ -73,7 +73,7 @@ LauncherKind ParseLauncher(const std::string& name) {
     if (name == LauncherName(k)) return k;
   }
   throw UsageError("--launcher " + name + ": unknown launcher '" + name +
-                   "' (choose from local, ssh, mpi, slurm, sge, ray, spark)");
+                   "' (choose from local, ssh, mpi, slurm, sge, ray, spark, kubernetes)");
 }
 
 void CheckRange(const char* flag, int64_t value, int64_t lo, int64_t hi) {
@@ -167,7 +167,8 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
                   "where processes run: local (default), ssh, mpi, slurm, sge, ray or spark (an "
                   "elastic job's workers on a Ray cluster's nodes or in a Spark job's tasks, "
                   "with --host-discovery-script 'python3 -m dtrain.ray.discover' or "
-                  "dtrain.spark.discover)");
+                  "dtrain.spark.discover), or kubernetes (pods: its own options, `dtrain launch "
+                  "--launcher kubernetes --help`)");
   app->add_option("-H,--hostfile", f->hostfile,
                   "the hosts, one a line: NAME or ADDRESS, optionally :SLOTS; # comments. ssh: "
                   "servers, then workers, cycle through them (one of each per host when there "

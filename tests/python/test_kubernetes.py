@@ -1,0 +1,127 @@
+"""`dtrain launch --launcher kubernetes --dry-run`: the manifests a job's pods run from, checked
+strictly (an unknown field is an error) against the official OpenAPI schemas of Kubernetes 1.30
+and 1.37, as PyPI's kubernetes-validate bundles them (offline); the job secret fresh per run and
+only ever referenced from the pods; the pods' environment what dtrain's roles read.
+
+No Kubernetes cluster runs on these machines: creating the objects and following the pods is not
+covered here (and not built yet: the launcher says so). tests/network/pod_start_order_test.sh
+runs real processes under Kubeflow MXJob's environment."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import DTRAIN, PYTHON
+
+yaml = pytest.importorskip("yaml")
+
+VERSIONS = ("1.30.0", "1.37.0")
+ENV = dict(os.environ, DTRAIN_PYTHON=PYTHON)  # the package under test runs the launcher
+
+
+def dry_run(*options, command=("python3", "train.py", "--kvstore", "dist_sync")):
+    p = subprocess.run([DTRAIN, "launch", "--launcher", "kubernetes", *options, "--dry-run",
+                        "--", *command], capture_output=True, text=True, timeout=120,
+                       env=ENV)
+    assert p.returncode == 0, p.stderr
+    return list(yaml.safe_load_all(p.stdout))
+
+
+def by_kind(docs):
+    return [(d["kind"], d["metadata"]["name"]) for d in docs]
+
+
+def env_of(job):
+    return {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+PS_JOB = ("-n", "2", "-s", "2", "--image", "registry.example/team/train:1", "--name", "demo",
+          "--namespace", "ml", "--worker-cpu", "2", "--worker-memory", "4Gi", "--worker-gpus", "1",
+          "--server-cpu", "1", "--max-restarts", "3", "--env", "OMP_NUM_THREADS:2")
+ALLREDUCE_JOB = ("-n", "4", "-s", "0", "--image", "train:1", "--name", "hvd")
+
+
+@pytest.mark.parametrize("options", [PS_JOB, ALLREDUCE_JOB], ids=["ps", "allreduce"])
+def test_every_manifest_validates_strictly_against_both_schemas(options):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    docs = dry_run(*options)
+    for doc in docs:
+        for version in VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+    # The validator is strict: a field Kubernetes does not know is an error.
+    docs[-1]["spec"]["template"]["spec"]["containers"][0]["cpus"] = 2
+    with pytest.raises(kubernetes_validate.ValidationError, match="cpus"):
+        kubernetes_validate.validate(docs[-1], VERSIONS[0], strict=True)
+
+
+def test_a_parameter_server_jobs_objects_and_environment():
+    docs = dry_run(*PS_JOB)
+    assert by_kind(docs) == [("Secret", "demo-secret"), ("Service", "demo-scheduler"),
+                             ("Job", "demo-scheduler"), ("Job", "demo-server"),
+                             ("Job", "demo-worker")]
+    assert all(d["metadata"]["namespace"] == "ml" for d in docs)
+    service = docs[1]["spec"]
+    assert service["clusterIP"] == "None" and service["ports"][0]["port"] == 9091
+    assert service["selector"] == {"dtrain.job": "demo", "dtrain.role": "scheduler"}
+    scheduler, server, worker = docs[2], docs[3], docs[4]
+    assert scheduler["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "dtrain", "scheduler"]
+    assert server["spec"]["completions"] == 2 and worker["spec"]["completions"] == 2
+    assert worker["spec"]["completionMode"] == "Indexed"
+    assert worker["spec"]["backoffLimit"] == 3
+    pod = worker["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    container = pod["containers"][0]
+    assert container["command"] == ["python3", "train.py", "--kvstore", "dist_sync"]
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "4Gi",
+                                                "nvidia.com/gpu": "1"}
+    env = env_of(worker)
+    assert {k: env[k].get("value") for k in ("DMLC_ROLE", "DMLC_PS_ROOT_URI",
+                                             "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
+                                             "DMLC_NUM_WORKER", "OMP_NUM_THREADS")} == {
+        "DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "demo-scheduler", "DMLC_PS_ROOT_PORT": "9091",
+        "DMLC_NUM_SERVER": "2", "DMLC_NUM_WORKER": "2", "OMP_NUM_THREADS": "2"}
+    # Its rank is its completion index, its address its pod's IP.
+    assert "job-completion-index" in env["DTRAIN_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert env["DMLC_NODE_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+
+
+def test_an_allreduce_job_meets_at_rank_0():
+    docs = dry_run(*ALLREDUCE_JOB)
+    assert by_kind(docs) == [("Secret", "hvd-secret"), ("Service", "hvd-rank0"),
+                             ("Job", "hvd-worker")]
+    assert docs[1]["spec"]["selector"]["batch.kubernetes.io/job-completion-index"] == "0"
+    assert env_of(docs[2])["DMLC_NUM_SERVER"]["value"] == "0"
+
+
+def test_the_job_secret_is_fresh_and_pods_only_reference_it():
+    first, second = dry_run(*PS_JOB), dry_run(*PS_JOB)
+    secret = first[0]["stringData"]["DTRAIN_JOB_SECRET"]
+    assert len(secret) == 64 and secret != second[0]["stringData"]["DTRAIN_JOB_SECRET"]
+    for job in first[2:]:
+        env = env_of(job)["DTRAIN_JOB_SECRET"]
+        assert "value" not in env
+        assert env["valueFrom"]["secretKeyRef"] == {"name": "demo-secret",
+                                                    "key": "DTRAIN_JOB_SECRET"}
+        assert secret not in yaml.safe_dump(job)
+
+
+@pytest.mark.parametrize("options,message", [
+    (("-n", "2", "--image", "x:1", "--name", "Bad_Name"), "job name 'Bad_Name'"),
+    (("-n", "2", "--image", "x:1", "--env", "DMLC_ROLE:server"), "sets it itself"),
+    (("-n", "2", "--name", "x"), "--image"),
+    (("-n", "2", "--image", "x:1", "--max-restarts", "-1"), "--max-restarts"),
+])
+def test_bad_options_are_named(options, message):
+    p = subprocess.run([DTRAIN, "launch", "--launcher", "kubernetes", *options, "--dry-run",
+                        "--", "python3", "t.py"], capture_output=True, text=True, timeout=120,
+                       env=ENV)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_without_dry_run_it_says_creating_is_not_built():
+    p = subprocess.run([DTRAIN, "launch", "-n", "1", "--launcher", "kubernetes", "--image", "x:1",
+                        "--", "python3", "t.py"], capture_output=True, text=True, timeout=120,
+                       env=ENV)
+    assert p.returncode == 2 and "--dry-run" in p.stderr, p.stderr
