@@ -4,8 +4,9 @@ and 1.37, as PyPI's kubernetes-validate bundles them (offline); the job secret f
 only ever referenced from the pods; the pods' environment what dtrain's roles read.
 
 No Kubernetes cluster runs on these machines: creating the objects and following the pods is not
-covered here (and not built yet: the launcher says so). tests/network/pod_start_order_test.sh
-runs real processes under Kubeflow MXJob's environment."""
+covered here (and not built yet: the launcher says so). tests/network/kubernetes_pods_test.sh
+runs the pods these manifests describe, and tests/network/pod_start_order_test.sh real processes
+under Kubeflow MXJob's environment."""
 
 import os
 import subprocess
