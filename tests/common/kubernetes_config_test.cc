@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/config/config.h"
-#include "common/config/mx_config.h"
+#include "common/config/operator_env.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain {
@@ -65,6 +65,30 @@ TEST(KubernetesConfig, APodsDeadlinesWaitForPodsUnlessSet) {
   const Config set =
       Parse({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}, {"DTRAIN_CONNECT_TIMEOUT_MS", "5000"}});
   EXPECT_EQ(set.connect_timeout, Duration(5000));
+}
+
+// PyTorchJob's pods (torchrun's variables): an allreduce job meeting at MASTER_ADDR:MASTER_PORT.
+TEST(KubernetesConfig, TorchrunsVariablesGiveAnAllreduceLayout) {
+  const Config c = Parse({{"MASTER_ADDR", "demo-master-0"},
+                          {"MASTER_PORT", "23456"},
+                          {"WORLD_SIZE", "4"},
+                          {"RANK", "2"},
+                          {"LOCAL_RANK", "0"}});
+  EXPECT_EQ(c.scheduler_host, "demo-master-0");
+  EXPECT_EQ(c.scheduler_port, 23456);
+  EXPECT_EQ(c.num_workers, 4);
+  EXPECT_EQ(c.num_servers, 0);
+  EXPECT_EQ(c.requested_rank, 2);
+  // Not all four: nothing taken from them (a script's own MASTER_ADDR stays its own).
+  EXPECT_EQ(Parse({{"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}}).scheduler_host, "");
+  // dtrain's own variables win.
+  EXPECT_EQ(Parse({{"MASTER_ADDR", "x"},
+                   {"MASTER_PORT", "1"},
+                   {"WORLD_SIZE", "2"},
+                   {"RANK", "0"},
+                   {"DMLC_PS_ROOT_URI", "y"}})
+                .scheduler_host,
+            "y");
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import DTRAIN, PYTHON
+from conftest import DTRAIN, PYTHON, free_port, job_env, program
 
 yaml = pytest.importorskip("yaml")
 
@@ -126,3 +126,21 @@ def test_without_dry_run_it_says_creating_is_not_built():
                         "--", "python3", "t.py"], capture_output=True, text=True, timeout=120,
                        env=ENV)
     assert p.returncode == 2 and "--dry-run" in p.stderr, p.stderr
+
+
+def test_horovods_api_under_a_pytorchjobs_environment(spawn):
+    """Two ranks started with the environment Kubeflow's PyTorchJob gives its pods
+    (kubeflow/training-operator, pkg/controller.v1/pytorch/envvar.go and master.go: MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE, RANK, PYTHONUNBUFFERED=0; no dtrain or Horovod variable): they meet at
+    MASTER_ADDR:MASTER_PORT, and programs/hvd_worker.py checks Horovod's API exactly (without the
+    mapping each would be a job of one, and rank 1 would say "rank 0 of 1")."""
+    port = free_port()
+    ranks = []
+    for rank in range(2):
+        env = {k: v for k, v in job_env().items() if not k.startswith("HOROVOD_")}
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
+                   RANK=str(rank), PYTHONUNBUFFERED="0")
+        ranks.append(spawn(program("hvd_worker.py", "--no-launcher"), env))
+    for rank, p in enumerate(ranks):
+        assert p.wait(180) == 0, p.output()
+        assert "hvd_worker OK rank %d of 2" % rank in p.output(), p.output()

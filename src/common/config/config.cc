@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "common/config/mx_config.h"
+#include "common/config/operator_env.h"
 #include "common/logging.h"
 #include "common/usable_cores.h"
 #include "dtrain/common/error.h"
@@ -125,15 +125,8 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
 }  // namespace
 
 Config Config::FromEnvironment(const EnvLookup& process_env) {
-  // Under Kubeflow's MXJob, what the plain variables leave unset comes from MX_CONFIG.
-  EnvLookup env = process_env;
-  if (auto mx = process_env("MX_CONFIG"); mx && !mx->empty()) {
-    env = [process_env, from_mx = VariablesFromMxConfig(*mx)](const std::string& name) {
-      if (auto v = process_env(name)) return v;
-      const auto it = from_mx.find(name);
-      return it == from_mx.end() ? std::nullopt : std::optional<std::string>(it->second);
-    };
-  }
+  // Under Kubeflow's operators, what dtrain's variables leave unset comes from theirs.
+  const EnvLookup env = WithOperatorVariables(process_env);
   const EnvReader r(env);
   Config c;
   if (auto role = r.Text("DMLC_ROLE")) {

@@ -20,7 +20,12 @@ constexpr std::array kVariables = {
     // Kubernetes's: in a pod, the connect and start deadlines wait for pods (config.cc)
     Variable{"KUBERNETES_SERVICE_HOST", true},
     Variable{"DMLC_USE_KUBERNETES", true},
-    Variable{"MX_CONFIG", true},      // MXJob's JSON (mx_config.h)
+    Variable{"MX_CONFIG", true},  // MXJob's JSON (operator_env.h)
+    // PyTorchJob's and torchrun's (operator_env.h)
+    Variable{"MASTER_ADDR", true},
+    Variable{"MASTER_PORT", true},
+    Variable{"WORLD_SIZE", true},
+    Variable{"RANK", true},
     // ps-lite's
     Variable{"PS_VERBOSE"},
     Variable{"PS_RESEND"},

@@ -2,7 +2,7 @@
 `dtrain launch -n N -s 0` (Gloo) or `mpirun -np N` (OpenMPI). Prints "hvd_worker OK rank R of N
 (BACKEND)" at the end; any difference raises and fails the job. With --cuda every tensor is made
 on the GPU, and results must come back there with the same values (over NCCL where the job
-uses it: "(gloo, nccl)").
+uses it: "(gloo, nccl)"). With --no-launcher it does not expect horovodrun's variables.
 """
 
 import ctypes
@@ -32,7 +32,9 @@ def main():
     n, r = hvd.size(), hvd.rank()
     assert 0 <= hvd.local_rank() < hvd.local_size() <= n
     total = float(sum(range(n)))  # every rank contributes its rank
-    if not hvd.mpi_enabled():  # dtrain launch sets horovodrun's variables, as hvd sees the job
+    # dtrain launch sets horovodrun's variables, as hvd sees the job (--no-launcher: started
+    # without one, as Kubeflow's PyTorchJob starts its pods).
+    if not hvd.mpi_enabled() and "--no-launcher" not in sys.argv[1:]:
         for var, want in (("RANK", r), ("SIZE", n), ("LOCAL_RANK", hvd.local_rank()),
                           ("LOCAL_SIZE", hvd.local_size()), ("CROSS_RANK", hvd.cross_rank()),
                           ("CROSS_SIZE", hvd.cross_size())):

@@ -1,4 +1,4 @@
-#include "common/config/mx_config.h"
+#include "common/config/operator_env.h"
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +33,33 @@ std::map<std::string, std::string> VariablesFromMxConfig(const std::string& json
                       e.what());
   }
   return out;
+}
+
+std::map<std::string, std::string> VariablesFromTorchrun(const EnvLookup& env) {
+  std::map<std::string, std::string> out;
+  const auto addr = env("MASTER_ADDR");
+  const auto port = env("MASTER_PORT");
+  const auto size = env("WORLD_SIZE");
+  const auto rank = env("RANK");
+  if (!addr || !port || !size || !rank) return out;
+  out["DMLC_PS_ROOT_URI"] = *addr;
+  out["DMLC_PS_ROOT_PORT"] = *port;
+  out["DMLC_NUM_WORKER"] = *size;
+  out["DTRAIN_NODE_RANK"] = *rank;
+  out["DMLC_NUM_SERVER"] = "0";
+  return out;
+}
+
+EnvLookup WithOperatorVariables(EnvLookup env) {
+  std::map<std::string, std::string> fallback;
+  if (auto mx = env("MX_CONFIG"); mx && !mx->empty()) fallback = VariablesFromMxConfig(*mx);
+  for (auto& [name, value] : VariablesFromTorchrun(env)) fallback.emplace(name, value);
+  if (fallback.empty()) return env;
+  return [env = std::move(env), fallback = std::move(fallback)](const std::string& name) {
+    if (auto v = env(name)) return v;
+    const auto it = fallback.find(name);
+    return it == fallback.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
 }
 
 }  // namespace dtrain
