@@ -172,7 +172,8 @@ class Trainer:
         parameter. With ignore_stale_grad=True such a gradient counts as zeros in the workers'
         sum instead. Unlike Gluon, the parameter is still updated with that sum (other workers
         may have used it; a local skip would let the replicas drift apart), so momentum and weight
-        decay still move a parameter that no worker used."""
+        decay still move a parameter that no worker used; a table that travels as rows pushes no
+        row instead, and a lazy update leaves it as it was."""
         if not ignore_stale_grad:
             self._refuse_stale_gradients()
         if self._forward_end is not None:  # the timeline's backward: from forward's end to here
