@@ -108,6 +108,37 @@ def test_the_job_secret_is_fresh_and_pods_only_reference_it():
         assert secret not in yaml.safe_dump(job)
 
 
+def test_kubeflow_objects_leave_the_environment_to_the_operator():
+    """--kubeflow: an MXJob (with servers) or a PyTorchJob (-s 0) beside the Secret. Their kinds
+    are Kubeflow's CRDs, whose schemas kubernetes-validate does not bundle: their structure is
+    checked here, the Secret against the schemas; the environment the operator adds is
+    test_horovods_api_under_a_pytorchjobs_environment's and pod_start_order_test.sh's."""
+    mx = dry_run("-n", "2", "-s", "3", "--image", "x:1", "--name", "kf", "--kubeflow",
+                 "--max-restarts", "2")
+    assert by_kind(mx) == [("Secret", "kf-secret"), ("MXJob", "kf")]
+    job = mx[1]
+    assert job["apiVersion"] == "kubeflow.org/v1" and job["spec"]["jobMode"] == "MXTrain"
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 2
+    replicas = job["spec"]["mxReplicaSpecs"]
+    assert {k: v["replicas"] for k, v in replicas.items()} == {"Scheduler": 1, "Server": 3,
+                                                               "Worker": 2}
+    for role, replica in replicas.items():
+        (container,) = replica["template"]["spec"]["containers"]
+        assert container["name"] == "mxnet" and container["ports"][0]["name"] == "mxjob-port"
+        assert [e["name"] for e in container["env"]] == ["DTRAIN_JOB_SECRET"]  # no DMLC_*
+        assert "secretKeyRef" in container["env"][0]["valueFrom"]
+    assert replicas["Scheduler"]["template"]["spec"]["containers"][0]["command"] == [
+        "dtrain", "scheduler"]
+    pt = dry_run("-n", "3", "-s", "0", "--image", "x:1", "--name", "pt", "--kubeflow")
+    assert by_kind(pt) == [("Secret", "pt-secret"), ("PyTorchJob", "pt")]
+    replicas = pt[1]["spec"]["pytorchReplicaSpecs"]
+    assert {k: v["replicas"] for k, v in replicas.items()} == {"Master": 1, "Worker": 2}
+    assert replicas["Master"]["template"]["spec"]["containers"][0]["name"] == "pytorch"
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for version in VERSIONS:
+        kubernetes_validate.validate(mx[0], version, strict=True)
+
+
 @pytest.mark.parametrize("options,message", [
     (("-n", "2", "--image", "x:1", "--name", "Bad_Name"), "job name 'Bad_Name'"),
     (("-n", "2", "--image", "x:1", "--env", "DMLC_ROLE:server"), "sets it itself"),

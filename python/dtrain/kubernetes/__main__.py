@@ -49,6 +49,9 @@ def parse(argv: list[str]) -> tuple[JobSpec, bool]:
         ap.add_argument("--%s-cpu" % role, help="requests and limits, as '2' or '500m'")
         ap.add_argument("--%s-memory" % role, help="requests and limits, as '4Gi'")
         ap.add_argument("--%s-gpus" % role, type=int, default=0, help="nvidia.com/gpu")
+    ap.add_argument("--kubeflow", action="store_true",
+                    help="one object of Kubeflow's training operator instead of Jobs: an MXJob "
+                         "(with servers) or a PyTorchJob (-s 0)")
     ap.add_argument("--dry-run", action="store_true", help="print the manifests (YAML)")
     args = ap.parse_args(argv)
     if args.max_restarts < 0:
@@ -58,7 +61,7 @@ def parse(argv: list[str]) -> tuple[JobSpec, bool]:
         image=args.image, command=command, num_workers=args.num_workers,
         num_servers=args.num_workers if args.num_servers is None else args.num_servers,
         namespace=args.namespace, port=args.port, max_restarts=args.max_restarts,
-        env=dict(args.env), image_pull_policy=args.image_pull_policy,
+        env=dict(args.env), image_pull_policy=args.image_pull_policy, kubeflow=args.kubeflow,
         worker=RoleResources(args.worker_cpu, args.worker_memory, args.worker_gpus),
         server=RoleResources(args.server_cpu, args.server_memory, args.server_gpus))
     try:

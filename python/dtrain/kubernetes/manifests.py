@@ -13,6 +13,12 @@
 
 The scheduler and servers run ``dtrain scheduler`` and ``dtrain server`` from the same image as
 the workers, which run the user's command.
+
+With ``kubeflow=True`` (``--kubeflow``) the roles are one object of Kubeflow's training operator
+instead, which then creates the pods, their Services and their environment: an MXJob
+(kubeflow.org/v1) for a parameter-server job, whose pods get MXNet's DMLC_* variables and
+MX_CONFIG, or a PyTorchJob for an allreduce job (Master: rank 0; Workers: the others), whose pods
+get MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK. The Secret stays a built-in object.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class JobSpec:
     worker: RoleResources = field(default_factory=RoleResources)
     server: RoleResources = field(default_factory=RoleResources)
     image_pull_policy: str | None = None
+    kubeflow: bool = False
 
     def check(self) -> None:
         # Pods are named <job>-<role>-<index>-<5 chars>: the job's name leaves room for that.
@@ -141,6 +148,51 @@ def _job(spec: JobSpec, role: str, count: int, command: list[str],
     }
 
 
+def _kubeflow_replica(spec: JobSpec, role: str, count: int, container_name: str,
+                      command: list[str], resources: RoleResources,
+                      port_name: str) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": container_name, "image": spec.image, "command": command,
+        "env": [{"name": "DTRAIN_JOB_SECRET", "valueFrom": {"secretKeyRef": {
+            "name": spec.secret_name, "key": "DTRAIN_JOB_SECRET"}}}]
+        + [{"name": k, "value": v} for k, v in sorted(spec.env.items())]}
+    # The operator takes the rendezvous port from this one.
+    container["ports"] = [{"name": port_name, "containerPort": spec.port}]
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if resources.to_k8s():
+        container["resources"] = resources.to_k8s()
+    return {"replicas": count, "restartPolicy": "Never",
+            "template": {"metadata": {"labels": _labels(spec, role)},
+                         "spec": {"containers": [container]}}}
+
+
+def _kubeflow_job(spec: JobSpec) -> dict[str, Any]:
+    metadata = {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec, "job")}
+    run_policy = {"backoffLimit": spec.max_restarts}
+    if spec.num_servers:
+        # MXJob's container is named "mxnet", its port "mxjob-port" (the operator's defaults).
+        replicas = {
+            "Scheduler": _kubeflow_replica(spec, "scheduler", 1, "mxnet", ["dtrain", "scheduler"],
+                                           spec.server, "mxjob-port"),
+            "Server": _kubeflow_replica(spec, "server", spec.num_servers, "mxnet",
+                                        ["dtrain", "server"], spec.server, "mxjob-port"),
+            "Worker": _kubeflow_replica(spec, "worker", spec.num_workers, "mxnet",
+                                        list(spec.command), spec.worker, "mxjob-port"),
+        }
+        return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": metadata,
+                "spec": {"jobMode": "MXTrain", "runPolicy": run_policy,
+                         "mxReplicaSpecs": replicas}}
+    # PyTorchJob's container is named "pytorch", its port "pytorchjob-port"; RANK 0 is the Master.
+    replicas = {"Master": _kubeflow_replica(spec, "worker", 1, "pytorch", list(spec.command),
+                                            spec.worker, "pytorchjob-port")}
+    if spec.num_workers > 1:
+        replicas["Worker"] = _kubeflow_replica(spec, "worker", spec.num_workers - 1, "pytorch",
+                                               list(spec.command), spec.worker, "pytorchjob-port")
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": metadata,
+            "spec": {"runPolicy": run_policy, "pytorchReplicaSpecs": replicas}}
+
+
 def manifests(spec: JobSpec, job_secret: str | None = None) -> list[dict[str, Any]]:
     """Every object of the job, in the order to create them. `job_secret`: the Secret's value
     (default: a fresh random one)."""
@@ -165,6 +217,8 @@ def manifests(spec: JobSpec, job_secret: str | None = None) -> list[dict[str, An
         "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector,
                  "ports": [{"name": "dtrain", "port": spec.port, "targetPort": spec.port}]},
     }
+    if spec.kubeflow:
+        return [secret, _kubeflow_job(spec)]
     objects = [secret, service]
     if spec.num_servers:
         objects.append(_job(spec, "scheduler", 1, ["dtrain", "scheduler"], spec.server))
