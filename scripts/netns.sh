@@ -4,7 +4,9 @@
 # tests/network/hierarchical_allreduce_test.sh, tests/network/pod_start_order_test.sh):
 # make_host_pair, then shape_host_pair.
 
-# delete_netns NS...: kills whatever still runs in each namespace, then deletes it. Never fails.
+# delete_netns NS...: kills whatever still runs in each namespace, then deletes it and its
+# /etc/netns/NS (the files `ip netns exec` mounts over /etc there, which a test may have written).
+# Never fails.
 delete_netns() {
   local ns
   for ns in "$@"; do
@@ -20,6 +22,7 @@ delete_netns() {
       done
       ip netns del "$ns" 2>/dev/null || true
     fi
+    [[ -z $ns ]] || rm -rf "/etc/netns/$ns"
   done
 }
 

@@ -329,24 +329,24 @@ void ParameterSync::TakeGradient(size_t index, int replica, const torch::Tensor&
   // An embedding's sparse gradient (nn::Embedding with sparse(true)) travels as rows where it
   // can, and dense otherwise, as Horovod's sparse_as_dense: the stores sum dense values, and the
   // sum of sparse gradients is the sum of their dense forms (repeated rows add up).
-  const bool kept = !b.flat && KeepSparseGradient(p, replica, grad);
-  const torch::Tensor dense = kept ? torch::Tensor() : grad.is_sparse() ? grad.to_dense() : grad;
-  if (kept) {
-    // IssueRows sends it.
-  } else if (b.flat) {
-    torch::NoGradGuard no_grad;
-    torch::Tensor slice = b.grads[replica].narrow(0, p.offset, p.numel);
-    if (first_pass) {
-      slice.copy_(dense.reshape(-1));
+  const bool kept = !b.flat && KeepSparseGradient(p, replica, grad);  // IssueRows sends it
+  if (!kept) {
+    const torch::Tensor dense = grad.is_sparse() ? grad.to_dense() : grad;
+    if (b.flat) {
+      torch::NoGradGuard no_grad;
+      torch::Tensor slice = b.grads[replica].narrow(0, p.offset, p.numel);
+      if (first_pass) {
+        slice.copy_(dense.reshape(-1));
+      } else {
+        slice.add_(dense.reshape(-1));
+      }
+    } else if (!p.grads[replica].defined()) {  // the first dense pass
+      p.grads[replica] = dense.contiguous();
     } else {
-      slice.add_(dense.reshape(-1));
+      // Out of place: the first pass's tensor is the one autograd keeps as .grad.
+      torch::NoGradGuard no_grad;
+      p.grads[replica] = p.grads[replica].add(dense);
     }
-  } else if (!p.grads[replica].defined()) {  // the first dense pass
-    p.grads[replica] = dense.contiguous();
-  } else {
-    // Out of place: the first pass's tensor is the one autograd keeps as .grad.
-    torch::NoGradGuard no_grad;
-    p.grads[replica] = p.grads[replica].add(dense);
   }
   if (++p.arrived[replica] < options_.backward_passes_per_step) return;
   if (--b.pending == 0 && options_.overlap && optimizer_ready_) Issue(b, lock);
@@ -391,37 +391,25 @@ void ParameterSync::Issue(Bucket& b, std::unique_lock<std::mutex>& lock) {
   }
   b.issued = true;
   b.finished = false;
-  // The exchange may complete at once (local store); no lock is needed by the store itself.
-  lock.unlock();
   // The next forward needs the parameters nearest the input first, and buckets are numbered in
   // backward order (PlanBuckets), so the last bucket is the most urgent (MXNet's -index).
   Operation op;
-  try {
+  {
+    Unlocked unlocked(lock);
     op = kv_.PushPull(static_cast<Key>(b.key), std::move(grads), std::move(outs),
                       static_cast<int>(b.key));
-  } catch (...) {
-    lock.lock();  // the caller's lock as it gave it (see Finish)
-    throw;
   }
-  lock.lock();
   b.op = op;
 }
 
 void ParameterSync::Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool timed) {
   if (b.finished) return;
   Operation op = b.op;
-  lock.unlock();
   const auto waited_from = std::chrono::steady_clock::now();
-  try {
+  {
+    Unlocked unlocked(lock);
     op.Wait();
-  } catch (...) {
-    // The caller's lock as it gave it: the destructor finishes every other bucket after a
-    // failed one, and an unlock of an unlocked lock threw "Operation not permitted" there
-    // instead of waiting for their exchanges, which still write into the buffers.
-    lock.lock();
-    throw;
   }
-  lock.lock();
   if (timed) {
     wait_s_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
@@ -559,17 +547,19 @@ void ParameterSync::PullLatest() {
   PullWeights();
 }
 
+Operation ParameterSync::StartPull(const Bucket& b) {
+  std::vector<Array> outs;
+  if (b.flat) {
+    outs.push_back(ArrayOf(b.weights));
+  } else {
+    for (auto& w : params_[b.params[0]]->weights) outs.push_back(ArrayOf(w));
+  }
+  return kv_.Pull(static_cast<Key>(b.key), outs);
+}
+
 void ParameterSync::PullWeights() {
   std::vector<Operation> pulls;
-  for (auto& b : buckets_) {
-    std::vector<Array> outs;
-    if (b->flat) {
-      outs.push_back(ArrayOf(b->weights));
-    } else {
-      for (auto& w : params_[b->params[0]]->weights) outs.push_back(ArrayOf(w));
-    }
-    pulls.push_back(kv_.Pull(static_cast<Key>(b->key), outs));
-  }
+  for (auto& b : buckets_) pulls.push_back(StartPull(*b));
   Operation::Combine(pulls).Wait();
   for (auto& b : buckets_) {
     if (b->flat) Scatter(*b);

@@ -3,11 +3,26 @@
 
 #include <torch/torch.h>
 
+#include <mutex>
 #include <vector>
 
 #include "dtrain/train/parameter_sync.h"
 
 namespace dtrain::train {
+
+// Lets go of the caller's lock while the store works (an exchange may complete at once, and
+// waits must not hold it), and takes it back on every way out, a throw included: the caller's
+// lock as it gave it (the destructor finishes every other bucket after a failed one).
+class Unlocked {
+ public:
+  explicit Unlocked(std::unique_lock<std::mutex>& lock) : lock_(lock) { lock_.unlock(); }
+  ~Unlocked() { lock_.lock(); }
+  Unlocked(const Unlocked&) = delete;
+  Unlocked& operator=(const Unlocked&) = delete;
+
+ private:
+  std::unique_lock<std::mutex>& lock_;
+};
 
 struct ParameterSync::Param {
   size_t index = 0;

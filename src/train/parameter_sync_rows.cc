@@ -56,30 +56,21 @@ void ParameterSync::IssueRows(Bucket& b, std::unique_lock<std::mutex>& lock) {
   b.issued = true;
   b.finished = false;
   p.rows_stale = true;
-  lock.unlock();
   Operation op;
-  try {
+  {
+    Unlocked unlocked(lock);
     op = kv_.PushRows(static_cast<Key>(b.key), std::move(rows), values, static_cast<int>(b.key));
-  } catch (...) {
-    lock.lock();
-    throw;
   }
-  lock.lock();
   b.op = op;
 }
 
 void ParameterSync::PullIfRowsStale(Param& p, std::unique_lock<std::mutex>& lock) {
   if (!p.rows_stale) return;
-  std::vector<Array> outs;
-  for (const auto& w : p.weights) outs.push_back(ArrayOverTensor(w, DType::kFloat32, nullptr));
-  lock.unlock();
-  try {
-    kv_.Pull(static_cast<Key>(p.bucket), outs).Wait();
-  } catch (...) {
-    lock.lock();
-    throw;
+  Operation pull = StartPull(*buckets_[p.bucket]);
+  {
+    Unlocked unlocked(lock);
+    pull.Wait();
   }
-  lock.lock();
   p.rows_stale = false;
 }
 
@@ -102,30 +93,19 @@ void ParameterSync::WaitForRows(size_t index, const torch::Tensor& ids) {
     torch::NoGradGuard no_grad;
     unique = std::get<0>(torch::_unique(ids.reshape(-1).to(torch::kCPU, torch::kInt64)));
   }
-  const int64_t table_rows = p.weights[0].size(0);
-  if (unique.numel() > 0 &&
-      (unique.min().item<int64_t>() < 0 || unique.max().item<int64_t>() >= table_rows)) {
-    const int64_t bad = unique.min().item<int64_t>() < 0 ? unique.min().item<int64_t>()
-                                                         : unique.max().item<int64_t>();
-    throw InvalidArgument("row " + std::to_string(bad) + " of parameter " + std::to_string(index) +
-                          " is outside its " + std::to_string(table_rows) + " rows");
-  }
   if (unique.numel() == 0) return;
+  // An id outside the table is the store's InvalidArgument (KVStore::PullRows checks each).
   std::vector<int64_t> rows(unique.data_ptr<int64_t>(),
                             unique.data_ptr<int64_t>() + unique.numel());
   std::vector<int64_t> shape(p.weights[0].sizes().begin(), p.weights[0].sizes().end());
   shape[0] = unique.numel();
   const torch::Tensor pulled = torch::empty(shape, torch::kFloat32);
-  lock.unlock();
-  try {
+  {
+    Unlocked unlocked(lock);
     kv_.PullRows(static_cast<Key>(p.bucket), std::move(rows),
                  ArrayOverTensor(pulled, DType::kFloat32, nullptr))
         .Wait();
-  } catch (...) {
-    lock.lock();
-    throw;
   }
-  lock.lock();
   torch::NoGradGuard no_grad;
   for (auto& w : p.weights) w.detach().index_copy_(0, unique, pulled);
 }

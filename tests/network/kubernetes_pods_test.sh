@@ -21,7 +21,6 @@ python3 -c "import yaml" 2>/dev/null || skip "needs PyYAML (python3-yaml)"
 source "$(dirname "$0")/../../scripts/netns.sh"
 make_host_pair kp 80 kubernetes_pods ||
   skip "cannot create network namespaces joined by a veth pair here"
-trap "trap '' INT TERM; delete_netns ${a@Q} ${b@Q}; rm -rf ${logs@Q} /etc/netns/${a@Q} /etc/netns/${b@Q}" EXIT
 
 # The images' PATH: dtrain and dtrain-train as a pip install or scripts/install.sh puts them there.
 pod_path=$build/src/tools:$build/src/train:/usr/local/bin:/usr/bin:/bin
@@ -67,7 +66,7 @@ grep -q "^a scheduler-0 " "$logs/pods" || { cat "$logs/pods"; exit 1; }
 # The Service: its name resolves to the scheduler's pod in every pod.
 service=$(python3 -c "import sys, yaml; print([d for d in yaml.safe_load_all(open(sys.argv[1])) if d['kind'] == 'Service'][0]['metadata']['name'])" "$logs/job.yaml")
 for ns in "$a" "$b"; do
-  mkdir -p "/etc/netns/$ns"
+  mkdir -p "/etc/netns/$ns"  # deleted with the namespaces (delete_netns)
   printf '127.0.0.1 localhost\n%s %s\n' "$addr_a" "$service" >"/etc/netns/$ns/hosts"
 done
 

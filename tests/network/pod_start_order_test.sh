@@ -33,8 +33,7 @@ command -v ip >/dev/null || skip "needs iproute2 (ip)"
 source "$(dirname "$0")/../../scripts/netns.sh"
 make_host_pair po 79 pod_start_order ||
   skip "cannot create network namespaces joined by a veth pair here"
-mkdir -p "/etc/netns/$a" "/etc/netns/$b"
-trap "trap '' INT TERM; delete_netns ${a@Q} ${b@Q}; rm -rf ${logs@Q} /etc/netns/${a@Q} /etc/netns/${b@Q}" EXIT
+mkdir -p "/etc/netns/$a" "/etc/netns/$b"  # deleted with the namespaces (delete_netns)
 scheduler_name=mxjob-demo-scheduler-0
 printf '127.0.0.1 localhost\n%s %s\n' "$addr_a" "$scheduler_name" >"/etc/netns/$a/hosts"
 printf '127.0.0.1 localhost\n' >"/etc/netns/$b/hosts"

@@ -21,10 +21,14 @@ VERSIONS = ("1.30.0", "1.37.0")
 ENV = dict(os.environ, DTRAIN_PYTHON=PYTHON)  # the package under test runs the launcher
 
 
+def launch(*args):
+    """`dtrain launch ARGS...`, finished."""
+    return subprocess.run([DTRAIN, "launch", *args], capture_output=True, text=True, timeout=120,
+                          env=ENV)
+
+
 def dry_run(*options, command=("python3", "train.py", "--kvstore", "dist_sync")):
-    p = subprocess.run([DTRAIN, "launch", "--launcher", "kubernetes", *options, "--dry-run",
-                        "--", *command], capture_output=True, text=True, timeout=120,
-                       env=ENV)
+    p = launch("--launcher", "kubernetes", *options, "--dry-run", "--", *command)
     assert p.returncode == 0, p.stderr
     return list(yaml.safe_load_all(p.stdout))
 
@@ -146,16 +150,12 @@ def test_kubeflow_objects_leave_the_environment_to_the_operator():
     (("-n", "2", "--image", "x:1", "--max-restarts", "-1"), "--max-restarts"),
 ])
 def test_bad_options_are_named(options, message):
-    p = subprocess.run([DTRAIN, "launch", "--launcher", "kubernetes", *options, "--dry-run",
-                        "--", "python3", "t.py"], capture_output=True, text=True, timeout=120,
-                       env=ENV)
+    p = launch("--launcher", "kubernetes", *options, "--dry-run", "--", "python3", "t.py")
     assert p.returncode == 2 and message in p.stderr, p.stderr
 
 
 def test_without_dry_run_it_says_creating_is_not_built():
-    p = subprocess.run([DTRAIN, "launch", "-n", "1", "--launcher", "kubernetes", "--image", "x:1",
-                        "--", "python3", "t.py"], capture_output=True, text=True, timeout=120,
-                       env=ENV)
+    p = launch("-n", "1", "--launcher", "kubernetes", "--image", "x:1", "--", "python3", "t.py")
     assert p.returncode == 2 and "--dry-run" in p.stderr, p.stderr
 
 

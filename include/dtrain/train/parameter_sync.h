@@ -183,7 +183,8 @@ class ParameterSync {
   void Issue(Bucket& b, std::unique_lock<std::mutex>& lock);
   // `timed`: the wait counts as waiting for communication (not in WaitAll).
   void Finish(Bucket& b, std::unique_lock<std::mutex>& lock, bool timed = true);
-  void PullWeights();  // every key's value from the store into every replica
+  Operation StartPull(const Bucket& b);  // b's value from the store into every replica
+  void PullWeights();                    // every key's value from the store into every replica
   // Rows (the row-sparse exchange). Keeps `grad` for a push of rows and returns true, or returns
   // false (it travels dense).
   bool KeepSparseGradient(Param& p, int replica, const torch::Tensor& grad);

@@ -112,24 +112,36 @@ def _env(spec: JobSpec, role: str) -> list[dict[str, Any]]:
         {"name": "DMLC_NODE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "DTRAIN_NODE_RANK",
          "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
-        {"name": "DTRAIN_JOB_SECRET",
-         "valueFrom": {"secretKeyRef": {"name": spec.secret_name, "key": "DTRAIN_JOB_SECRET"}}},
     ]
-    env += [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
-    return env
+    return env + _own_env(spec)
+
+
+def _own_env(spec: JobSpec) -> list[dict[str, Any]]:
+    """What every pod gets whoever starts it: the job secret (by reference) and --env's."""
+    secret = {"name": "DTRAIN_JOB_SECRET",
+              "valueFrom": {"secretKeyRef": {"name": spec.secret_name, "key": "DTRAIN_JOB_SECRET"}}}
+    return [secret] + [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+
+
+def _container(spec: JobSpec, name: str, command: list[str], env: list[dict[str, Any]],
+               resources: RoleResources, port_name: str | None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "image": spec.image, "command": command,
+                                 "env": env}
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if port_name:
+        container["ports"] = [{"name": port_name, "containerPort": spec.port}]
+    k8s_resources = resources.to_k8s()
+    if k8s_resources:
+        container["resources"] = k8s_resources
+    return container
 
 
 def _job(spec: JobSpec, role: str, count: int, command: list[str],
          resources: RoleResources) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": role, "image": spec.image, "command": command,
-                                 "env": _env(spec, role)}
-    if spec.image_pull_policy:
-        container["imagePullPolicy"] = spec.image_pull_policy
-    if role == "scheduler":  # the port its Service names
-        container["ports"] = [{"name": "dtrain", "containerPort": spec.port}]
-    k8s_resources = resources.to_k8s()
-    if k8s_resources:
-        container["resources"] = k8s_resources
+    # The scheduler's port is the one its Service names.
+    container = _container(spec, role, command, _env(spec, role), resources,
+                           "dtrain" if role == "scheduler" else None)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -151,17 +163,8 @@ def _job(spec: JobSpec, role: str, count: int, command: list[str],
 def _kubeflow_replica(spec: JobSpec, role: str, count: int, container_name: str,
                       command: list[str], resources: RoleResources,
                       port_name: str) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": container_name, "image": spec.image, "command": command,
-        "env": [{"name": "DTRAIN_JOB_SECRET", "valueFrom": {"secretKeyRef": {
-            "name": spec.secret_name, "key": "DTRAIN_JOB_SECRET"}}}]
-        + [{"name": k, "value": v} for k, v in sorted(spec.env.items())]}
-    # The operator takes the rendezvous port from this one.
-    container["ports"] = [{"name": port_name, "containerPort": spec.port}]
-    if spec.image_pull_policy:
-        container["imagePullPolicy"] = spec.image_pull_policy
-    if resources.to_k8s():
-        container["resources"] = resources.to_k8s()
+    # The operator adds the rest of the environment, and takes the rendezvous port from this one.
+    container = _container(spec, container_name, command, _own_env(spec), resources, port_name)
     return {"replicas": count, "restartPolicy": "Never",
             "template": {"metadata": {"labels": _labels(spec, role)},
                          "spec": {"containers": [container]}}}
