@@ -46,8 +46,9 @@ test_packages=(
   python3-matplotlib chromium tesseract-ocr tesseract-ocr-eng
   # Spark's JVM, for tests/python/test_spark.py (pyspark itself comes from PyPI, in the pip lane)
   openjdk-17-jre-headless
-  # the kubernetes launcher's YAML (dtrain launch --launcher kubernetes --dry-run)
-  python3-yaml
+  # the kubernetes launcher: its YAML (--dry-run) and Kubernetes' official client, which
+  # test_kubernetes_api.py drives against a stand-in API server
+  python3-yaml python3-kubernetes
 )
 
 case $set_name in

@@ -78,11 +78,11 @@ lane_torch2() {
   timeout 600 "$py" -m pip install -q --upgrade pip  # Debian's 23.0 lacks -C (config settings)
   # ray[train] and pyspark: the [ray] and [spark] extras (pyproject.toml), for test_ray*.py's Ray
   # clusters and test_spark.py's Spark (pyspark is a 455 MB source package).
-  # pyyaml: the [kubernetes] extra; kubernetes-validate: Kubernetes' OpenAPI schemas, offline, for
-  # test_kubernetes.py's strict check of the launcher's manifests.
-  log "torch2: pip install torch (PyPI) scikit-build-core pytest mypy numpy matplotlib ray[train] pyspark pyyaml kubernetes-validate"
+  # pyyaml and kubernetes: the [kubernetes] extra; kubernetes-validate: Kubernetes' OpenAPI
+  # schemas, offline, for test_kubernetes.py's strict check of the launcher's manifests.
+  log "torch2: pip install torch (PyPI) scikit-build-core pytest mypy numpy matplotlib ray[train] pyspark pyyaml kubernetes kubernetes-validate"
   timeout 1800 "$py" -m pip install -q --upgrade torch scikit-build-core pytest mypy numpy matplotlib \
-    "ray[train]>=2.40" "pyspark>=3.5" "pyyaml>=5.4" "kubernetes-validate>=1.30"
+    "ray[train]>=2.40" "pyspark>=3.5" "pyyaml>=5.4" "kubernetes>=22.6" "kubernetes-validate>=1.30"
   log "torch2: pip install --no-build-isolation $repo"
   SECONDS=0
   timeout 2400 "$py" -m pip install -q --no-build-isolation --force-reinstall --no-deps \

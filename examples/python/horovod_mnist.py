@@ -29,7 +29,7 @@ def main():
     ap.add_argument("--fp16-allreduce", action="store_true")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--data-dir", default=DEFAULT_DIR)
-    ap.add_argument("--log-interval", type=int, default=200)
+    ap.add_argument("--log-interval", type=int, default=200, help="batches between lines; 0: none")
     ap.add_argument("--gpus", action="store_true",
                     help="each rank trains on a GPU (its local rank's, as Horovod's examples)")
     ap.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (tests)")
@@ -85,7 +85,7 @@ def main():
             optimizer.step()
             seen += len(data)
             correct += (output.argmax(1) == target).sum().item()
-            if (i + 1) % args.log_interval == 0:
+            if args.log_interval and (i + 1) % args.log_interval == 0:
                 print("Epoch[%d] Batch [%d-%d] Speed: %.2f samples/sec accuracy=%f"
                       % (epoch, i + 1 - args.log_interval, i + 1, seen / (time.time() - tic),
                          correct / seen), flush=True)

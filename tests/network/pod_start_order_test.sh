@@ -10,7 +10,10 @@
 #   pod_start_order_test.sh CASE BUILD_DIR
 #
 # CASE: mxjob (every variable the operator sets) or mx-config-only (MX_CONFIG alone, as a pod
-# template that drops the plain variables would give: dtrain reads the layout from the JSON).
+# template that drops the plain variables would give: dtrain reads the layout from the JSON), each
+# with kv_check_worker's 200 exact rounds; mxjob-python: every variable, and the workers run MXNet's
+# kvstore checks through the Python API (tests/python/programs/kv_worker.py dist_sync: init, push,
+# pull, pushpull, big arrays split across servers, exact values).
 #
 # Two emulated hosts (network namespaces): the server's and the workers' pods on B, whose hosts
 # file (/etc/netns/B/hosts, which `ip netns exec` mounts over /etc/hosts) does not know the
@@ -21,7 +24,7 @@ set -euo pipefail
 
 case_name=$1
 build=$2
-[[ $case_name == mxjob || $case_name == mx-config-only ]] ||
+[[ $case_name == mxjob || $case_name == mx-config-only || $case_name == mxjob-python ]] ||
   { echo "pod_start_order_test: unknown case $case_name" >&2; exit 2; }
 dtrain=$build/src/tools/dtrain
 worker_bin=$build/tests/programs/kv_check_worker
@@ -61,17 +64,19 @@ start() {  # NS TYPE INDEX NAME CMD...
   shift 4
   pod_env=(MX_CONFIG="$(mx_config "$type" "$index")"
            DTRAIN_JOB_SECRET=pod-start-order-test-secret-0123456789)
-  if [[ $case_name == mxjob ]]; then
+  if [[ $case_name != mx-config-only ]]; then
     pod_env+=(DMLC_PS_ROOT_PORT=$port DMLC_PS_ROOT_URI=$scheduler_name DMLC_NUM_SERVER=1
               DMLC_NUM_WORKER=2 DMLC_ROLE=$type DMLC_USE_KUBERNETES=1)
     [[ $type != worker ]] || pod_env+=(DMLC_WORKER_ID=$index)
   fi
-  ip netns exec "$ns" env -i PATH="$PATH" "${pod_env[@]}" OMP_NUM_THREADS=1 \
+  ip netns exec "$ns" env -i PATH="$PATH" PYTHONPATH="$build/python" "${pod_env[@]}" OMP_NUM_THREADS=1 \
     timeout 120 "$@" >"$logs/$name.log" 2>&1 &
   pids+=($!)
   names+=("$name")
 }
 soak=("$worker_bin" --scenario sync --rounds 200 --sizes 1,1000,100000)
+[[ $case_name != mxjob-python ]] ||
+  soak=(/usr/bin/python3 "$(dirname "$0")/../python/programs/kv_worker.py" dist_sync)
 start "$b" server 0 server0 "$dtrain" server
 start "$b" worker 0 worker0 "${soak[@]}"
 start "$b" worker 1 worker1 "${soak[@]}"
@@ -88,7 +93,7 @@ fail() {
 }
 for c in "${codes[@]}"; do [[ ${c#*=} == 0 ]] || fail "$c (every process must exit 0)"; done
 for w in worker0 worker1; do
-  grep -q "sync OK" "$logs/$w.log" || fail "$w did not report every round exact"
+  grep -q "sync OK\|kv_worker OK rank" "$logs/$w.log" || fail "$w did not report every check exact"
   grep -q "cannot resolve '$scheduler_name'.*retrying" "$logs/$w.log" ||
     fail "$w never met the unresolvable name: the test did not test the start order"
 done

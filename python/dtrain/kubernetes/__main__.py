@@ -1,19 +1,23 @@
 """``dtrain launch --launcher kubernetes [options] -- command...`` (also ``python -m
 dtrain.kubernetes``): a dtrain job as Kubernetes objects (see dtrain.kubernetes.manifests).
 
-    dtrain launch --launcher kubernetes -n 2 -s 2 --image registry/team/train:1 --dry-run \\
-        -- python3 train.py --kvstore dist_sync | kubectl apply -f -
+    dtrain launch --launcher kubernetes -n 2 -s 2 --image registry/team/train:1 \\
+        -- python3 train.py --kvstore dist_sync
 
-``--dry-run`` prints the manifests as YAML, with a fresh job secret in the Secret. Creating them
-through the Kubernetes API and following the pods is not built yet: without ``--dry-run`` this
-says so and exits 2.
+creates the objects in the cluster kubectl would use (KUBECONFIG, ~/.kube/config, or the pod's
+service account), follows the pods (their output merged, each line prefixed with its member), names
+the first failure (pod, node, reason), deletes every object when the job ends, fails or is
+interrupted, and exits with the job's code. ``--dry-run`` prints the manifests as YAML instead, with
+a fresh job secret in the Secret.
 """
 
 from __future__ import annotations
 
 import argparse
 import secrets
+import signal
 import sys
+from typing import Any
 
 from .manifests import JobSpec, RoleResources, manifests
 
@@ -25,7 +29,7 @@ def _env_arg(text: str) -> tuple[str, str]:
     return name, value
 
 
-def parse(argv: list[str]) -> tuple[JobSpec, bool]:
+def parse(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
     if "--" in argv:
         at = argv.index("--")
         argv, command = argv[:at], argv[at + 1:]
@@ -53,9 +57,13 @@ def parse(argv: list[str]) -> tuple[JobSpec, bool]:
                     help="one object of Kubeflow's training operator instead of Jobs: an MXJob "
                          "(with servers) or a PyTorchJob (-s 0)")
     ap.add_argument("--dry-run", action="store_true", help="print the manifests (YAML)")
+    ap.add_argument("--start-timeout", type=float, default=900.0, metavar="SECONDS",
+                    help="every member's pod must have started by then (default: %(default)g)")
     args = ap.parse_args(argv)
     if args.max_restarts < 0:
         ap.error("--max-restarts must be at least 0")
+    if args.start_timeout <= 0:
+        ap.error("--start-timeout must be positive")
     spec = JobSpec(
         name=args.name or "dtrain-" + secrets.token_hex(3),
         image=args.image, command=command, num_workers=args.num_workers,
@@ -68,16 +76,59 @@ def parse(argv: list[str]) -> tuple[JobSpec, bool]:
         spec.check()
     except ValueError as e:
         ap.error(str(e))
-    return spec, args.dry_run
+    return spec, args
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def run(spec: JobSpec, start_timeout: float) -> int:
+    """Creates the job's objects, follows its pods and deletes the objects again: the job's code."""
+    from .api import Cluster, ClusterError
+    from .follow import Follower
+
+    def say(text: str) -> None:
+        print("dtrain launch: " + text, file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGTERM, _interrupted)
+    created: list[dict[str, Any]] = []
+    code = 1
+    follower = None
+    try:
+        cluster = Cluster(spec.namespace)
+        follower = Follower(cluster, spec, start_timeout=start_timeout)
+        for obj in manifests(spec):
+            created.append(obj)  # first: an interrupted create is deleted too (404 is fine)
+            cluster.create(obj)
+        say("created %s in namespace %s at %s" % (
+            ", ".join("%s %s" % (o["kind"], o["metadata"]["name"]) for o in created),
+            spec.namespace, cluster.server))
+        code = follower.run()
+    except KeyboardInterrupt:
+        say("interrupted: deleting the job")
+        code = 130
+    except ClusterError as e:
+        say(str(e))
+        code = 1
+    finally:
+        # The deletions finish whatever the user presses meanwhile: each has its deadline.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if follower is not None:
+            follower.drain(5.0 if code == 0 else 1.0)
+        left = [why for why in (cluster.delete(o) for o in reversed(created)) if why]
+        for why in left:
+            say(why + " (delete it yourself)")
+        if created and not left:
+            say("deleted the job's %d objects" % len(created))
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec, dry_run = parse(sys.argv[1:] if argv is None else argv)
-    if not dry_run:
-        print("dtrain launch --launcher kubernetes: creating the objects through the Kubernetes "
-              "API is not built yet; print them with --dry-run and apply them with "
-              "`kubectl apply -f -`", file=sys.stderr)
-        return 2
+    spec, args = parse(sys.argv[1:] if argv is None else argv)
+    if not args.dry_run:
+        return run(spec, args.start_timeout)
     import yaml  # Debian's python3-yaml, PyYAML on PyPI
 
     yaml.safe_dump_all(manifests(spec), sys.stdout, sort_keys=False)

@@ -32,6 +32,7 @@ __all__ = ["JobSpec", "RoleResources", "manifests"]
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+RANK_OFFSET = "dtrain.rank-offset"  # read back by dtrain.kubernetes.pods
 
 
 @dataclass
@@ -84,6 +85,10 @@ class JobSpec:
             raise ValueError("-n must be at least 1 and -s at least 0")
         if not 1 <= self.port <= 65535:
             raise ValueError("--port %d is outside 1..65535" % self.port)
+        if self.max_restarts > 0 and self.num_servers == 0:
+            raise ValueError("--max-restarts replaces workers of parameter-server jobs; an "
+                             "allreduce job (-s 0) cannot take a new rank in the middle of its "
+                             "collectives")
         for key in self.env:
             if key.startswith("DMLC_") or key == "DTRAIN_JOB_SECRET":
                 raise ValueError("--env %s: the launcher sets it itself" % key)
@@ -120,7 +125,12 @@ def _own_env(spec: JobSpec) -> list[dict[str, Any]]:
     """What every pod gets whoever starts it: the job secret (by reference) and --env's."""
     secret = {"name": "DTRAIN_JOB_SECRET",
               "valueFrom": {"secretKeyRef": {"name": spec.secret_name, "key": "DTRAIN_JOB_SECRET"}}}
-    return [secret] + [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    env = dict(spec.env)
+    if spec.max_restarts > 0:
+        # As `dtrain launch --max-restarts` locally: the scheduler keeps a failed worker's rank
+        # for its replacement (the Job's next pod of that index) this long.
+        env.setdefault("DTRAIN_RESTART_WAIT_MS", "60000")
+    return [secret] + [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
 def _container(spec: JobSpec, name: str, command: list[str], env: list[dict[str, Any]],
@@ -161,13 +171,16 @@ def _job(spec: JobSpec, role: str, count: int, command: list[str],
 
 
 def _kubeflow_replica(spec: JobSpec, role: str, count: int, container_name: str,
-                      command: list[str], resources: RoleResources,
-                      port_name: str) -> dict[str, Any]:
+                      command: list[str], resources: RoleResources, port_name: str,
+                      rank_offset: int = 0) -> dict[str, Any]:
     # The operator adds the rest of the environment, and takes the rendezvous port from this one.
     container = _container(spec, container_name, command, _own_env(spec), resources, port_name)
+    labels = _labels(spec, role)
+    if rank_offset:
+        # The operator labels pods with their replica index; the launcher adds this for the rank.
+        labels[RANK_OFFSET] = str(rank_offset)
     return {"replicas": count, "restartPolicy": "Never",
-            "template": {"metadata": {"labels": _labels(spec, role)},
-                         "spec": {"containers": [container]}}}
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}
 
 
 def _kubeflow_job(spec: JobSpec) -> dict[str, Any]:
@@ -191,7 +204,8 @@ def _kubeflow_job(spec: JobSpec) -> dict[str, Any]:
                                             spec.worker, "pytorchjob-port")}
     if spec.num_workers > 1:
         replicas["Worker"] = _kubeflow_replica(spec, "worker", spec.num_workers - 1, "pytorch",
-                                               list(spec.command), spec.worker, "pytorchjob-port")
+                                               list(spec.command), spec.worker, "pytorchjob-port",
+                                               rank_offset=1)
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": metadata,
             "spec": {"runPolicy": run_policy, "pytorchReplicaSpecs": replicas}}
 
