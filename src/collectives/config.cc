@@ -106,7 +106,7 @@ std::string CollectivesConfig::Describe() const {
       << " DTRAIN_COLLECTIVE_TIMEOUT_MS=" << collective_timeout.count()
       << " DTRAIN_DEADLOCK_MS=" << deadlock_grace.count()
       << " DTRAIN_CONNECT_TIMEOUT_MS=" << connect_timeout.count()
-      << " DTRAIN_FP16_ALLREDUCE=" << fp16_allreduce
+      << " DTRAIN_FP16_ALLREDUCE=" << fp16_allreduce << " HOROVOD_AUTOTUNE=" << autotune
       << " HOROVOD_GPU_OPERATIONS=" << (nccl ? "NCCL" : "host staging")
       << " HOROVOD_HIERARCHICAL_ALLREDUCE=" << nccl_hierarchical;
   return out.str();

@@ -84,6 +84,25 @@ def test_init_shutdown_cycles_on_gloo(spawn, n):
         assert "hvd_cycles OK rank %d: 200 cycles" % r in out, out
 
 
+def test_autotune_switches_every_rank_together_and_logs_its_search(spawn, tmp_path):
+    """`dtrain launch --autotune --autotune-log-file`: rank 0 tries each candidate fusion
+    threshold and cycle time (collectives/engine/autotune.h) while 12 gradients a step are reduced
+    asynchronously; every result stays exact, so every rank switched in the same round."""
+    log = tmp_path / "autotune.csv"
+    env = job_env({"HOROVOD_AUTOTUNE_WARMUP_SAMPLES": 1, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": 2})
+    out = run_ok(spawn, launch_argv(3, 0, program("hvd_autotune_worker.py", 60), "--autotune",
+                                    "--autotune-log-file", str(log)), env=env, timeout=300)
+    for r in range(3):
+        assert "hvd_autotune OK rank %d: 60 steps" % r in out, out
+    lines = log.read_text().splitlines()
+    assert lines[0] == "phase,fusion_threshold_bytes,cycle_time_ms,bytes_per_second,best"
+    phases = [line.split(",")[0] for line in lines[1:]]
+    assert phases == ["warmup"] + ["threshold"] * 5 + ["cycle"] * 4 + ["best"], lines
+    thresholds = {int(line.split(",")[1]) for line in lines[1:7]}
+    assert len(thresholds) == 5, lines  # each candidate measured
+    assert "autotune: fusion threshold" in out, out
+
+
 def relative_difference(out):
     line = [l for l in out.splitlines() if "train_check max relative difference" in l]
     assert line, out

@@ -127,6 +127,7 @@ void Engine::Impl::Run() {
       mine.shutting_down = shutting_down;
       mine.joined = joined;
       mine.stuck = fresh.empty() && StuckVote(now);
+      mine.tuned = std::exchange(announce_tuned, std::nullopt);
       for (auto& r : fresh) {
         table.Announce(rank, r.name, r.desc, &mine);
         std::string name = r.name;
@@ -138,11 +139,13 @@ void Engine::Impl::Run() {
         round = Exchange(mine);
       }
       rounds.fetch_add(1, std::memory_order_relaxed);
+      if (round[0].tuned) tuned = *round[0].tuned;
       const bool quiet =
           std::all_of(round.begin(), round.end(), [](const RoundMessage& m) { return m.empty(); });
       auto ready = table.Apply(round, now);
       if (!quiet || !ready.empty() || !runnable.empty()) last_progress = Clock::now();
       if (!ready.empty() || !runnable.empty()) Execute(ready);
+      if (autotuner) announce_tuned = autotuner->EndRound(Clock::now());
       FailDeadlock(round, now);
       if (const auto last = table.TakeJoinCompleted()) CompleteJoin(nullptr, *last);
       FailWhatShutDownRanksMiss(round);
@@ -158,9 +161,9 @@ void Engine::Impl::Run() {
       if (!runnable.empty()) {
         next_cycle = now;
       } else if (!quiet || table.pending() > 0) {
-        next_cycle = now + config.cycle_time;
+        next_cycle = now + tuned.cycle_time;
       } else {
-        next_cycle = now + std::max<std::chrono::microseconds>(config.cycle_time, kIdleCycle);
+        next_cycle = now + std::max<std::chrono::microseconds>(tuned.cycle_time, kIdleCycle);
       }
       Monitor(now);
       not_shutting_down.clear();

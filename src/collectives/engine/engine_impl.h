@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/engine/autotune.h"
 #include "collectives/engine/engine.h"
 #include "collectives/engine/failure.h"
 #include "collectives/engine/fusion_plan.h"
@@ -37,7 +38,14 @@ struct Engine::Impl {
         config(c),
         rank(backend->rank()),
         size(backend->size()),
-        table(size) {}
+        tuned{c.fusion_threshold_bytes, c.cycle_time},
+        table(size) {
+    if (c.autotune && rank == 0) {
+      autotuner = std::make_unique<Autotuner>(
+          tuned,
+          AutotuneOptions{c.autotune_warmup_samples, c.autotune_steps_per_sample, c.autotune_log});
+    }
+  }
 
   Handle Submit(Request request);
   void Run();
@@ -79,6 +87,11 @@ struct Engine::Impl {
   const CollectivesConfig config;
   const int rank;
   const int size;
+  // The fusion threshold and cycle time in effect: the configured ones, or autotune's as rank 0
+  // announced them (every rank switches in the same round).
+  TunedParameters tuned;
+  std::unique_ptr<Autotuner> autotuner;           // rank 0 under HOROVOD_AUTOTUNE
+  std::optional<TunedParameters> announce_tuned;  // for rank 0's next round message
 
   std::mutex mutex;  // guards the members up to `finished`
   std::condition_variable wake;

@@ -13,10 +13,14 @@ namespace {
 
 // 2: a priority after each descriptor's shape; 3: on_device; 4: alltoall splits, and the kinds
 // and ops of Horovod's whole API.
-constexpr uint8_t kVersion = 5;
+constexpr uint8_t kVersion = 6;  // 6: autotune's values (kTuned)
 constexpr uint8_t kShuttingDown = 1;
 constexpr uint8_t kJoined = 2;
 constexpr uint8_t kStuck = 4;
+constexpr uint8_t kTuned = 8;
+// Bounds of tuned values a rank accepts (HOROVOD_FUSION_THRESHOLD's and HOROVOD_CYCLE_TIME's).
+constexpr int64_t kMaxTunedThreshold = int64_t{1} << 36;
+constexpr int64_t kMaxTunedCycleMicros = int64_t{60000} * 1000;
 // The smallest encodings, to bound counts read off the wire before allocating for them.
 constexpr size_t kMinNamedBytes = 2 + 1 + 1 + 1 + 1 + 4 + 1 + 4 + 1 + 4;
 constexpr size_t kNumberBytes = 4;
@@ -106,7 +110,7 @@ std::vector<char> EncodeRound(const RoundMessage& message) {
   ByteWriter out;
   out.U8(kVersion);
   out.U8((message.shutting_down ? kShuttingDown : 0) | (message.joined ? kJoined : 0) |
-         (message.stuck ? kStuck : 0));
+         (message.stuck ? kStuck : 0) | (message.tuned ? kTuned : 0));
   out.U32(static_cast<uint32_t>(message.named.size()));
   for (const auto& [name, d] : message.named) {
     out.U16(static_cast<uint16_t>(name.size()));
@@ -124,6 +128,10 @@ std::vector<char> EncodeRound(const RoundMessage& message) {
   }
   out.U32(static_cast<uint32_t>(message.numbered.size()));
   for (uint32_t number : message.numbered) out.U32(number);
+  if (message.tuned) {
+    out.I64(static_cast<int64_t>(message.tuned->fusion_threshold_bytes));
+    out.I64(message.tuned->cycle_time.count());
+  }
   return std::move(out.bytes());
 }
 
@@ -136,7 +144,9 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
                            "; are all ranks the same dtrain?)");
   }
   const uint8_t flags = in.U8("flags");
-  if ((flags & ~(kShuttingDown | kJoined | kStuck)) != 0) in.Fail("flags", std::to_string(flags));
+  if ((flags & ~(kShuttingDown | kJoined | kStuck | kTuned)) != 0) {
+    in.Fail("flags", std::to_string(flags));
+  }
   m.shutting_down = (flags & kShuttingDown) != 0;
   m.joined = (flags & kJoined) != 0;
   m.stuck = (flags & kStuck) != 0;
@@ -182,6 +192,16 @@ RoundMessage DecodeRound(std::span<const char> bytes, int rank) {
   if (numbered > in.left() / kNumberBytes) in.Fail("numbered count", std::to_string(numbered));
   m.numbered.resize(numbered);
   for (auto& number : m.numbered) number = in.U32("number");
+  if ((flags & kTuned) != 0) {
+    const int64_t threshold = in.I64("tuned fusion threshold");
+    if (threshold < 0 || threshold > kMaxTunedThreshold) {
+      in.Fail("tuned fusion threshold", std::to_string(threshold));
+    }
+    const int64_t cycle = in.I64("tuned cycle time");
+    if (cycle < 0 || cycle > kMaxTunedCycleMicros)
+      in.Fail("tuned cycle time", std::to_string(cycle));
+    m.tuned = TunedParameters{static_cast<size_t>(threshold), std::chrono::microseconds(cycle)};
+  }
   in.ExpectEnd();
   return m;
 }

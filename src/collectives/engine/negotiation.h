@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/engine/autotune.h"
 #include "dtrain/collectives/collectives.h"
 #include "dtrain/common/array.h"
 #include "dtrain/common/deadline.h"
@@ -89,6 +90,8 @@ struct RoundMessage {
   bool stuck = false;
   std::vector<std::pair<std::string, Descriptor>> named;  // announced in full
   std::vector<uint32_t> numbered;  // announced by number: same descriptor as this rank's last time
+  // Rank 0 only, under autotune (autotune.h): every rank uses these values from this round on.
+  std::optional<TunedParameters> tuned;
 
   bool empty() const { return named.empty() && numbered.empty(); }
 };

@@ -32,7 +32,7 @@ size_t RowBytes(const Descriptor& d) {
 void Engine::Impl::RunFirstBatch() {
   if (runnable.empty()) return;
   const FusionBatch plan =
-      PlanFirstBatch(runnable, rank, config.fusion_threshold_bytes, config.fp16_allreduce);
+      PlanFirstBatch(runnable, rank, tuned.fusion_threshold_bytes, config.fp16_allreduce);
   std::deque<Request> stand_ins;
   std::vector<Request*> batch;
   for (size_t i : plan.members) {
@@ -59,6 +59,10 @@ void Engine::Impl::RunFirstBatch() {
 
 void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionGroup& group) {
   data_calls.fetch_add(1, std::memory_order_relaxed);
+  if (autotuner) {
+    const Clock::time_point now = Clock::now();
+    for (const Request* r : batch) autotuner->Record(r->name, r->in.nbytes(), now);
+  }
   if (group.on_device) {
     std::vector<Array> ins, outs;
     size_t bytes = 0;

@@ -119,6 +119,14 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
   r.Millis("DTRAIN_COLLECTIVE_TIMEOUT_MS", &a.tuning.collective_timeout);
   r.Millis("DTRAIN_DEADLOCK_MS", &a.tuning.deadlock_grace, 0);
   if (auto v = r.Boolean("DTRAIN_FP16_ALLREDUCE")) a.tuning.fp16_allreduce = *v;
+  if (auto v = r.Boolean("HOROVOD_AUTOTUNE")) a.tuning.autotune = *v;
+  if (auto v = r.Integer("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 0, 1000)) {
+    a.tuning.autotune_warmup_samples = static_cast<int>(*v);
+  }
+  if (auto v = r.Integer("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 1, 100000)) {
+    a.tuning.autotune_steps_per_sample = static_cast<int>(*v);
+  }
+  a.tuning.autotune_log = r.Text("HOROVOD_AUTOTUNE_LOG").value_or("");
   return a;
 }
 

@@ -63,6 +63,12 @@ struct CollectiveTuning {
   // deadlock (engine.cc); 0: only the collective timeout ends such a wait.
   Duration deadlock_grace{10000};
   bool fp16_allreduce = false;  // DTRAIN_FP16_ALLREDUCE
+  // HOROVOD_AUTOTUNE: rank 0 tunes the fusion threshold and cycle time online
+  // (collectives/engine/autotune.h), from these samples, logging each to HOROVOD_AUTOTUNE_LOG.
+  bool autotune = false;
+  int autotune_warmup_samples = 3;     // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
+  int autotune_steps_per_sample = 10;  // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
+  std::string autotune_log;            // HOROVOD_AUTOTUNE_LOG
 };
 
 // The allreduce mode's variables, as read (collectives/config.h checks the layout it needs).

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -129,6 +130,8 @@ struct RawFlags {
   std::optional<std::string> hostfile, sync_dst_dir, interface, ssh_opts;
   std::vector<std::string> env_all, env_server, env_worker;
   std::optional<std::string> output_dir;
+  bool autotune = false;
+  std::optional<std::string> autotune_log_file;
   int64_t kill_grace_ms = 3000;
   int64_t service_grace_ms = 30000;
   int max_restarts = 0;
@@ -194,6 +197,12 @@ std::unique_ptr<CLI::App> MakeParser(RawFlags* f) {
       ->allow_extra_args(false);
   app->add_option("--output-dir", f->output_dir,
                   "also write each process's output to DIR/<role>-<rank>.log");
+  app->add_flag("--autotune", f->autotune,
+                "allreduce mode: tune the fusion threshold and cycle time online, as Horovod's "
+                "autotune (HOROVOD_AUTOTUNE=1 in every worker)");
+  app->add_option("--autotune-log-file", f->autotune_log_file,
+                  "with --autotune: rank 0 writes each sample and the values chosen there, as CSV "
+                  "(HOROVOD_AUTOTUNE_LOG)");
   app->add_option("--kill-grace-ms", f->kill_grace_ms,
                   "time between SIGTERM and SIGKILL when stopping the job (default 3000)");
   app->add_option("--service-grace-ms", f->service_grace_ms,
@@ -325,6 +334,18 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
   o.env_all = ParseEnvArgs("--env", f.env_all, launcher_env);
   o.env_server = ParseEnvArgs("--env-server", f.env_server, launcher_env);
   o.env_worker = ParseEnvArgs("--env-worker", f.env_worker, launcher_env);
+  if (f.autotune_log_file && !f.autotune) {
+    throw UsageError("--autotune-log-file logs what --autotune does: add --autotune");
+  }
+  if (f.autotune) {
+    o.env_worker.emplace_back("HOROVOD_AUTOTUNE", "1");
+    if (f.autotune_log_file) {
+      if (f.autotune_log_file->empty()) throw UsageError("--autotune-log-file must not be empty");
+      // Absolute: rank 0 may run in another directory (--sync-dst-dir, a cluster's task).
+      o.env_worker.emplace_back("HOROVOD_AUTOTUNE_LOG",
+                                std::filesystem::absolute(*f.autotune_log_file).string());
+    }
+  }
   if (f.output_dir && f.output_dir->empty()) throw UsageError("--output-dir must not be empty");
   if (f.hostfile && f.hostfile->empty()) throw UsageError("-H/--hostfile must not be empty");
   if (f.sync_dst_dir && f.sync_dst_dir->empty()) {

@@ -1,0 +1,93 @@
+// Horovod's autotune (HOROVOD_AUTOTUNE=1, `dtrain launch --autotune`): the fusion threshold and
+// the cycle time chosen online from the throughput the job itself reaches.
+//
+// Rank 0 tunes; every rank follows. The tuner sees each allreduce the engine runs (its name and
+// bytes) and counts training steps: a step ends when a name comes again, since a step reduces
+// each gradient once. After `warmup_samples` samples at the configured values (the first steps
+// are slow for other reasons), it measures one sample of `steps_per_sample` steps per candidate:
+// first the fusion thresholds at the configured cycle time, then the cycle times at the best
+// threshold (a coordinate search: the two interact little, and it converges in a bounded number
+// of steps, some 150 with the defaults, where a Bayesian search needs more samples to trust its
+// model). A sample's score is the bytes reduced per second of wall time, so that it moves with the
+// whole step's time, not only the collectives'. It ends at the best values found. Each change is
+// announced in rank 0's next negotiation message, and every rank switches in the round that
+// carries it (negotiation.h), so the ranks never plan a fusion batch with different thresholds.
+//
+// Internal to src/collectives/engine. Single-threaded: the engine's background thread owns it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "dtrain/common/deadline.h"
+
+namespace dtrain::collectives {
+
+struct TunedParameters {
+  size_t fusion_threshold_bytes = 0;
+  std::chrono::microseconds cycle_time{0};
+  bool operator==(const TunedParameters&) const = default;
+};
+
+struct AutotuneOptions {
+  int warmup_samples = 3;     // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
+  int steps_per_sample = 10;  // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
+  std::string log_path;       // HOROVOD_AUTOTUNE_LOG: one CSV line per sample; "" = none
+};
+
+class Autotuner {
+ public:
+  // Starts at `start` (the configured values, also the first candidates). Throws
+  // std::runtime_error when the log cannot be opened.
+  Autotuner(TunedParameters start, AutotuneOptions options);
+
+  // One allreduce run by this rank: its name and its bytes.
+  void Record(const std::string& name, size_t bytes, Clock::time_point now);
+  // At the end of a round: the values to switch to, when a sample ended and they change.
+  std::optional<TunedParameters> EndRound(Clock::time_point now);
+
+  bool done() const { return phase_ == Phase::kDone; }
+  const TunedParameters& best() const { return best_; }
+  const TunedParameters& current() const { return current_; }
+
+  // The candidates, in the order they are tried (the configured value first).
+  static std::vector<size_t> Thresholds(size_t configured);
+  static std::vector<std::chrono::microseconds> CycleTimes(std::chrono::microseconds configured);
+
+ private:
+  enum class Phase { kWarmup, kThreshold, kCycle, kDone };
+
+  void EndSample(double score);
+  // Whether the current values scored best so far (then they are the best).
+  bool Keep(double score);
+  void Log(const char* phase, double score, bool chosen);
+
+  const AutotuneOptions options_;
+  Phase phase_ = Phase::kWarmup;
+  TunedParameters current_, best_;
+  double best_score_ = -1;
+  std::vector<size_t> thresholds_;
+  std::vector<std::chrono::microseconds> cycles_;
+  size_t candidate_ = 0;  // index into the phase's candidates
+  int samples_ = 0;       // warmup samples taken
+
+  // The sample under way: a settling step after each switch is not counted.
+  bool settling_ = false;
+  std::unordered_set<std::string> step_names_;
+  int steps_ = 0;
+  size_t bytes_ = 0;
+  std::optional<Clock::time_point> sample_start_;
+  Clock::time_point last_record_{};
+  bool sample_ended_ = false;
+  double pending_score_ = 0;
+
+  std::ofstream log_;
+};
+
+}  // namespace dtrain::collectives
