@@ -11,23 +11,12 @@ to copy the tensor once in this process (the physical floor of a collective that
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
 import dtrain.torch as hvd
-
-
-def timed(call, barrier, iterations):
-    times = []
-    for _ in range(iterations):
-        barrier()
-        start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+from bench_timing import median_ms as timed
 
 
 def torch_reducescatter(tensor, n):

@@ -34,7 +34,8 @@ struct CollectivesConfig : CollectiveTuning {
   std::string gloo_algorithm;
   // DTRAIN_GLOO_SHM: ranks of one host exchange through a shared memory segment instead of gloo's
   // loopback TCP, and with several hosts the collectives go through one leader per host
-  // (host_groups.h). Not with an explicit DTRAIN_GLOO_ALGORITHM, which asks for gloo's.
+  // (host_groups.h). Not with an explicit DTRAIN_GLOO_ALGORITHM, which asks for gloo's. Under MPI:
+  // when every rank shares one host, they exchange through such a segment instead of MPI.
   bool shared_memory = true;
   // DTRAIN_JOB_SECRET: the rendezvous store's connections authenticate with it (auth/job_auth.h).
   // Never printed.

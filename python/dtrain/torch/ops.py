@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import _dtrain
+from . import _memory
 from ..errors import HorovodInternalError, InvalidArgument
 from .process_sets import (
     _forget_sets, _init_sets, _root_in_set, _set_id, _set_size,
@@ -406,7 +407,7 @@ def _allreduce_start(tensor: torch.Tensor, output: torch.Tensor, name: str | Non
     if output.is_contiguous() and output.dtype == work.dtype and output.device == work.device:
         into = output  # floats: straight into the output
     elif tensor.dtype in _FLOATS:
-        into = torch.empty_like(work)  # `work` may be the caller's input, which stays untouched
+        into = _memory.empty_like(work)  # `work` may be the caller's input: it stays untouched
     else:
         into = work  # integers: their float64 copy is this call's own
     pending = _dtrain.allreduce_async(name, work, into, engine_op, pid)
@@ -427,7 +428,7 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
     """Starts reducing `tensor` over all ranks (average by default) into a new tensor."""
     _initialized()
     op = _reduce_op(average, op)
-    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    output = _memory.empty_like(tensor)
     return _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor,
                             _set_id(process_set))
 
