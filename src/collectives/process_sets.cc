@@ -33,6 +33,9 @@ ProcessSetTable::ProcessSetTable(std::shared_ptr<Engine> world,
                                  CollectivesConfig config)
     : world_(std::move(world)), world_backend_(std::move(world_backend)), config_(config) {
   config_.nccl = false;
+  // Autotune is the global set's (as Horovod's): one tuner, one log; the sets keep the values
+  // configured.
+  config_.autotune = false;
 }
 
 void ProcessSetTable::Agree(const char* what, const std::vector<float>& request) {

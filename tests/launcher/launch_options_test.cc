@@ -75,6 +75,18 @@ TEST(LaunchOptions, EnvFlags) {
   EXPECT_THAT(o.worker_command, ElementsAre("cmd"));
 }
 
+TEST(LaunchOptions, AutotuneSetsHorovodsVariablesInTheWorkers) {
+  LaunchOptions o =
+      Parse({"-n", "2", "-s", "0", "--autotune", "--autotune-log-file", "/tmp/tune.csv", "cmd"});
+  EXPECT_THAT(o.env_worker, ElementsAre(EnvVar{"HOROVOD_AUTOTUNE", "1"},
+                                        EnvVar{"HOROVOD_AUTOTUNE_LOG", "/tmp/tune.csv"}));
+  EXPECT_THAT(ErrorOf({"-n", "2", "--autotune-log-file", "/tmp/tune.csv", "cmd"}),
+              HasSubstr("add --autotune"));
+  EXPECT_THAT(
+      ErrorOf({"-n", "2", "--autotune", "--autotune-log-file", "/nonexistent/dir/t.csv", "cmd"}),
+      HasSubstr("no folder /nonexistent/dir"));
+}
+
 TEST(LaunchOptions, OtherFlags) {
   LaunchOptions o =
       Parse({"--num-workers=4", "--num-servers", "2", "--output-dir", "/tmp/x", "--kill-grace-ms",

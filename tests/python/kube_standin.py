@@ -11,7 +11,9 @@ Secret (secretKeyRef) and from their own fields (status.podIP, the completion in
 output as their log; a pod killed with SIGKILL under a memory limit reported OOMKilled (exit code
 137) as the kubelet reports a cgroup's OOM kill; an image named "*unpullable*" left waiting in
 ImagePullBackOff; a pod asking for more than a node's 16 CPUs left Pending, Unschedulable; evict()
-as the kubelet's eviction (the container killed, the pod Failed with reason Evicted).
+as the kubelet's eviction (the container killed, the pod Failed with reason Evicted);
+delete_pod() as `kubectl delete pod` or a node's drain (counted against the Job's backoffLimit,
+as the Job controller counts it); a Job's status with its Failed condition.
 
 What it does not: scheduling onto real nodes (every pod runs on this machine, its IP 127.0.0.1, and
 the Services' names resolve to it through a hosts file bind-mounted into each pod's own mount
@@ -40,7 +42,7 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 NODE_CPUS = 16
 NODES = ("node-a", "node-b")
 ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)"
-                   r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$")
+                   r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>log|status))?$")
 
 
 def _cpus(quantity: str | None) -> float:
@@ -81,8 +83,9 @@ class Pod:
                 "ready": "running" in state, "restartCount": 0, "state": state}
 
     def set_status(self, **status) -> None:
-        self.obj["status"].update(status)
-        self.server.publish("MODIFIED", self)
+        with self.server.lock:  # the watches copy the object under the lock
+            self.obj["status"].update(status)
+            self.server.publish("MODIFIED", self)
 
     def start(self) -> None:
         limits = self.container.get("resources", {}).get("limits", {})
@@ -256,18 +259,21 @@ class StandIn:
         self.publish("ADDED", pod)
         pod.start()
 
-    def pod_failed(self, pod: Pod) -> None:
+    def pod_failed(self, pod: Pod, deleted: bool = False) -> None:
         job = pod.job
         with self.lock:
-            if ("jobs", job["metadata"]["name"]) not in self.objects or pod.name not in self.pods:
+            if ("jobs", job["metadata"]["name"]) not in self.objects or \
+                    (pod.name not in self.pods and not deleted):
                 return
             job["status"]["failed"] += 1
             replace = job["status"]["failed"] <= job["spec"].get("backoffLimit", 6)
         if replace:
             self._new_pod(job, pod.index)
             return
-        job["status"]["conditions"] = [{"type": "Failed", "status": "True",
-                                        "reason": "BackoffLimitExceeded"}]
+        with self.lock:
+            job["status"]["conditions"] = [{
+                "type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                "message": "Job has reached the specified backoff limit"}]
         self._remove_pods(job, keep_failed=True)
 
     def _remove_pods(self, job: dict, keep_failed: bool = False) -> None:
@@ -276,14 +282,24 @@ class StandIn:
         for p in pods:
             if keep_failed and p.obj["status"]["phase"] in ("Failed", "Succeeded"):
                 continue
-            # As the API server deletes gracefully: the pod is marked, then stopped, then gone.
+            self._delete_pod(p)
+
+    def _delete_pod(self, p: Pod) -> None:
+        # As the API server deletes gracefully: the pod is marked, then stopped, then gone.
+        with self.lock:
             p.removing = True
             p.obj["metadata"]["deletionTimestamp"] = _now()
             self.publish("MODIFIED", p)
-            p.kill()
-            with self.lock:
-                self.pods.pop(p.name, None)
+        p.kill()
+        with self.lock:
+            self.pods.pop(p.name, None)
             self.publish("DELETED", p)
+
+    def delete_pod(self, pod: Pod) -> None:
+        """`kubectl delete pod` (or a node's drain): the Job controller counts the pod as failed
+        and, past its backoffLimit, fails the Job and removes its other pods."""
+        self._delete_pod(pod)
+        self.pod_failed(pod, deleted=True)
 
     def delete(self, plural: str, name: str) -> dict | None:
         with self.lock:
@@ -368,10 +384,18 @@ def _handler(standin: StandIn) -> type:
             m, query = routed
             if m["plural"] == "pods" and m["sub"] == "log":
                 self._log(m["name"], query)
+            elif m["name"] and m["plural"] != "pods" and m["sub"] in (None, "status"):
+                with standin.lock:  # an object as stored, with its status
+                    found = standin.objects.get((m["plural"], m["name"]))
+                    body = json.loads(json.dumps(found)) if found else None
+                if body is None:
+                    self._status(404, "NotFound", '%s "%s" not found' % (m["plural"], m["name"]))
+                else:
+                    self._send(200, body)
             elif m["plural"] == "pods" and query.get("watch", "").lower() in ("true", "1"):
                 self._watch(query)
             else:
-                self._status(404, "NotFound", "the stand-in serves only pod watches and logs")
+                self._status(404, "NotFound", "the stand-in serves no pod lists but watches")
 
         def _watch(self, query: dict) -> None:
             selector = dict(kv.split("=", 1) for kv in query.get("labelSelector", "").split(",")

@@ -133,6 +133,8 @@ def test_kubeflow_objects_leave_the_environment_to_the_operator():
         assert [e["name"] for e in container["env"]] == ["DTRAIN_JOB_SECRET",
                                                          "DTRAIN_RESTART_WAIT_MS"]
         assert "secretKeyRef" in container["env"][0]["valueFrom"]
+        # The operator's backoffLimit counts container restarts: they restart in their pods.
+        assert replica["restartPolicy"] == "OnFailure"
     assert replicas["Scheduler"]["template"]["spec"]["containers"][0]["command"] == [
         "dtrain", "scheduler"]
     pt = dry_run("-n", "3", "-s", "0", "--image", "x:1", "--name", "pt", "--kubeflow")
@@ -140,6 +142,7 @@ def test_kubeflow_objects_leave_the_environment_to_the_operator():
     replicas = pt[1]["spec"]["pytorchReplicaSpecs"]
     assert {k: v["replicas"] for k, v in replicas.items()} == {"Master": 1, "Worker": 2}
     assert replicas["Master"]["template"]["spec"]["containers"][0]["name"] == "pytorch"
+    assert replicas["Master"]["restartPolicy"] == "Never"  # no --max-restarts
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     for version in VERSIONS:
         kubernetes_validate.validate(mx[0], version, strict=True)

@@ -122,6 +122,35 @@ def test_an_evicted_pod_is_named_with_the_kubelets_message(cluster):
     assert_nothing_left(cluster)
 
 
+def test_a_pod_deleted_by_hand_fails_the_job_through_its_jobs_condition(cluster):
+    """`kubectl delete pod` (or a node's drain): the pod ends without failing, but the Job
+    controller counts it against backoffLimit, fails the Job and removes its other pods. The
+    launcher reads the Job's Failed condition instead of waiting for pods that never come."""
+    p = start(cluster, "-n", "2", "-s", "0", "--name", "del")
+    victim = cluster.pod("worker", 0)
+    cluster.pod("worker", 1)
+    cluster.delete_pod(victim)
+    code, out, err = finish(p, timeout=60)
+    assert code == 1, err
+    assert "Job del-worker failed: BackoffLimitExceeded: Job has reached the specified backoff " \
+           "limit; stopping the job" in err, err
+    assert_nothing_left(cluster)
+
+
+def test_a_name_taken_by_another_job_leaves_that_job_alone(cluster):
+    """409 AlreadyExists: the launcher deletes only what it created, never the other job's."""
+    first = start(cluster, "-n", "1", "-s", "0", "--name", "taken")
+    cluster.pod("worker", 0)
+    code, out, err = finish(start(cluster, "-n", "1", "-s", "0", "--name", "taken"))
+    assert code == 1 and "creating Secret ml/taken-secret: the API server at %s answered 409" \
+        % cluster.url in err, err
+    assert ("secrets", "taken-secret") in cluster.objects  # the first job's, untouched
+    assert not [r for r in cluster.requests if r[0] == "DELETE"], cluster.requests
+    os.kill(first.pid, signal.SIGINT)
+    assert finish(first, timeout=60)[0] == 130
+    assert_nothing_left(cluster)
+
+
 def test_ctrl_c_deletes_every_object(cluster):
     p = start(cluster, "-n", "3", "-s", "0", "--name", "intr")
     for rank in range(3):

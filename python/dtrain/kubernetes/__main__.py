@@ -97,10 +97,16 @@ def run(spec: JobSpec, start_timeout: float) -> int:
     follower = None
     try:
         cluster = Cluster(spec.namespace)
-        follower = Follower(cluster, spec, start_timeout=start_timeout)
-        for obj in manifests(spec):
+        objects = manifests(spec)
+        follower = Follower(cluster, spec, objects, start_timeout=start_timeout)
+        for obj in objects:
             created.append(obj)  # first: an interrupted create is deleted too (404 is fine)
-            cluster.create(obj)
+            try:
+                cluster.create(obj)
+            except ClusterError as e:
+                if e.status is not None:  # refused (409: the name is another job's): not ours
+                    created.pop()
+                raise
         say("created %s in namespace %s at %s" % (
             ", ".join("%s %s" % (o["kind"], o["metadata"]["name"]) for o in created),
             spec.namespace, cluster.server))

@@ -13,7 +13,12 @@ REQUEST_TIMEOUT = (10, 30)  # connect, read (s): a call never waits for an unrea
 
 
 class ClusterError(RuntimeError):
-    """The API server could not be reached, or refused a request: the message names which."""
+    """The API server could not be reached, or refused a request: the message names which.
+    `status` is the server's HTTP status when it answered (409: the name is taken), else None."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 def _plural(kind: str) -> str:
@@ -54,7 +59,8 @@ class Cluster:
         except self._exception as e:
             body = e.body.decode("utf-8", "replace") if isinstance(e.body, bytes) else e.body
             raise ClusterError("%s: the API server at %s answered %s %s: %s" % (
-                what, self.server, e.status, e.reason, (body or "").strip()[:500])) from e
+                what, self.server, e.status, e.reason, (body or "").strip()[:500]),
+                status=e.status) from e
         except Exception as e:  # urllib3's connection errors, timeouts
             raise ClusterError("%s: cannot reach the API server at %s: %s" % (
                 what, self.server, e)) from e
@@ -93,10 +99,31 @@ class Cluster:
                 self._call(what, self.custom.delete_namespaced_custom_object, group, version, ns,
                            _plural(kind), name, body=options)
         except ClusterError as e:
-            cause = e.__cause__
-            if isinstance(cause, self._exception) and cause.status == 404:
-                return None
-            return str(e)
+            return None if e.status == 404 else str(e)
+        return None
+
+    def failure(self, obj: dict[str, Any]) -> str | None:
+        """Why a Job (or Kubeflow job) has failed, from its Failed condition; None while it has
+        not. The controller decides that from pods the launcher may never see fail: a pod deleted
+        by a node's drain or by hand counts against the backoff limit too."""
+        kind, ns, name = obj["kind"], self.namespace, obj["metadata"]["name"]
+        what = "reading the status of %s %s/%s" % (kind, ns, name)
+        conditions: list[tuple[str, str, str, str]] = []
+        if kind == "Job":
+            job = self._call(what, self.batch.read_namespaced_job_status, name, ns)
+            for c in (job.status.conditions if job.status else None) or []:
+                conditions.append((c.type, c.status, c.reason or "", c.message or ""))
+        elif kind not in ("Secret", "Service"):
+            group, version = obj["apiVersion"].split("/")
+            found = self._call(what, self.custom.get_namespaced_custom_object, group, version, ns,
+                               _plural(kind), name)
+            for c in (found.get("status") or {}).get("conditions") or []:
+                conditions.append((c.get("type", ""), c.get("status", ""), c.get("reason", ""),
+                                   c.get("message", "")))
+        for kind_of, status, reason, message in conditions:
+            if kind_of == "Failed" and status == "True":
+                return "%s %s failed: %s%s" % (kind, name, reason or "Failed",
+                                                ": " + message if message else "")
         return None
 
     def pod_log(self, pod: str, container: str) -> Any:

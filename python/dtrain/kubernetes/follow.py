@@ -11,7 +11,9 @@ that the deadlines are checked between them:
 - with ``max_restarts`` a role's Job replaces a failed pod (its ``backoffLimit``) and dtrain's
   scheduler keeps the rank for it; the job fails when a role has failed more often than that;
 - every member's pod must have started within ``start_timeout`` seconds (pods wait for nodes,
-  images, quota): otherwise the ones still waiting are named with why they wait.
+  images, quota): otherwise the ones still waiting are named with why they wait;
+- a Job's Failed condition ends the job too: its controller also counts pods that end without
+  failing here (deleted by a drain or by hand) and then removes the rest.
 """
 
 from __future__ import annotations
@@ -33,9 +35,13 @@ API_FAILURE_LIMIT = 30.0  # the API server unreachable this long (s) ends the jo
 
 
 class Follower:
-    def __init__(self, cluster: Cluster, spec: JobSpec, out: TextIO = sys.stdout,
-                 err: TextIO = sys.stderr, start_timeout: float = 900.0, settle: float = 3.0):
+    def __init__(self, cluster: Cluster, spec: JobSpec, objects: list[dict[str, Any]],
+                 out: TextIO = sys.stdout, err: TextIO = sys.stderr, start_timeout: float = 900.0,
+                 settle: float = 3.0):
         self.cluster, self.spec, self.out, self.err = cluster, spec, out, err
+        # The Jobs (or the Kubeflow job), whose Failed condition ends the job too.
+        self.jobs = [o for o in objects if o["kind"] not in ("Secret", "Service")]
+        self.job_failure: str | None = None
         self.start_timeout, self.settle = start_timeout, settle
         self.expected = {("worker", r) for r in range(spec.num_workers)}
         if spec.num_servers:
@@ -46,6 +52,11 @@ class Follower:
         self.failures: list[PodView] = []             # in the order seen, one per pod
         self.failures_per_role: Counter[str] = Counter()
         self.first_failure_at: float | None = None
+        self.first_failure_index = 0  # failures before it were replaced (--max-restarts)
+        # Pods whose log is being read, and pods counted as failed: a watch that starts over
+        # replays events, which must not start a second reader or count a failure twice.
+        self.reading: set[str] = set()
+        self.counted: set[tuple[str, int]] = set()
         self.readers: list[threading.Thread] = []
         self.write_lock = threading.Lock()
 
@@ -94,7 +105,8 @@ class Follower:
             return
         before = self.latest.get(v.uid)
         self.latest[v.uid] = v
-        if v.started and (before is None or not before.started):
+        if v.started and v.uid not in self.reading:
+            self.reading.add(v.uid)
             self.started.add(v.member)
             reader = threading.Thread(target=self._read_log, args=(v, self._container_of(pod)),
                                       name="log " + v.name, daemon=True)
@@ -102,8 +114,17 @@ class Follower:
             self.readers.append(reader)
         if v.phase == "Succeeded":
             self.succeeded.add(v.member)
-        if v.failed and (before is None or not before.failed):
+        if v.failed and (before is None or not before.failed) and \
+                (v.uid, self._restarts(pod)) not in self.counted:
+            self.counted.add((v.uid, self._restarts(pod)))
             self._on_failure(v)
+
+    @staticmethod
+    def _restarts(pod: Any) -> int:
+        """The container's restarts: under Kubeflow with --max-restarts a pod restarts its
+        container in place (restartPolicy OnFailure), and each failure counts."""
+        statuses = (pod.status.container_statuses if pod.status else None) or []
+        return sum(c.restart_count or 0 for c in statuses)
 
     def _on_failure(self, v: PodView) -> None:
         self.failures.append(v)
@@ -112,19 +133,37 @@ class Follower:
         if used <= self.spec.max_restarts and not v.reason.startswith(("ImagePull", "ErrImage",
                                                                        "InvalidImage",
                                                                        "CreateContainer")):
-            self.say("%s; its Job starts another pod for it (restart %d of %d)" % (
-                v.describe(), used, self.spec.max_restarts))
+            self.say("%s; %s (restart %d of %d)" % (
+                v.describe(), "the operator restarts it" if self.spec.kubeflow
+                else "its Job starts another pod for it", used, self.spec.max_restarts))
             return
         if self.first_failure_at is None:
             self.first_failure_at = time.monotonic()
+            self.first_failure_index = len(self.failures) - 1
 
     # --- the verdict ------------------------------------------------------------------------
 
     def cause(self) -> PodView:
-        failing = [f for f in self.failures if f.killed] or self.failures
+        recent = self.failures[self.first_failure_index:]
+        failing = [f for f in recent if f.killed] or recent
         return failing[0]
 
+    def check_jobs(self) -> None:
+        """A Failed condition on a Job ends the job (with the pod that failed, if seen)."""
+        for obj in self.jobs:
+            try:
+                why = self.cluster.failure(obj)
+            except ClusterError as e:
+                if e.status != 404:
+                    raise
+                why = "%s %s was deleted" % (obj["kind"], obj["metadata"]["name"])
+            if why and self.job_failure is None:
+                self.job_failure = why
+
     def verdict(self, now: float, started_at: float) -> int | None:
+        if self.first_failure_at is None and self.job_failure is not None:
+            self.say(self.job_failure + "; stopping the job")
+            return 1
         if self.first_failure_at is not None:
             if now - self.first_failure_at < self.settle:
                 return None
@@ -168,6 +207,8 @@ class Follower:
                     if self.first_failure_at is None and self.succeeded >= self.expected:
                         break
                 resource_version = w.resource_version
+                if self.first_failure_at is None and not self.succeeded >= self.expected:
+                    self.check_jobs()
                 unreachable_since = None
             except ApiException as e:
                 if e.status == 410:  # too old to resume from: start over from the current pods
@@ -175,13 +216,13 @@ class Follower:
                 else:
                     raise ClusterError("watching the pods: the API server at %s answered %s %s"
                                        % (self.cluster.server, e.status, e.reason)) from e
-            except Exception as e:  # connection refused, reset, timed out
+            except Exception as e:  # connection refused, reset, timed out; a status refused
                 now = time.monotonic()
                 unreachable_since = unreachable_since or now
                 if now - unreachable_since > API_FAILURE_LIMIT:
-                    raise ClusterError("watching the pods: the API server at %s has not answered "
-                                       "for %g s: %s" % (self.cluster.server, API_FAILURE_LIMIT,
-                                                         e)) from e
+                    raise ClusterError("following the job: the API server at %s has failed "
+                                       "every request for %g s: %s" % (
+                                           self.cluster.server, API_FAILURE_LIMIT, e)) from e
                 time.sleep(1)
             code = self.verdict(time.monotonic(), started_at)
             if code is not None:

@@ -179,7 +179,10 @@ def _kubeflow_replica(spec: JobSpec, role: str, count: int, container_name: str,
     if rank_offset:
         # The operator labels pods with their replica index; the launcher adds this for the rank.
         labels[RANK_OFFSET] = str(rank_offset)
-    return {"replicas": count, "restartPolicy": "Never",
+    # The operator's backoffLimit counts container restarts, which restartPolicy Never has none
+    # of: with --max-restarts a failed container restarts in its pod.
+    policy = "OnFailure" if spec.max_restarts else "Never"
+    return {"replicas": count, "restartPolicy": policy,
             "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}
 
 

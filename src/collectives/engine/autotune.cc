@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <stdexcept>
 
 #include "common/logging.h"
 
@@ -11,6 +10,8 @@ namespace dtrain::collectives {
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
+// More distinct names than this in one step: they do not repeat (autotune.cc's Record).
+constexpr size_t kMaxStepNames = 100000;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -34,16 +35,21 @@ std::vector<std::chrono::microseconds> Autotuner::CycleTimes(std::chrono::micros
 
 Autotuner::Autotuner(TunedParameters start, AutotuneOptions options)
     : options_(std::move(options)),
+      start_(start),
       current_(start),
       best_(start),
       thresholds_(Thresholds(start.fusion_threshold_bytes)),
       cycles_(CycleTimes(start.cycle_time)) {
   if (!options_.log_path.empty()) {
     log_.open(options_.log_path, std::ios::out | std::ios::trunc);
-    if (!log_) {
-      throw std::runtime_error("HOROVOD_AUTOTUNE_LOG: cannot write " + options_.log_path);
+    if (log_) {
+      log_ << "phase,fusion_threshold_bytes,cycle_time_ms,bytes_per_second,best\n" << std::flush;
+    } else {
+      // Only rank 0 tunes: failing here would leave the others waiting in their first round.
+      DTRAIN_LOG(kWarning) << "autotune: HOROVOD_AUTOTUNE_LOG: cannot write " << options_.log_path
+                           << "; tuning without a log";
+      log_.close();
     }
-    log_ << "phase,fusion_threshold_bytes,cycle_time_ms,bytes_per_second,best\n" << std::flush;
   }
   if (options_.warmup_samples <= 0) phase_ = Phase::kThreshold;
 }
@@ -70,6 +76,17 @@ void Autotuner::Record(const std::string& name, size_t bytes, Clock::time_point 
   }
   step_names_.insert(name);
   if (!settling_) bytes_ += bytes;
+  if (step_names_.size() > kMaxStepNames) {
+    // Unnamed collectives get a new name each call, so no step ever ends: stop, and say why.
+    DTRAIN_LOG(kWarning) << "autotune: " << kMaxStepNames
+                         << " allreduces without a name coming again; autotune counts training "
+                            "steps by names that repeat (name the allreduces, as "
+                            "DistributedOptimizer does); keeping the configured values";
+    phase_ = Phase::kDone;
+    current_ = best_ = start_;
+    step_names_.clear();
+    sample_ended_ = false;
+  }
 }
 
 std::optional<TunedParameters> Autotuner::EndRound(Clock::time_point /*now*/) {

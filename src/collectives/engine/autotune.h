@@ -43,8 +43,8 @@ struct AutotuneOptions {
 
 class Autotuner {
  public:
-  // Starts at `start` (the configured values, also the first candidates). Throws
-  // std::runtime_error when the log cannot be opened.
+  // Starts at `start` (the configured values, also the first candidates). A log that cannot be
+  // written is a warning: the job tunes without it.
   Autotuner(TunedParameters start, AutotuneOptions options);
 
   // One allreduce run by this rank: its name and its bytes.
@@ -70,6 +70,7 @@ class Autotuner {
 
   const AutotuneOptions options_;
   Phase phase_ = Phase::kWarmup;
+  const TunedParameters start_;
   TunedParameters current_, best_;
   double best_score_ = -1;
   std::vector<size_t> thresholds_;

@@ -17,8 +17,8 @@
 // overwrite the result area. Ranks are therefore never more than one arrival apart.
 //
 // The segment is created by rank 0 with a random name, mode 0600, announced through the job's
-// authenticated rendezvous store, and unlinked once every rank has mapped it: nothing stays in
-// /dev/shm after the job, even when it is killed.
+// authenticated rendezvous store (under MPI: broadcast over MPI), and unlinked once every rank has
+// mapped it: nothing stays in /dev/shm after the job, even when it is killed.
 //
 // Failures: a wait ends with PeerError when a rank's process is gone (its pid, recorded when it
 // attached, no longer exists or is a zombie: pids are comparable because the group exists only

@@ -22,6 +22,7 @@
 // starts the job, names the ranks and reaches other hosts.
 #include <mpi.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <climits>
@@ -143,12 +144,29 @@ class MpiBackend final : public Communicator {
     }
     DTRAIN_LOG(kConnections) << "collectives: MPI rank " << rank_ << " of " << size_ << " (local "
                              << local_rank_ << " of " << local_size_ << ")";
-    if (shared_memory_ && size_ > 1 && local_size_ == size_) SetUpSharedMemory();
+    if (size_ > 1) SetUpSharedMemory();
+  }
+
+  // Whether every rank wants the segment (DTRAIN_GLOO_SHM), shares this host and this pid
+  // namespace (the segment's waits check the peers' pids). Every rank makes the same MPI call
+  // whatever its own answer, so that differing settings cannot leave the collectives unpaired.
+  bool EveryRankCanShare() {
+    struct stat ns {};
+    const long long mine_ns = ::stat("/proc/self/ns/pid", &ns) == 0 ? ns.st_ino : 0;
+    long long mine[3] = {shared_memory_ && local_size_ == size_ ? 1 : 0, mine_ns, -mine_ns};
+    long long least[3] = {};
+    Check(MPI_Allreduce(mine, least, 3, MPI_LONG_LONG, MPI_MIN, comm_), "MPI_Allreduce");
+    return least[0] == 1 && least[1] == -least[2];  // the smallest namespace is also the largest
   }
 
   // Rank 0 makes the segment and broadcasts its name; every rank maps it, and only if every rank
   // could do they all use it (one that could not is logged and the job stays on MPI).
   void SetUpSharedMemory() {
+    if (!EveryRankCanShare()) {
+      DTRAIN_LOG(kConnections) << "collectives: MPI without shared memory (DTRAIN_GLOO_SHM=0 on "
+                                  "some rank, or ranks on other hosts or pid namespaces)";
+      return;
+    }
     ShmGroupOptions options;
     options.rank = rank_;
     options.size = size_;

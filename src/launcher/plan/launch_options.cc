@@ -341,6 +341,12 @@ std::optional<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& arg
     o.env_worker.emplace_back("HOROVOD_AUTOTUNE", "1");
     if (f.autotune_log_file) {
       if (f.autotune_log_file->empty()) throw UsageError("--autotune-log-file must not be empty");
+      const std::filesystem::path folder =
+          std::filesystem::absolute(*f.autotune_log_file).parent_path();
+      if (!std::filesystem::is_directory(folder)) {
+        throw UsageError("--autotune-log-file " + *f.autotune_log_file + ": no folder " +
+                         folder.string());
+      }
       // Absolute: rank 0 may run in another directory (--sync-dst-dir, a cluster's task).
       o.env_worker.emplace_back("HOROVOD_AUTOTUNE_LOG",
                                 std::filesystem::absolute(*f.autotune_log_file).string());
