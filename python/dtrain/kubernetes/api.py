@@ -10,6 +10,7 @@ from typing import Any
 __all__ = ["Cluster", "ClusterError"]
 
 REQUEST_TIMEOUT = (10, 30)  # connect, read (s): a call never waits for an unreachable server
+LOG_READ_TIMEOUT = 86400    # s between two pieces of a followed log
 
 
 class ClusterError(RuntimeError):
@@ -127,9 +128,10 @@ class Cluster:
         return None
 
     def pod_log(self, pod: str, container: str) -> Any:
-        """The container's output as it comes (a urllib3 response to read until it ends). No
-        read deadline: a quiet container sends nothing for as long as it likes, and the readers
-        are daemon threads that the job's end does not wait for long."""
+        """The container's output as it comes (a urllib3 response to read until it ends). A day
+        to read: a quiet container sends nothing for as long as it likes, and the readers are
+        daemon threads that the job's end does not wait for long. (Not None: the client's newer
+        versions accept only numbers.)"""
         return self._call("reading the log of pod %s" % pod, self.core.read_namespaced_pod_log,
-                          pod, self.namespace, timeout=(REQUEST_TIMEOUT[0], None),
+                          pod, self.namespace, timeout=(REQUEST_TIMEOUT[0], LOG_READ_TIMEOUT),
                           container=container, follow=True, _preload_content=False)
