@@ -19,6 +19,11 @@
 #                        (mpirun reaching the hosts through the same ssh; N hosts)
 #   ddp                  PyTorch DistributedDataParallel over gloo on the same emulated step
 #                        (bench/ddp_step.py; N hosts)
+#   hvd_step_dtrain      Horovod's API from Python (DistributedOptimizer, bench/hvd_step.py) on
+#                        the same step: dtrain's, over Gloo (dtrain launch -s 0; N hosts)
+#   hvd_step_horovod     the same script on real Horovod 0.28.1 over Gloo (horovodrun --gloo, its
+#                        ssh through this cluster's; bench/horovod_venv.sh builds it; N hosts)
+#   hvd_step_dtrain_mpi, hvd_step_horovod_mpi   the same two over Open MPI (TCP; mpirun)
 #   train_lenet          real training, not emulated: dtrain-train, LeNet on Fashion-MNIST, one
 #   train_mlp            epoch (--train-batch per worker), dist_sync with S = N, a server on each
 #                        worker's host; prints samples_per_s (all workers) and test_acc. The CPU
@@ -215,6 +220,22 @@ for ((i = 0; i < max_hosts; i++)); do  # every sshd answers, or the bench stops 
     { echo "cluster_bench: sshd on host $i does not answer" >&2; cat "$dir/sshd_$i.log" >&2; exit 1; }
 done
 
+# ssh with this cluster's config, for horovodrun (which runs `ssh` from PATH).
+mkdir -p "$dir/bin"
+printf '#!/bin/sh\nexec /usr/bin/ssh -F %s "$@"\n' "$dir/ssh_config" >"$dir/bin/ssh"
+chmod +x "$dir/bin/ssh"
+horovod_python=""
+if [[ " $modes " == *" hvd_step_horovod"* ]]; then
+  code=0
+  horovod_python=$(bash bench/horovod_venv.sh | tail -n 1) || code=$?
+  if ((code == 77)); then
+    echo "cluster_bench: real Horovod skipped: PyPI cannot be reached to build it" >&2
+    modes=$(tr ' ' '\n' <<<"$modes" | grep -v '^hvd_step_horovod' | tr '\n' ' ')
+  elif ((code != 0)); then
+    exit 1
+  fi
+fi
+
 # --- the cases ---
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 cpu_busy_since() {  # BUSY0 TOTAL0 (cpu_ticks at the start): this machine's busy share since then
@@ -248,7 +269,7 @@ run_case() {  # MODE N
     dist_sync_1server) s=1; layout=separate; hosts_needed=$((n + 1)); kvstore=dist_sync ;;
     dist_sync_separate) s=$n; layout=separate; hosts_needed=$((2 * n)); kvstore=dist_sync ;;
     dist_sync_2to1) s=$((2 * n)); layout=separate; hosts_needed=$((3 * n)); kvstore=dist_sync ;;
-    horovod_gloo | horovod_mpi | ddp)
+    horovod_gloo | horovod_mpi | ddp | hvd_step_*)
       s=0; layout=ring; kvstore=horovod; per_host=$ranks_per_host
       if ((n % per_host)); then
         echo "cluster_bench: $mode with $n workers skipped: not a multiple of --ranks-per-host" >&2
@@ -263,19 +284,36 @@ run_case() {  # MODE N
     --warmup 1 --link-mbit "$link_mbit" --ranks-per-host "$per_host")
   if [[ $mode == ddp ]]; then
     step=(python3 "$PWD/bench/ddp_step.py" --step-bench "$step_bench" "${step[@]}")
+  elif [[ $mode == hvd_step_horovod* ]]; then
+    step=("$horovod_python" "$PWD/bench/hvd_step.py" --impl horovod --step-bench "$step_bench"
+      "${step[@]}")
+  elif [[ $mode == hvd_step_dtrain* ]]; then
+    step=(python3 "$PWD/bench/hvd_step.py" --impl dtrain --step-bench "$step_bench" "${step[@]}")
   else
     step=("$step_bench" --kvstore "$kvstore" --layout "$layout" "$overlap" "${step[@]}")
   fi
   local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo
     "${thresholds[@]}" "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
-  if [[ $mode == horovod_mpi ]]; then
+  if [[ $mode == horovod_mpi || $mode == *_mpi ]]; then
     launcher=(--launcher mpi "${thresholds[@]}" "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
     # mpirun starts its daemons over our ssh and keeps its own traffic on the bridge.
     export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config" OMPI_MCA_btl_tcp_if_include=$bridge
     export OMPI_MCA_oob_tcp_if_include=$bridge OMPI_MCA_btl=self,tcp
   fi
-  run_job 600 "$dir/case.out" "$dir/case.log" "$dtrain" launch -n "$n" -s "$s" "${launcher[@]}" \
-    -H "$dir/hostfile" --interface "$bridge" --no-summary -- "${step[@]}" || {
+  local job=("$dtrain" launch -n "$n" -s "$s" "${launcher[@]}" -H "$dir/hostfile"
+    --interface "$bridge" --no-summary)
+  [[ $mode == hvd_step_dtrain* ]] && job+=(--env "PYTHONPATH:$build/python")
+  job+=(--)
+  if [[ $mode == hvd_step_horovod ]]; then
+    # horovodrun reaches the hosts with `ssh`: ours, with this cluster's config.
+    job=(env PATH="$dir/bin:$PATH" HOROVOD_FUSION_THRESHOLD="$fusion_bytes"
+      "$(dirname "$horovod_python")/horovodrun" --gloo -np "$n" -H "$(horovod_hosts "$n" "$per_host")"
+      --network-interface "$bridge")
+  elif [[ $mode == hvd_step_horovod_mpi ]]; then
+    job=(mpirun -np "$n" -H "$(horovod_hosts "$n" "$per_host")" --bind-to none --allow-run-as-root
+      -x OMP_NUM_THREADS=1 -x HOROVOD_FUSION_THRESHOLD="$fusion_bytes")
+  fi
+  run_job 600 "$dir/case.out" "$dir/case.log" "${job[@]}" "${step[@]}" || {
     echo "cluster_bench: $mode with $n workers failed:" >&2
     tail -n 20 "$dir/case.log" >&2
     return 1
@@ -296,6 +334,12 @@ print("\"batch_ms\":%s," % d["batch_ms"] if sys.argv[1] == "ring" else "")' "$la
   fi
   grep -o '{"bound_ms".*}\|{.*"mode".*}' <<<"$out" | tail -n 1 |
     sed "s/{\"/{\"case\":\"$mode\",\"cpu_busy\":$cpu,\"tcp_sndbuf\":\"$tcp_sndbuf\",$ideal\"/"
+}
+
+horovod_hosts() {  # N SLOTS: the first N / SLOTS hosts as Horovod's and mpirun's -H takes them
+  local i list=()
+  for ((i = 0; i < $1 / $2; i++)); do list+=("10.253.1.$((i + 2)):$2"); done
+  (IFS=,; echo "${list[*]}")
 }
 
 run_train() {  # NETWORK N: one epoch of real training; rank 0's epoch time and test accuracy

@@ -68,8 +68,8 @@ class EmulatedModel(torch.nn.Module):
         return x.sum()
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_step_arguments(parser):
+    """The emulated step's options, as step_bench's (also bench/hvd_step.py's)."""
     parser.add_argument("--step-bench", required=True, help="the step_bench binary (for shapes)")
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--scale", type=float, default=1.0)
@@ -80,12 +80,21 @@ def main():
     parser.add_argument("--link-mbit", type=float, default=0)
     parser.add_argument("--ranks-per-host", type=int, default=1,
                         help="workers per host, for bound_ms (as step_bench)")
-    args = parser.parse_args()
 
+
+def layer_sizes(args):
+    """The model's parameter sizes, in order, as step_bench lays them out."""
     shapes = json.loads(subprocess.run(
         [args.step_bench, "--model", args.model, "--scale", str(args.scale), "--print-shapes"],
         check=True, capture_output=True, text=True).stdout)
-    sizes = [t["elements"] for t in shapes]
+    return [t["elements"] for t in shapes]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_arguments(parser)
+    args = parser.parse_args()
+    sizes = layer_sizes(args)
 
     rank = int(os.environ["DTRAIN_NODE_RANK"])
     world = int(os.environ["DMLC_NUM_WORKER"])
@@ -111,22 +120,27 @@ def main():
             step_ms.append((time.perf_counter() - start) * 1e3)
     dist.barrier()
     if rank == 0:
-        nbytes = 4.0 * sum(sizes)
-        link_ms = 0.0
-        hosts = max(1, world // args.ranks_per_host)
-        if args.link_mbit > 0:  # bandwidth-optimal allreduce: 2 (H - 1) / H of the bytes per host
-            link_ms = 2 * nbytes * (hosts - 1) / hosts * 8 / (args.link_mbit * 1e6) * 1e3
-        median = statistics.median(step_ms)
-        print(json.dumps({
-            "mode": "ddp", "workers": world, "servers": 0, "ranks_per_host": args.ranks_per_host,
-            "link_mbit": args.link_mbit,
-            "model": args.model, "scale": args.scale, "params": sum(sizes), "bytes": nbytes,
-            "compute_ms": args.compute_ms, "step_ms": median,
-            "p90_ms": sorted(step_ms)[min(len(step_ms) - 1, int(0.9 * (len(step_ms) - 1) + 0.5))],
-            "bound_ms": max(args.compute_ms, link_ms),
-            "samples_per_s": world * args.batch / (median / 1e3),
-            "efficiency": args.compute_ms / median}), flush=True)
+        print(json.dumps(step_report("ddp", world, args, sizes, step_ms)), flush=True)
     dist.destroy_process_group()
+
+
+def step_report(mode, world, args, sizes, step_ms):
+    """Rank 0's JSON fields, as step_bench's (also bench/hvd_step.py's)."""
+    nbytes = 4.0 * sum(sizes)
+    link_ms = 0.0
+    hosts = max(1, world // args.ranks_per_host)
+    if args.link_mbit > 0:  # bandwidth-optimal allreduce: 2 (H - 1) / H of the bytes per host
+        link_ms = 2 * nbytes * (hosts - 1) / hosts * 8 / (args.link_mbit * 1e6) * 1e3
+    median = statistics.median(step_ms)
+    return {
+        "mode": mode, "workers": world, "servers": 0, "ranks_per_host": args.ranks_per_host,
+        "link_mbit": args.link_mbit,
+        "model": args.model, "scale": args.scale, "params": sum(sizes), "bytes": nbytes,
+        "compute_ms": args.compute_ms, "step_ms": median,
+        "p90_ms": sorted(step_ms)[min(len(step_ms) - 1, int(0.9 * (len(step_ms) - 1) + 0.5))],
+        "bound_ms": max(args.compute_ms, link_ms),
+        "samples_per_s": world * args.batch / (median / 1e3),
+        "efficiency": args.compute_ms / median}
 
 
 if __name__ == "__main__":

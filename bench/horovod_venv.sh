@@ -12,11 +12,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-$repo/build/venv/horovod}
 py=$venv/bin/python
 
-built() {
-  [[ -x $venv/bin/horovodrun ]] &&
-    "$venv/bin/horovodrun" --check-build 2>/dev/null | grep -q "\[X\] PyTorch" &&
-    "$venv/bin/horovodrun" --check-build 2>/dev/null | grep -q "\[X\] Gloo" &&
-    "$venv/bin/horovodrun" --check-build 2>/dev/null | grep -q "\[X\] MPI"
+built() {  # (the output captured first: grep -q ending a pipe early fails it under pipefail)
+  local check
+  [[ -x $venv/bin/horovodrun ]] || return 1
+  check=$("$venv/bin/horovodrun" --check-build 2>/dev/null) || return 1
+  grep -q "\[X\] PyTorch" <<<"$check" && grep -q "\[X\] Gloo" <<<"$check" &&
+    grep -q "\[X\] MPI" <<<"$check"
 }
 if ! built; then
   [[ -x $py ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
