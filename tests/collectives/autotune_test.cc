@@ -47,7 +47,7 @@ struct MadeUpJob {
     for (int g = 0; g < 10; ++g) {
       tuner.Record("grad." + std::to_string(g), kMiB, now);
       now += share;
-      if (auto p = tuner.EndRound(now)) in_effect = *p;  // every rank's next round
+      if (auto p = tuner.EndRound()) in_effect = *p;  // every rank's next round
     }
     ++steps;
   }
@@ -102,7 +102,7 @@ TEST(Autotune, NamesThatNeverRepeatEndTheSearchAtTheConfiguredValues) {
   Clock::time_point now{};
   for (int i = 0; i < 200000 && !tuner.done(); ++i) {
     tuner.Record("allreduce.noname." + std::to_string(i), 4, now);
-    EXPECT_FALSE(tuner.EndRound(now).has_value());
+    EXPECT_FALSE(tuner.EndRound().has_value());
   }
   EXPECT_TRUE(tuner.done());
   EXPECT_EQ(tuner.best(), start);

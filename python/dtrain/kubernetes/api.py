@@ -52,6 +52,8 @@ class Cluster:
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self._exception = client.exceptions.ApiException
+        # Jobs go with their pods, without waiting for them to go first.
+        self._delete_options = client.V1DeleteOptions(propagation_policy="Background")
 
     def _call(self, what: str, fn: Any, *args: Any, timeout: Any = REQUEST_TIMEOUT,
               **kwargs: Any) -> Any:
@@ -85,9 +87,7 @@ class Cluster:
         why not."""
         kind, ns, name = obj["kind"], self.namespace, obj["metadata"]["name"]
         what = "deleting %s %s/%s" % (kind, ns, name)
-        from kubernetes import client
-
-        options = client.V1DeleteOptions(propagation_policy="Background")
+        options = self._delete_options
         try:
             if kind == "Secret":
                 self._call(what, self.core.delete_namespaced_secret, name, ns, body=options)

@@ -59,6 +59,7 @@ class Follower:
         self.counted: set[tuple[str, int]] = set()
         self.readers: list[threading.Thread] = []
         self.write_lock = threading.Lock()
+        self.finished = False  # drained: the log readers' errors are no news any more
 
     def say(self, text: str) -> None:
         with self.write_lock:
@@ -97,8 +98,6 @@ class Follower:
 
     # --- what the pods say ------------------------------------------------------------------
 
-    finished = False
-
     def on_pod(self, kind: str, pod: Any) -> None:
         v = view(pod, deleted=kind == "DELETED")
         if v is None or v.member not in self.expected:
@@ -114,9 +113,9 @@ class Follower:
             self.readers.append(reader)
         if v.phase == "Succeeded":
             self.succeeded.add(v.member)
-        if v.failed and (before is None or not before.failed) and \
-                (v.uid, self._restarts(pod)) not in self.counted:
-            self.counted.add((v.uid, self._restarts(pod)))
+        failure = (v.uid, self._restarts(pod))
+        if v.failed and (before is None or not before.failed) and failure not in self.counted:
+            self.counted.add(failure)
             self._on_failure(v)
 
     @staticmethod

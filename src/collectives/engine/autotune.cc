@@ -89,7 +89,7 @@ void Autotuner::Record(const std::string& name, size_t bytes, Clock::time_point 
   }
 }
 
-std::optional<TunedParameters> Autotuner::EndRound(Clock::time_point /*now*/) {
+std::optional<TunedParameters> Autotuner::EndRound() {
   if (!sample_ended_) return std::nullopt;
   sample_ended_ = false;
   const TunedParameters before = current_;

@@ -50,7 +50,7 @@ class Autotuner {
   // One allreduce run by this rank: its name and its bytes.
   void Record(const std::string& name, size_t bytes, Clock::time_point now);
   // At the end of a round: the values to switch to, when a sample ended and they change.
-  std::optional<TunedParameters> EndRound(Clock::time_point now);
+  std::optional<TunedParameters> EndRound();
 
   bool done() const { return phase_ == Phase::kDone; }
   const TunedParameters& best() const { return best_; }
@@ -84,7 +84,6 @@ class Autotuner {
   int steps_ = 0;
   size_t bytes_ = 0;
   std::optional<Clock::time_point> sample_start_;
-  Clock::time_point last_record_{};
   bool sample_ended_ = false;
   double pending_score_ = 0;
 

@@ -145,7 +145,7 @@ void Engine::Impl::Run() {
       auto ready = table.Apply(round, now);
       if (!quiet || !ready.empty() || !runnable.empty()) last_progress = Clock::now();
       if (!ready.empty() || !runnable.empty()) Execute(ready);
-      if (autotuner) announce_tuned = autotuner->EndRound(Clock::now());
+      if (autotuner) announce_tuned = autotuner->EndRound();
       FailDeadlock(round, now);
       if (const auto last = table.TakeJoinCompleted()) CompleteJoin(nullptr, *last);
       FailWhatShutDownRanksMiss(round);
