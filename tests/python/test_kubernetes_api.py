@@ -34,7 +34,12 @@ def cluster(tmp_path):
                                    env["PATH"]])
     standin = StandIn(str(tmp_path), env)
     standin.config = standin.kubeconfig(str(tmp_path / "kubeconfig"))
+    standin.launchers = []
     yield standin
+    for p in standin.launchers:  # a test that failed early leaves no launcher behind
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     standin.close()
 
 
@@ -42,10 +47,12 @@ def start(cluster, *options, command=SLEEPER):
     """`dtrain launch --launcher kubernetes OPTIONS -- COMMAND` against the stand-in, running."""
     env = dict(os.environ, KUBECONFIG=cluster.config, DTRAIN_PYTHON=PYTHON)
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    return subprocess.Popen([DTRAIN, "launch", "--launcher", "kubernetes", "--image", "train:1",
-                             "--namespace", "ml", *options, "--", *command],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    p = subprocess.Popen([DTRAIN, "launch", "--launcher", "kubernetes", "--image", "train:1",
+                          "--namespace", "ml", *options, "--", *command],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    cluster.launchers.append(p)
+    return p
 
 
 def finish(p, timeout=90):
