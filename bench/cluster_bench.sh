@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Scaling across hosts on an emulated cluster: H hosts are network namespaces on one bridge, each
-# with a real sshd and its link shaped with tc (token bucket, both directions) to --link-mbit.
+# with a real sshd, a hostname of its own (cbh0, cbh1, ...) and its link shaped with tc (token
+# bucket, both directions) to --link-mbit.
 # Each case is one job started by dtrain's own launcher over ssh, its workers running
 # bench/step_bench (real layer shapes of --model scaled by --scale, compute emulated by sleeping
 # --compute-ms per step). One JSON line per case:
@@ -208,7 +209,15 @@ MaxStartups 100
 MaxSessions 100
 LogLevel ERROR
 EOF
-  ip netns exec "$ns" /usr/sbin/sshd -D -e -f "$dir/sshd_$i" >"$dir/sshd_$i.log" 2>&1 &
+  # Each host has a name of its own that resolves to its address, as real hosts have: Horovod's
+  # Gloo contexts for process sets find their address from the hostname, not HOROVOD_GLOO_IFACE,
+  # and this machine's name resolves to 127.0.0.1. `ip netns exec` mounts /etc/netns/NS/hosts
+  # over /etc/hosts (deleted with the namespace, delete_netns); the name is set in a UTS namespace.
+  mkdir -p "/etc/netns/$ns"
+  { echo "127.0.0.1 localhost"; for ((j = 0; j < max_hosts; j++)); do
+    echo "10.253.1.$((j + 2)) cbh$j"; done; } >"/etc/netns/$ns/hosts"
+  ip netns exec "$ns" unshare --uts sh -c 'hostname "$1" && exec /usr/sbin/sshd -D -e -f "$2"' \
+    _ "cbh$i" "$dir/sshd_$i" >"$dir/sshd_$i.log" 2>&1 &
   sshd_pids+=($!)
 done
 for ((i = 0; i < max_hosts; i++)); do  # every sshd answers, or the bench stops here
