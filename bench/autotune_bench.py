@@ -2,7 +2,7 @@
 Fashion-MNIST, dtrain.torch's DistributedOptimizer) as one `dtrain launch -n N -s 0` job with the
 defaults and one with `--autotune`, alternated, each for one epoch. Prints, per mode, the median
 samples/s of rank 0 over the whole epoch (the search's samples included) and over the epoch's
-last logged batches (after the search, some 150 steps with the defaults), their ratios, the
+last logged batches (after the search, some 200-230 steps with the defaults), their ratios, the
 values autotune chose each time, and Test_acc (the values must not change the arithmetic).
 
     python3 bench/autotune_bench.py [--workers 2] [--repeat 3] [--max-batches 0]

@@ -105,6 +105,10 @@ void Autotuner::EndSample(double score) {
       if (++samples_ >= options_.warmup_samples) phase_ = Phase::kThreshold;
       return;
     case Phase::kThreshold: {
+      if (score > threshold_best_score_) {
+        threshold_best_score_ = score;
+        threshold_best_ = current_;
+      }
       Log("threshold", score, Keep(score));
       if (++candidate_ < thresholds_.size()) {
         current_.fusion_threshold_bytes = thresholds_[candidate_];
@@ -118,30 +122,84 @@ void Autotuner::EndSample(double score) {
       return;
     }
     case Phase::kCycle: {
+      cycle_scores_.emplace_back(score, current_);
       Log("cycle", score, Keep(score));
       if (++candidate_ < cycles_.size()) {
         current_ = best_;
         current_.cycle_time = cycles_[candidate_];
         return;
       }
-      phase_ = Phase::kDone;
-      current_ = best_;
-      DTRAIN_LOG(kInfo) << "autotune: fusion threshold " << best_.fusion_threshold_bytes
-                        << " bytes, cycle time " << best_.cycle_time.count() / 1000.0 << " ms ("
-                        << best_score_ / 1e6 << " MB/s of allreduces)";
-      Log("best", best_score_, true);
+      StartConfirm();
       return;
     }
+    case Phase::kConfirm:
+      Keep(score);
+      Log("confirm", score, false);
+      if (++candidate_ < confirm_.size() * kConfirmRounds) {
+        current_ = confirm_[candidate_ % confirm_.size()];
+        return;
+      }
+      Finish();
+      return;
     case Phase::kDone:
       return;
   }
 }
 
 bool Autotuner::Keep(double score) {
+  auto it = std::find_if(scores_.begin(), scores_.end(),
+                         [&](const auto& entry) { return entry.first == current_; });
+  if (it == scores_.end()) it = scores_.insert(scores_.end(), {current_, {}});
+  it->second.push_back(score);
   if (score <= best_score_) return false;
   best_ = current_;
   best_score_ = score;
   return true;
+}
+
+void Autotuner::StartConfirm() {
+  std::vector<std::optional<TunedParameters>> candidates = {start_, threshold_best_};
+  // Stable: of equal scores, the cycle time tried first.
+  std::stable_sort(cycle_scores_.begin(), cycle_scores_.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < cycle_scores_.size() && i < 2; ++i) {
+    candidates.push_back(cycle_scores_[i].second);
+  }
+  for (const auto& candidate : candidates) {
+    if (candidate && std::find(confirm_.begin(), confirm_.end(), *candidate) == confirm_.end() &&
+        std::any_of(scores_.begin(), scores_.end(),
+                    [&](const auto& entry) { return entry.first == *candidate; })) {
+      confirm_.push_back(*candidate);
+    }
+  }
+  if (confirm_.size() < 2) return Finish();  // nothing to choose between
+  phase_ = Phase::kConfirm;
+  candidate_ = 0;
+  current_ = confirm_[0];
+}
+
+void Autotuner::Finish() {
+  double best_median = -1;
+  for (const TunedParameters& values : confirm_) {
+    for (const auto& [measured, scores] : scores_) {
+      if (!(measured == values)) continue;
+      std::vector<double> sorted = scores;
+      std::sort(sorted.begin(), sorted.end());
+      const size_t n = sorted.size();
+      const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+      if (median > best_median) {
+        best_median = median;
+        best_ = values;
+      }
+    }
+  }
+  if (best_median >= 0) best_score_ = best_median;
+  phase_ = Phase::kDone;
+  current_ = best_;
+  DTRAIN_LOG(kInfo) << "autotune: fusion threshold " << best_.fusion_threshold_bytes
+                    << " bytes, cycle time " << best_.cycle_time.count() / 1000.0 << " ms ("
+                    << best_score_ / 1e6 << " MB/s of allreduces, the median of its samples)";
+  Log("best", best_score_, true);
 }
 
 void Autotuner::Log(const char* phase, double score, bool chosen) {

@@ -7,9 +7,13 @@
 // are slow for other reasons), it measures one sample of `steps_per_sample` steps per candidate:
 // first the fusion thresholds at the configured cycle time, then the cycle times at the best
 // threshold (a coordinate search: the two interact little, and it converges in a bounded number
-// of steps, some 150 with the defaults, where a Bayesian search needs more samples to trust its
+// of steps, some 200 with the defaults, where a Bayesian search needs more samples to trust its
 // model). A sample's score is the bytes reduced per second of wall time, so that it moves with the
-// whole step's time, not only the collectives'. It ends at the best values found. Each change is
+// whole step's time, not only the collectives'. One sample is noisy on a busy host (the same
+// values scored 61 to 93 MB/s on two cores, where the best cycle time gains 10%), so the search
+// ends with a confirmation: the configured values, the best threshold found and the two best
+// cycle times found get `kConfirmRounds` more samples each, interleaved (a slow spell of the host
+// hits them alike), and the best median of each one's samples wins. Each change is
 // announced in rank 0's next negotiation message, and every rank switches in the round that
 // carries it (negotiation.h), so the ranks never plan a fusion batch with different thresholds.
 //
@@ -23,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "dtrain/common/deadline.h"
@@ -61,11 +66,17 @@ class Autotuner {
   static std::vector<std::chrono::microseconds> CycleTimes(std::chrono::microseconds configured);
 
  private:
-  enum class Phase { kWarmup, kThreshold, kCycle, kDone };
+  enum class Phase { kWarmup, kThreshold, kCycle, kConfirm, kDone };
+  // How many more samples the confirmation takes of each of its candidates.
+  static constexpr size_t kConfirmRounds = 2;
 
   void EndSample(double score);
-  // Whether the current values scored best so far (then they are the best).
+  // Whether the current values scored best so far (then they are the best); every score is kept.
   bool Keep(double score);
+  // The confirmation's candidates into confirm_, the first of them on.
+  void StartConfirm();
+  // The confirmed candidate with the best median score becomes the best; the search ends.
+  void Finish();
   void Log(const char* phase, double score, bool chosen);
 
   const AutotuneOptions options_;
@@ -76,7 +87,15 @@ class Autotuner {
   std::vector<size_t> thresholds_;
   std::vector<std::chrono::microseconds> cycles_;
   size_t candidate_ = 0;  // index into the phase's candidates
-  int samples_ = 0;       // warmup samples taken
+  // Every candidate measured, with its scores (bytes per second), in the order first measured.
+  std::vector<std::pair<TunedParameters, std::vector<double>>> scores_;
+  // The threshold phase's best candidate by its score, and the cycle phase's candidates with
+  // theirs (the configured cycle time is the threshold phase's).
+  std::optional<TunedParameters> threshold_best_;
+  double threshold_best_score_ = -1;
+  std::vector<std::pair<double, TunedParameters>> cycle_scores_;
+  std::vector<TunedParameters> confirm_;
+  int samples_ = 0;  // warmup samples taken
 
   // The sample under way: a settling step after each switch is not counted.
   bool settling_ = false;
