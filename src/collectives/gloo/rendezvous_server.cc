@@ -126,6 +126,8 @@ struct RendezvousServer::Impl {
   // and have not said goodbye.
   std::atomic<bool> any_lost{false};
   std::atomic<int> ranks_connected{0};
+  // Set on the io thread as the server stops: the connections it closes then are not losses.
+  bool stopping = false;
 };
 
 struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connection> {
@@ -201,7 +203,10 @@ struct RendezvousServer::Impl::Connection : std::enable_shared_from_this<Connect
   }
 
   void RankLeft() {
-    if (goodbye) return;  // counted out at its goodbye
+    // Counted out at its goodbye; or the server closed it as it stopped, which it does at the
+    // job's end once every rank has shut its collectives down, often before a slower rank's
+    // goodbye has arrived: not a rank that left.
+    if (goodbye || server->stopping) return;
     server->Lose(rank, peer, "left the job (its connection closed)");
     --server->ranks_connected;
   }
@@ -231,6 +236,7 @@ RendezvousServer::Impl::~Impl() {
     std::this_thread::sleep_for(Duration(10));
   }
   asio::post(io, [this] {
+    stopping = true;
     std::error_code ec;
     acceptor.close(ec);
     liveness_timer.cancel();
