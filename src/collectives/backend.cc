@@ -16,8 +16,44 @@ void Communicator::Allreduce(const void* in, void* out, size_t count, DType dtyp
     return;
   }
   if (op == ReduceOp::kAdasum) return Adasum(in, out, {count}, dtype);
+  // An average's scaling within the reduction where the backend can: each rank scales its share.
+  const double scale = op == ReduceOp::kAverage ? 1.0 / size_ : 1.0;
+  if (DoAllreducePieces({AllreducePiece{in, out, count}}, dtype, ReductionOf(op), scale)) return;
   DoAllreduce(in, out, count, dtype, ReductionOf(op));
-  if (op == ReduceOp::kAverage && size_ > 1) Scale(out, count, dtype, 1.0 / size_);
+  if (scale != 1.0) Scale(out, count, dtype, scale);
+}
+
+void Communicator::AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype,
+                                   ReduceOp op, std::vector<char>& scratch) {
+  if (op == ReduceOp::kAdasum) {
+    throw InvalidArgument("AllreducePieces does not take Adasum: each tensor needs its own norms");
+  }
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  const size_t element = DTypeSize(dtype);
+  size_t count = 0;
+  for (const AllreducePiece& p : pieces) count += p.count;
+  if (size_ == 1 || count == 0) {
+    for (const AllreducePiece& p : pieces) {
+      if (p.in != p.out && p.count > 0) std::memcpy(p.out, p.in, p.count * element);
+    }
+    return;
+  }
+  const double scale = op == ReduceOp::kAverage ? 1.0 / size_ : 1.0;
+  if (DoAllreducePieces(pieces, dtype, ReductionOf(op), scale)) return;
+  // Through a fusion buffer.
+  if (scratch.size() < count * element) scratch.resize(count * element);
+  size_t at = 0;
+  for (const AllreducePiece& p : pieces) {
+    if (p.count > 0) std::memcpy(scratch.data() + at, p.in, p.count * element);
+    at += p.count * element;
+  }
+  DoAllreduce(scratch.data(), scratch.data(), count, dtype, ReductionOf(op));
+  if (scale != 1.0) Scale(scratch.data(), count, dtype, scale);
+  at = 0;
+  for (const AllreducePiece& p : pieces) {
+    if (p.count > 0) std::memcpy(p.out, scratch.data() + at, p.count * element);
+    at += p.count * element;
+  }
 }
 
 void Communicator::Adasum(const void* in, void* out, const std::vector<size_t>& counts,

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/allreduce_piece.h"
 #include "collectives/config.h"
 #include "collectives/gloo/rendezvous_server.h"
 #include "common/elementwise.h"
@@ -42,6 +43,11 @@ class Communicator {
   // elements of `dtype`. `in == out` is in place. float32, float64, float16 and bfloat16 (Adasum:
   // not bfloat16, and a power-of-two number of ranks).
   void Allreduce(const void* in, void* out, size_t count, DType dtype, ReduceOp op);
+  // The fused allreduce of `pieces` (allreduce_piece.h), reduced by `op` (not Adasum) as one
+  // array. Backends that reach the pieces where they lie do; the others get them through
+  // `scratch` (grown as needed): copied in, reduced there, copied out.
+  void AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, ReduceOp op,
+                       std::vector<char>& scratch);
   // out = every rank's `in` concatenated in rank order; rank r contributes bytes[r] bytes.
   // `out` holds the sum of `bytes`.
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
@@ -78,6 +84,12 @@ class Communicator {
  protected:
   // The reductions of `in` by `how` (sum, min, max, product); averages are sums scaled after.
   virtual void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) = 0;
+  // The pieces reduced by `how`, each result times `scale` (1, or 1 / size for an average), where
+  // they lie; false when this backend cannot (the caller then goes through a fusion buffer).
+  virtual bool DoAllreducePieces(const std::vector<AllreducePiece>& /*pieces*/, DType /*dtype*/,
+                                 Reduction /*how*/, double /*scale*/) {
+    return false;
+  }
   virtual void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) = 0;
   virtual void DoBroadcast(void* data, size_t bytes, int root) = 0;
   virtual void DoAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,

@@ -92,6 +92,40 @@ TEST(ShmGroup, AllreduceInPlaceOfEveryDtype) {
   });
 }
 
+TEST(ShmGroup, PiecesAreReducedAsOneArrayAcrossRoundsAndScaled) {
+  // Pieces of 0, 1, 1,500, 0, 2,048 and 777 floats, end to end 4,326: the 1,024-float rounds cut
+  // through pieces, and a piece through rounds. Odd pieces in place, even ones into an output.
+  const std::vector<size_t> counts = {0, 1, 1500, 0, 2048, 777};
+  Group group(3);
+  group.Run([&](int rank, ShmGroup& g) {
+    std::vector<std::vector<float>> ins, outs;
+    std::vector<AllreducePiece> pieces;
+    size_t base = 0;
+    for (size_t p = 0; p < counts.size(); ++p) {
+      ins.emplace_back(counts[p]);
+      outs.emplace_back(counts[p], -1.0f);
+      for (size_t i = 0; i < counts[p]; ++i) {
+        ins[p][i] = static_cast<float>((rank + 1) * ((base + i) % 89));
+      }
+      base += counts[p];
+    }
+    for (size_t p = 0; p < counts.size(); ++p) {
+      float* out = p % 2 ? ins[p].data() : outs[p].data();
+      pieces.push_back(AllreducePiece{ins[p].data(), out, counts[p]});
+    }
+    g.AllreducePieces(pieces, DType::kFloat32, Reduction::kSum, 0.5);
+    base = 0;
+    for (size_t p = 0; p < counts.size(); ++p) {
+      const std::vector<float>& got = p % 2 ? ins[p] : outs[p];
+      for (size_t i = 0; i < counts[p]; ++i) {
+        // (1 + 2 + 3) x the value, halved.
+        ASSERT_EQ(got[i], 3.0f * ((base + i) % 89)) << "piece " << p << " element " << i;
+      }
+      base += counts[p];
+    }
+  });
+}
+
 TEST(ShmGroup, EveryRankGetsTheSameBitsThoughFloatAdditionIsNotAssociative) {
   Group group(4);
   const size_t count = 4096;

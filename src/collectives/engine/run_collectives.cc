@@ -94,6 +94,28 @@ void Engine::Impl::ReduceBatch(const std::vector<Request*>& batch, const FusionG
     Finish(r);
     return;
   }
+  if (!group.compress && group.op != ReduceOp::kAdasum) {
+    // The backend reaches each tensor where it lies (one host's shared memory: one copy in and
+    // one out, where a fusion buffer costs two more), or fuses them in `fusion` itself.
+    std::vector<AllreducePiece> pieces;
+    pieces.reserve(batch.size());
+    size_t bytes = 0;
+    for (const Request* r : batch) {
+      pieces.push_back(
+          AllreducePiece{r->in.data(), r->out.data(), static_cast<size_t>(r->in.size())});
+      bytes += r->in.nbytes();
+    }
+    {
+      timeline::Span span("allreduce", "collectives",
+                          timeline::Enabled()
+                              ? timeline::Args().Int("tensors", batch.size()).Int("bytes", bytes)
+                              : timeline::Args());
+      backend->AllreducePieces(pieces, group.wire, group.op, fusion);
+    }
+    if (batch.size() > 1) fused_tensors.fetch_add(batch.size(), std::memory_order_relaxed);
+    for (Request* r : batch) Finish(*r);
+    return;
+  }
   const size_t wire_size = DTypeSize(group.wire);
   size_t total = 0;
   for (const Request* r : batch) total += static_cast<size_t>(r->in.size());

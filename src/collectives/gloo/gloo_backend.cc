@@ -98,6 +98,13 @@ GlooBackend::~GlooBackend() {
   mesh_.reset();  // the rendezvous client says goodbye before rank 0's server goes away
 }
 
+bool GlooBackend::DoAllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype,
+                                    Reduction how, double scale) {
+  if (!groups_ || !groups_->one_host()) return false;
+  GroupsCall("allreduce", [&] { groups_->AllreducePieces(pieces, dtype, how, scale); });
+  return true;
+}
+
 void GlooBackend::DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) {
   if (groups_) {
     return GroupsCall("allreduce", [&] { groups_->Allreduce(in, out, count, dtype, how); });

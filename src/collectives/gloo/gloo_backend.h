@@ -67,6 +67,9 @@ class GlooBackend final : public Communicator, private LeaderChannel {
  protected:
   // Through the host groups where they are set up, over gloo otherwise (gloo_backend.cc).
   void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) override;
+  // Every rank on this host: through the shared memory segment, no fusion buffer.
+  bool DoAllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, Reduction how,
+                         double scale) override;
   void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override;
   void DoBroadcast(void* data, size_t bytes, int root) override;
   void DoAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,

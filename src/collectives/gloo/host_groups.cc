@@ -52,6 +52,14 @@ void HostGroups::Alltoallv(const void* in, const std::vector<size_t>& send_bytes
   local_->Alltoallv(in, send_bytes, out, recv_bytes);
 }
 
+void HostGroups::AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype,
+                                 Reduction how, double scale) {
+  if (!one_host() || !local_) {
+    throw InvalidArgument("a fused allreduce in place needs every rank on one host");
+  }
+  local_->AllreducePieces(pieces, dtype, how, scale);
+}
+
 void HostGroups::Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {
   if (one_host()) return local_->Allgatherv(in, out, bytes);
   std::vector<size_t> host_bytes(layout_.hosts());

@@ -73,6 +73,10 @@ class HostGroups {
   void Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
                  const std::vector<size_t>& recv_bytes);
 
+  // ShmGroup::AllreducePieces; only where every rank shares this host (one_host()).
+  void AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, Reduction how,
+                       double scale);
+
   // See ShmGroup::Abandon; nothing for a host of one rank.
   void Abandon(const std::string& reason);
 

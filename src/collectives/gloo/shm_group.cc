@@ -314,18 +314,77 @@ void ShmGroup::Abandon(const std::string& reason) {
 }
 
 void ShmGroup::Allreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) {
+  AllreducePieces({AllreducePiece{in, out, count}}, dtype, how, 1.0);
+}
+
+namespace {
+
+// Walks the pieces of a fused allreduce in order, as if they were one array.
+class PieceWalk {
+ public:
+  PieceWalk(const std::vector<AllreducePiece>& pieces, size_t element)
+      : pieces_(pieces), element_(element) {}
+
+  // The next `bytes` of the pieces' inputs into `to`.
+  void Gather(char* to, size_t bytes) {
+    Walk(bytes, [&](const AllreducePiece& p, size_t at, size_t n) {
+      std::memcpy(to, static_cast<const char*>(p.in) + at, n);
+      to += n;
+    });
+  }
+  // `from`'s `bytes` into the pieces' outputs, next in order.
+  void Scatter(const char* from, size_t bytes) {
+    Walk(bytes, [&](const AllreducePiece& p, size_t at, size_t n) {
+      std::memcpy(static_cast<char*>(p.out) + at, from, n);
+      from += n;
+    });
+  }
+
+ private:
+  template <typename Copy>
+  void Walk(size_t bytes, Copy&& copy) {
+    while (bytes > 0 && piece_ < pieces_.size()) {
+      const AllreducePiece& p = pieces_[piece_];
+      const size_t left = p.count * element_ - at_;
+      if (left == 0) {
+        ++piece_;
+        at_ = 0;
+        continue;
+      }
+      const size_t n = std::min(left, bytes);
+      copy(p, at_, n);
+      at_ += n;
+      bytes -= n;
+    }
+  }
+
+  const std::vector<AllreducePiece>& pieces_;
+  const size_t element_;
+  size_t piece_ = 0;
+  size_t at_ = 0;  // bytes of pieces_[piece_] walked
+};
+
+}  // namespace
+
+void ShmGroup::AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype,
+                               Reduction how, double scale) {
   const Deadline deadline(options_.timeout);
   const size_t element = DTypeSize(dtype);
+  size_t count = 0;
+  for (const AllreducePiece& p : pieces) count += p.count;
   if (options_.size == 1) {
-    if (in != out && count > 0) std::memcpy(out, in, count * element);
+    for (const AllreducePiece& p : pieces) {
+      if (p.in != p.out && p.count > 0) std::memcpy(p.out, p.in, p.count * element);
+      if (scale != 1.0) Scale(p.out, p.count, dtype, scale);
+    }
     return;
   }
+  PieceWalk gather(pieces, element), scatter(pieces, element);
   const size_t per_round = slot_bytes_ / element;
-  // Each rank sums one share of a round; shares start on cache lines.
   const size_t align = std::max<size_t>(1, kLine / element);
   for (size_t offset = 0; offset < count; offset += per_round) {
     const size_t n = std::min(per_round, count - offset);
-    std::memcpy(slot(options_.rank), static_cast<const char*>(in) + offset * element, n * element);
+    gather.Gather(slot(options_.rank), n * element);
     Arrive();
     WaitForAll(deadline, "allreduce");
     const size_t share = RoundUp((n + options_.size - 1) / options_.size, align);
@@ -337,10 +396,11 @@ void ShmGroup::Allreduce(const void* in, void* out, size_t count, DType dtype, R
       Reduce(sum, slot(0) + at, slot(1) + at, end - begin, dtype, how);
       for (int r = 2; r < options_.size; ++r)
         Reduce(sum, sum, slot(r) + at, end - begin, dtype, how);
+      if (scale != 1.0) Scale(sum, end - begin, dtype, scale);
     }
     Arrive();
     WaitForAll(deadline, "allreduce");
-    std::memcpy(static_cast<char*>(out) + offset * element, result(), n * element);
+    scatter.Scatter(result(), n * element);
   }
 }
 

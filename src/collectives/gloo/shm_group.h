@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/allreduce_piece.h"
 #include "common/elementwise.h"
 #include "dtrain/common/deadline.h"
 #include "dtrain/common/dtype.h"
@@ -82,6 +83,11 @@ class ShmGroup {
   // contribution concatenated in rank order; root's data to everyone; a barrier.
   void Allreduce(const void* in, void* out, size_t count, DType dtype,
                  Reduction how = Reduction::kSum);
+  // The pieces' allreduce (allreduce_piece.h) as one array, each result times `scale`: every
+  // piece is copied once into this rank's slot and once back, no fusion buffer between, and each
+  // rank scales only the share it sums.
+  void AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, Reduction how,
+                       double scale);
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
   void Broadcast(void* data, size_t bytes, int root);
   void Barrier();

@@ -257,6 +257,13 @@ class MpiBackend final : public Communicator {
     }
   }
 
+  bool DoAllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, Reduction how,
+                         double scale) override {
+    if (!shm_) return false;
+    Shared([&] { shm_->AllreducePieces(pieces, dtype, how, scale); });
+    return true;
+  }
+
   void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
     if (shm_) return Shared([&] { shm_->Allgatherv(in, out, bytes); });
     std::vector<int> counts, offsets;
