@@ -25,6 +25,11 @@
 #   hvd_step_horovod     the same script on real Horovod 0.28.1 over Gloo (horovodrun --gloo, its
 #                        ssh through this cluster's; bench/horovod_venv.sh builds it; N hosts)
 #   hvd_step_dtrain_mpi, hvd_step_horovod_mpi   the same two over Open MPI (TCP; mpirun)
+#   hvd_allreduce_dtrain, hvd_allreduce_horovod, and their _mpi   bench/horovod_rank.py's allreduce
+#                        loop (--allreduce-kb sizes, --steps calls each) instead of the step: one
+#                        line per size with median_ms and link_ms, a ring's bytes through a link
+#                        (2 (N-1)/N of the tensor) at --link-mbit; wire_ms at the rate the `wire`
+#                        mode reached, when it ran first
 #   train_lenet          real training, not emulated: dtrain-train, LeNet on Fashion-MNIST, one
 #   train_mlp            epoch (--train-batch per worker), dist_sync with S = N, a server on each
 #                        worker's host; prints samples_per_s (all workers) and test_acc. The CPU
@@ -75,6 +80,8 @@ model=resnet50
 scale=0.1
 compute_ms=200
 steps=5
+allreduce_kb=4,1024,16384
+wire_mbit=""  # the wire mode's slowest receiver, once it has run
 train_batch=64
 extra_env=()
 sysctls=()
@@ -92,6 +99,7 @@ while (($#)); do
     --scale) scale=$2; shift 2 ;;
     --compute-ms) compute_ms=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --allreduce-kb) allreduce_kb=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --env) extra_env+=(--env "$2"); shift 2 ;;
     --sysctl) sysctls+=("$2"); shift 2 ;;
@@ -234,12 +242,12 @@ mkdir -p "$dir/bin"
 printf '#!/bin/sh\nexec /usr/bin/ssh -F %s "$@"\n' "$dir/ssh_config" >"$dir/bin/ssh"
 chmod +x "$dir/bin/ssh"
 horovod_python=""
-if [[ " $modes " == *" hvd_step_horovod"* ]]; then
+if [[ " $modes " =~ \ hvd_(step|allreduce)_horovod ]]; then
   code=0
   horovod_python=$(bash bench/horovod_venv.sh | tail -n 1) || code=$?
   if ((code == 77)); then
     echo "cluster_bench: real Horovod skipped: PyPI cannot be reached to build it" >&2
-    modes=$(tr ' ' '\n' <<<"$modes" | grep -v '^hvd_step_horovod' | tr '\n' ' ')
+    modes=$(tr ' ' '\n' <<<"$modes" | grep -Ev '^hvd_(step|allreduce)_horovod' | tr '\n' ' ')
   elif ((code != 0)); then
     exit 1
   fi
@@ -278,7 +286,7 @@ run_case() {  # MODE N
     dist_sync_1server) s=1; layout=separate; hosts_needed=$((n + 1)); kvstore=dist_sync ;;
     dist_sync_separate) s=$n; layout=separate; hosts_needed=$((2 * n)); kvstore=dist_sync ;;
     dist_sync_2to1) s=$((2 * n)); layout=separate; hosts_needed=$((3 * n)); kvstore=dist_sync ;;
-    horovod_gloo | horovod_mpi | ddp | hvd_step_*)
+    horovod_gloo | horovod_mpi | ddp | hvd_step_* | hvd_allreduce_*)
       s=0; layout=ring; kvstore=horovod; per_host=$ranks_per_host
       if ((n % per_host)); then
         echo "cluster_bench: $mode with $n workers skipped: not a multiple of --ranks-per-host" >&2
@@ -293,6 +301,12 @@ run_case() {  # MODE N
     --warmup 1 --link-mbit "$link_mbit" --ranks-per-host "$per_host")
   if [[ $mode == ddp ]]; then
     step=(python3 "$PWD/bench/ddp_step.py" --step-bench "$step_bench" "${step[@]}")
+  elif [[ $mode == hvd_allreduce_* ]]; then
+    local impl=${mode#hvd_allreduce_} python=python3
+    impl=${impl%_mpi}
+    [[ $impl == horovod ]] && python=$horovod_python
+    step=("$python" "$PWD/bench/horovod_rank.py" --impl "$impl" allreduce --sizes-kb "$allreduce_kb"
+      --iterations "$steps" --transport "$([[ $mode == *_mpi ]] && echo mpi || echo gloo)")
   elif [[ $mode == hvd_step_horovod* ]]; then
     step=("$horovod_python" "$PWD/bench/hvd_step.py" --impl horovod --step-bench "$step_bench"
       "${step[@]}")
@@ -311,14 +325,14 @@ run_case() {  # MODE N
   fi
   local job=("$dtrain" launch -n "$n" -s "$s" "${launcher[@]}" -H "$dir/hostfile"
     --interface "$bridge" --no-summary)
-  [[ $mode == hvd_step_dtrain* ]] && job+=(--env "PYTHONPATH:$build/python")
+  [[ $mode == hvd_*_dtrain* ]] && job+=(--env "PYTHONPATH:$build/python")
   job+=(--)
-  if [[ $mode == hvd_step_horovod ]]; then
+  if [[ $mode == hvd_step_horovod || $mode == hvd_allreduce_horovod ]]; then
     # horovodrun reaches the hosts with `ssh`: ours, with this cluster's config.
     job=(env PATH="$dir/bin:$PATH" HOROVOD_FUSION_THRESHOLD="$fusion_bytes"
       "$(dirname "$horovod_python")/horovodrun" --gloo -np "$n" -H "$(horovod_hosts "$n" "$per_host")"
       --network-interface "$bridge")
-  elif [[ $mode == hvd_step_horovod_mpi ]]; then
+  elif [[ $mode == hvd_step_horovod_mpi || $mode == hvd_allreduce_horovod_mpi ]]; then
     job=(mpirun -np "$n" -H "$(horovod_hosts "$n" "$per_host")" --bind-to none --allow-run-as-root
       -x OMP_NUM_THREADS=1 -x HOROVOD_FUSION_THRESHOLD="$fusion_bytes")
   fi
@@ -330,6 +344,23 @@ run_case() {  # MODE N
   local cpu
   cpu=$(cpu_busy_since "$busy0" "$total0")
   out=$(cat "$dir/case.out")
+  if [[ $mode == hvd_allreduce_* ]]; then
+    grep -o '{"impl".*}' <<<"$out" | python3 -c '
+import json, sys
+mode, n, cpu, link, wire = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]), sys.argv[5]
+for line in sys.stdin:
+    d = json.loads(line)
+    bits = 2 * (n - 1) / n * d["kb"] * 1024 * 8  # through each link, a ring allreduce
+    row = dict(case=mode, workers=n, link_mbit=link, kb=d["kb"], median_ms=d["median_ms"],
+               link_ms=round(bits / (link * 1e6) * 1e3, 3))
+    row["link_efficiency"] = round(row["link_ms"] / d["median_ms"], 3)
+    if wire:  # the same at the rate a TCP stream reached (the wire mode, run before)
+        row.update(wire_mbit=float(wire), wire_ms=round(bits / (float(wire) * 1e6) * 1e3, 3))
+    row["cpu_busy"] = float(cpu)
+    print(json.dumps(row))
+' "$mode" "$n" "$cpu" "$link_mbit" "$wire_mbit"
+    return 0
+  fi
   # The ideal schedule's step (bench/ideal_step.py) where its model holds: a server on every
   # worker's host, or ring allreduce, one worker a host.
   local ideal=""
@@ -388,6 +419,7 @@ run_wire() {  # N: every host streams to the next at once; the slowest receiver'
   done
   for p in "${pids[@]}"; do wait "$p" || true; done
   for ((i = 0; i < n; i++)); do rates+=("$(cat "$dir/wire_$i")"); done
+  wire_mbit=$(printf '%s\n' "${rates[@]}" | sort -g | awk 'NR == 1 { printf "%.1f", $1 }')
   printf '%s\n' "${rates[@]}" | awk -v n="$n" -v link="$link_mbit" '
     { if (NR == 1 || $1 < min) min = $1; sum += $1 }
     END { printf "{\"case\":\"wire\",\"workers\":%d,\"link_mbit\":%s,\"achieved_mbit\":%.1f,\"mean_mbit\":%.1f,\"link_efficiency\":%.3f}\n", n, link, min, sum / NR, min / link }'

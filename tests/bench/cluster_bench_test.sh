@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/cluster_bench.sh end to end on a tiny case, then bench/plot_cluster.py on what it printed:
 # two namespace hosts with sshd, the wire probe, dist_sync and horovod over Gloo with 1 and 2
-# workers on LeNet's shapes, and horovod over Gloo with 4 workers two a host; every line must be
+# workers on LeNet's shapes, horovod over Gloo with 4 workers two a host, and Horovod's allreduce
+# loop from Python (hvd_allreduce_dtrain) against the wire's rate; every line must be
 # there with sane numbers, and the plot a PNG. Then a Ctrl-C in the middle of a job: the bench must
 # stop within seconds, leaving no namespace and no process behind.
 # Skipped (77) where namespaces cannot be made (not root). Usage: cluster_bench_test.sh BUILD_DIR
@@ -53,6 +54,27 @@ link_ms = 2 * d["bytes"] * (hosts - 1) / hosts * 8 / (200 * 1e6) * 1e3
 assert abs(d["bound_ms"] - max(20, link_ms)) < 0.01, d
 assert d["step_ms"] >= 20 and 0 < d["efficiency"] <= 1.01, d
 assert "ideal_ms" not in d, d  # the ideal schedule models one worker a host
+PY
+# Horovod's allreduce loop from Python (dtrain's) across the two hosts, against the wire's rate.
+timeout 300 bash bench/cluster_bench.sh --build "$build" --workers 2 --modes "wire hvd_allreduce_dtrain" \
+  --allreduce-kb 4,2048 --steps 3 --link-mbit 200 >"$out/allreduce.jsonl"
+cat "$out/allreduce.jsonl"
+python3 - "$out/allreduce.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+wire = [d for d in lines if d["case"] == "wire"][0]
+loops = [d for d in lines if d["case"] == "hvd_allreduce_dtrain"]
+assert [(d["workers"], d["kb"]) for d in loops] == [(2, 4), (2, 2048)], loops
+for d in loops:
+    assert d["wire_mbit"] == wire["achieved_mbit"], (d, wire)
+    # 2 hosts: each sends half the tensor and receives the other half's sum: 1x its bytes a link.
+    assert abs(d["link_ms"] - d["kb"] * 1024 * 8 / (200 * 1e6) * 1e3) < 0.01, d
+    assert abs(d["wire_ms"] - d["kb"] * 1024 * 8 / (d["wire_mbit"] * 1e6) * 1e3) < 0.01, d
+    # Nothing beats the wire but tc's burst (256 KB go at once after an idle spell): 2 MB can
+    # take no less than 1.75 MB's time.
+    assert d["median_ms"] > 0, d
+    if d["kb"] == 2048:
+        assert 0.1 < d["link_efficiency"] <= 2048 / 1792 + 0.02, d
 PY
 python3 bench/plot_cluster.py "$out/results.jsonl" -o "$out/cluster.png"
 python3 - "$out/cluster.png" <<'PY'
