@@ -381,6 +381,7 @@ void ShmGroup::AllreducePieces(const std::vector<AllreducePiece>& pieces, DType 
   }
   PieceWalk gather(pieces, element), scatter(pieces, element);
   const size_t per_round = slot_bytes_ / element;
+  // Each rank sums one share of a round; shares start on cache lines.
   const size_t align = std::max<size_t>(1, kLine / element);
   for (size_t offset = 0; offset < count; offset += per_round) {
     const size_t n = std::min(per_round, count - offset);
