@@ -5,6 +5,7 @@
 #include "collectives/adasum.h"
 #include "common/elementwise.h"
 #include "dtrain/common/error.h"
+#include "report/timeline.h"
 
 namespace dtrain::collectives {
 
@@ -40,16 +41,26 @@ void Communicator::AllreducePieces(const std::vector<AllreducePiece>& pieces, DT
   }
   const double scale = op == ReduceOp::kAverage ? 1.0 / size_ : 1.0;
   if (DoAllreducePieces(pieces, dtype, ReductionOf(op), scale)) return;
-  // Through a fusion buffer.
+  // Through a fusion buffer; the timeline shows its copies (report/timeline.h).
   if (scratch.size() < count * element) scratch.resize(count * element);
-  size_t at = 0;
-  for (const AllreducePiece& p : pieces) {
-    if (p.count > 0) std::memcpy(scratch.data() + at, p.in, p.count * element);
-    at += p.count * element;
+  auto copy_span = [&](int into) {
+    return timeline::Span("fusion_copy", "collectives",
+                          timeline::Enabled()
+                              ? timeline::Args().Int("tensors", pieces.size()).Int("into", into)
+                              : timeline::Args());
+  };
+  {
+    auto span = copy_span(1);
+    size_t at = 0;
+    for (const AllreducePiece& p : pieces) {
+      if (p.count > 0) std::memcpy(scratch.data() + at, p.in, p.count * element);
+      at += p.count * element;
+    }
   }
   DoAllreduce(scratch.data(), scratch.data(), count, dtype, ReductionOf(op));
   if (scale != 1.0) Scale(scratch.data(), count, dtype, scale);
-  at = 0;
+  auto span = copy_span(0);
+  size_t at = 0;
   for (const AllreducePiece& p : pieces) {
     if (p.count > 0) std::memcpy(p.out, scratch.data() + at, p.count * element);
     at += p.count * element;

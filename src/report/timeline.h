@@ -10,7 +10,10 @@
 //   kvstore / push, pull, pushpull                  a key's exchange, from the call to its end
 //                                                   ("key", "bytes")
 //   server / merge, apply                           a push summed into a round, a round applied
-//   collectives / negotiate, fusion_copy, allreduce, allgather, broadcast
+//   collectives / negotiate, fusion_copy, allreduce, allgather, broadcast   (fusion_copy: a fused
+//                                                   batch through the fusion buffer, where it
+//                                                   cannot go straight: across hosts, compressed,
+//                                                   Adasum)
 //
 // Off, a span costs one load of a cached flag; on, two clock reads, its arguments rendered as text
 // and an append under a mutex; the events travel to the launcher as JSON text it does not parse

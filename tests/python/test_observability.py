@@ -56,12 +56,17 @@ def test_timeline_of_a_parameter_server_job(spawn, tmp_path):
 def test_timeline_of_an_allreduce_job(spawn, tmp_path):
     path = str(tmp_path / "job.json")
     run_ok(spawn, launch_argv(2, 0, [TRAIN, *SHORT]), env=job_env({"HOROVOD_TIMELINE": path}))
-    counts, _ = trace_counts(path)
+    counts, events = trace_counts(path)
     for w in ("worker 0", "worker 1"):
-        for name in ("negotiate", "fusion_copy", "allreduce"):
+        for name in ("negotiate", "allreduce"):
             assert counts.get((w, "collectives", name), 0) > 0, (w, name, counts)
+        # Both ranks on one host: a fused batch goes straight through shared memory, with no
+        # copies into and out of a fusion buffer to show.
+        assert counts.get((w, "collectives", "fusion_copy"), 0) == 0, counts
         assert counts.get((w, "kvstore", "pushpull"), 0) > 0, counts
         assert counts.get((w, "train", "forward"), 0) >= 60, counts
+    fused = [e for e in events if e.get("name") == "allreduce" and e["args"].get("tensors", 1) > 1]
+    assert fused and all(e["args"]["bytes"] > 0 for e in fused), "no fused batch in the timeline"
 
 
 def status_url(p, deadline=30):
