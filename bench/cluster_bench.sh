@@ -317,7 +317,7 @@ run_case() {  # MODE N
   fi
   local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo
     "${thresholds[@]}" "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
-  if [[ $mode == horovod_mpi || $mode == *_mpi ]]; then
+  if [[ $mode == *_mpi ]]; then
     launcher=(--launcher mpi "${thresholds[@]}" "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
     # mpirun starts its daemons over our ssh and keeps its own traffic on the bridge.
     export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config" OMPI_MCA_btl_tcp_if_include=$bridge

@@ -19,13 +19,14 @@ void Communicator::Allreduce(const void* in, void* out, size_t count, DType dtyp
   if (op == ReduceOp::kAdasum) return Adasum(in, out, {count}, dtype);
   // An average's scaling within the reduction where the backend can: each rank scales its share.
   const double scale = op == ReduceOp::kAverage ? 1.0 / size_ : 1.0;
-  if (DoAllreducePieces({AllreducePiece{in, out, count}}, dtype, ReductionOf(op), scale)) return;
+  const AllreducePiece whole{in, out, count};
+  if (DoAllreducePieces({&whole, 1}, dtype, ReductionOf(op), scale)) return;
   DoAllreduce(in, out, count, dtype, ReductionOf(op));
   if (scale != 1.0) Scale(out, count, dtype, scale);
 }
 
-void Communicator::AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype,
-                                   ReduceOp op, std::vector<char>& scratch) {
+void Communicator::AllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, ReduceOp op,
+                                   std::vector<char>& scratch) {
   if (op == ReduceOp::kAdasum) {
     throw InvalidArgument("AllreducePieces does not take Adasum: each tensor needs its own norms");
   }

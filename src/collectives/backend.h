@@ -46,7 +46,7 @@ class Communicator {
   // The fused allreduce of `pieces` (allreduce_piece.h), reduced by `op` (not Adasum) as one
   // array. Backends that reach the pieces where they lie do; the others get them through
   // `scratch` (grown as needed): copied in, reduced there, copied out.
-  void AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, ReduceOp op,
+  void AllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, ReduceOp op,
                        std::vector<char>& scratch);
   // out = every rank's `in` concatenated in rank order; rank r contributes bytes[r] bytes.
   // `out` holds the sum of `bytes`.
@@ -86,7 +86,7 @@ class Communicator {
   virtual void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) = 0;
   // The pieces reduced by `how`, each result times `scale` (1, or 1 / size for an average), where
   // they lie; false when this backend cannot (the caller then goes through a fusion buffer).
-  virtual bool DoAllreducePieces(const std::vector<AllreducePiece>& /*pieces*/, DType /*dtype*/,
+  virtual bool DoAllreducePieces(std::span<const AllreducePiece> /*pieces*/, DType /*dtype*/,
                                  Reduction /*how*/, double /*scale*/) {
     return false;
   }

@@ -95,7 +95,7 @@ TEST(Autotune, WithoutWarmupTheFirstSampleIsTheConfiguredValues) {
 
 TEST(Autotune, ALuckySampleDoesNotWinTheConfirmationDoes) {
   // The first sample at 2.5 ms is a lucky one (the host was quiet): faster than the true best.
-  // Measured again it is slow, and the best mean is the true best's.
+  // Measured again it is slow, and the best median is the true best's.
   struct LuckyJob : MadeUpJob {
     int lucky_steps_left = 11;  // the settling step and the sample's 10
     void Step(Autotuner& tuner) {

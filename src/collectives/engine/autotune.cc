@@ -105,10 +105,6 @@ void Autotuner::EndSample(double score) {
       if (++samples_ >= options_.warmup_samples) phase_ = Phase::kThreshold;
       return;
     case Phase::kThreshold: {
-      if (score > threshold_best_score_) {
-        threshold_best_score_ = score;
-        threshold_best_ = current_;
-      }
       Log("threshold", score, Keep(score));
       if (++candidate_ < thresholds_.size()) {
         current_.fusion_threshold_bytes = thresholds_[candidate_];
@@ -117,6 +113,7 @@ void Autotuner::EndSample(double score) {
       // The configured cycle time at the best threshold is measured already.
       phase_ = Phase::kCycle;
       candidate_ = 1;
+      threshold_best_ = best_;
       current_ = best_;
       if (candidate_ < cycles_.size()) current_.cycle_time = cycles_[candidate_];
       return;
@@ -146,11 +143,17 @@ void Autotuner::EndSample(double score) {
   }
 }
 
+std::vector<double>* Autotuner::ScoresOf(const TunedParameters& values) {
+  for (auto& [measured, scores] : scores_) {
+    if (measured == values) return &scores;
+  }
+  return nullptr;
+}
+
 bool Autotuner::Keep(double score) {
-  auto it = std::find_if(scores_.begin(), scores_.end(),
-                         [&](const auto& entry) { return entry.first == current_; });
-  if (it == scores_.end()) it = scores_.insert(scores_.end(), {current_, {}});
-  it->second.push_back(score);
+  std::vector<double>* scores = ScoresOf(current_);
+  if (!scores) scores = &scores_.emplace_back(current_, std::vector<double>{}).second;
+  scores->push_back(score);
   if (score <= best_score_) return false;
   best_ = current_;
   best_score_ = score;
@@ -158,7 +161,7 @@ bool Autotuner::Keep(double score) {
 }
 
 void Autotuner::StartConfirm() {
-  std::vector<std::optional<TunedParameters>> candidates = {start_, threshold_best_};
+  std::vector<TunedParameters> candidates = {start_, threshold_best_};
   // Stable: of equal scores, the cycle time tried first.
   std::stable_sort(cycle_scores_.begin(), cycle_scores_.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -166,10 +169,9 @@ void Autotuner::StartConfirm() {
     candidates.push_back(cycle_scores_[i].second);
   }
   for (const auto& candidate : candidates) {
-    if (candidate && std::find(confirm_.begin(), confirm_.end(), *candidate) == confirm_.end() &&
-        std::any_of(scores_.begin(), scores_.end(),
-                    [&](const auto& entry) { return entry.first == *candidate; })) {
-      confirm_.push_back(*candidate);
+    if (std::find(confirm_.begin(), confirm_.end(), candidate) == confirm_.end() &&
+        ScoresOf(candidate)) {
+      confirm_.push_back(candidate);
     }
   }
   if (confirm_.size() < 2) return Finish();  // nothing to choose between
@@ -181,16 +183,13 @@ void Autotuner::StartConfirm() {
 void Autotuner::Finish() {
   double best_median = -1;
   for (const TunedParameters& values : confirm_) {
-    for (const auto& [measured, scores] : scores_) {
-      if (!(measured == values)) continue;
-      std::vector<double> sorted = scores;
-      std::sort(sorted.begin(), sorted.end());
-      const size_t n = sorted.size();
-      const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-      if (median > best_median) {
-        best_median = median;
-        best_ = values;
-      }
+    std::vector<double> sorted = *ScoresOf(values);  // each was measured (StartConfirm)
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    if (median > best_median) {
+      best_median = median;
+      best_ = values;
     }
   }
   if (best_median >= 0) best_score_ = best_median;

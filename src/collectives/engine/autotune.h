@@ -73,6 +73,8 @@ class Autotuner {
   void EndSample(double score);
   // Whether the current values scored best so far (then they are the best); every score is kept.
   bool Keep(double score);
+  // The scores of `values` so far; null when they were not measured.
+  std::vector<double>* ScoresOf(const TunedParameters& values);
   // The confirmation's candidates into confirm_, the first of them on.
   void StartConfirm();
   // The confirmed candidate with the best median score becomes the best; the search ends.
@@ -89,10 +91,9 @@ class Autotuner {
   size_t candidate_ = 0;  // index into the phase's candidates
   // Every candidate measured, with its scores (bytes per second), in the order first measured.
   std::vector<std::pair<TunedParameters, std::vector<double>>> scores_;
-  // The threshold phase's best candidate by its score, and the cycle phase's candidates with
-  // theirs (the configured cycle time is the threshold phase's).
-  std::optional<TunedParameters> threshold_best_;
-  double threshold_best_score_ = -1;
+  // The threshold phase's best candidate, and the cycle phase's candidates with their scores (the
+  // configured cycle time is the threshold phase's).
+  TunedParameters threshold_best_;
   std::vector<std::pair<double, TunedParameters>> cycle_scores_;
   std::vector<TunedParameters> confirm_;
   int samples_ = 0;  // warmup samples taken

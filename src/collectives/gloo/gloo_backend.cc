@@ -98,7 +98,7 @@ GlooBackend::~GlooBackend() {
   mesh_.reset();  // the rendezvous client says goodbye before rank 0's server goes away
 }
 
-bool GlooBackend::DoAllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype,
+bool GlooBackend::DoAllreducePieces(std::span<const AllreducePiece> pieces, DType dtype,
                                     Reduction how, double scale) {
   if (!groups_ || !groups_->one_host()) return false;
   GroupsCall("allreduce", [&] { groups_->AllreducePieces(pieces, dtype, how, scale); });

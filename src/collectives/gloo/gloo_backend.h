@@ -68,7 +68,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   // Through the host groups where they are set up, over gloo otherwise (gloo_backend.cc).
   void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) override;
   // Every rank on this host: through the shared memory segment, no fusion buffer.
-  bool DoAllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, Reduction how,
+  bool DoAllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, Reduction how,
                          double scale) override;
   void DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override;
   void DoBroadcast(void* data, size_t bytes, int root) override;

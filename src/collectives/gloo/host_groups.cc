@@ -52,8 +52,8 @@ void HostGroups::Alltoallv(const void* in, const std::vector<size_t>& send_bytes
   local_->Alltoallv(in, send_bytes, out, recv_bytes);
 }
 
-void HostGroups::AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype,
-                                 Reduction how, double scale) {
+void HostGroups::AllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, Reduction how,
+                                 double scale) {
   if (!one_host() || !local_) {
     throw InvalidArgument("a fused allreduce in place needs every rank on one host");
   }

@@ -74,7 +74,7 @@ class HostGroups {
                  const std::vector<size_t>& recv_bytes);
 
   // ShmGroup::AllreducePieces; only where every rank shares this host (one_host()).
-  void AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, Reduction how,
+  void AllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, Reduction how,
                        double scale);
 
   // See ShmGroup::Abandon; nothing for a host of one rank.

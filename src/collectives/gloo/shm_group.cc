@@ -314,7 +314,8 @@ void ShmGroup::Abandon(const std::string& reason) {
 }
 
 void ShmGroup::Allreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) {
-  AllreducePieces({AllreducePiece{in, out, count}}, dtype, how, 1.0);
+  const AllreducePiece whole{in, out, count};
+  AllreducePieces({&whole, 1}, dtype, how, 1.0);
 }
 
 namespace {
@@ -322,7 +323,7 @@ namespace {
 // Walks the pieces of a fused allreduce in order, as if they were one array.
 class PieceWalk {
  public:
-  PieceWalk(const std::vector<AllreducePiece>& pieces, size_t element)
+  PieceWalk(std::span<const AllreducePiece> pieces, size_t element)
       : pieces_(pieces), element_(element) {}
 
   // The next `bytes` of the pieces' inputs into `to`.
@@ -358,7 +359,7 @@ class PieceWalk {
     }
   }
 
-  const std::vector<AllreducePiece>& pieces_;
+  std::span<const AllreducePiece> pieces_;
   const size_t element_;
   size_t piece_ = 0;
   size_t at_ = 0;  // bytes of pieces_[piece_] walked
@@ -366,8 +367,8 @@ class PieceWalk {
 
 }  // namespace
 
-void ShmGroup::AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype,
-                               Reduction how, double scale) {
+void ShmGroup::AllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, Reduction how,
+                               double scale) {
   const Deadline deadline(options_.timeout);
   const size_t element = DTypeSize(dtype);
   size_t count = 0;

@@ -86,7 +86,7 @@ class ShmGroup {
   // The pieces' allreduce (allreduce_piece.h) as one array, each result times `scale`: every
   // piece is copied once into this rank's slot and once back, no fusion buffer between, and each
   // rank scales only the share it sums.
-  void AllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, Reduction how,
+  void AllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, Reduction how,
                        double scale);
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);
   void Broadcast(void* data, size_t bytes, int root);

@@ -257,7 +257,7 @@ class MpiBackend final : public Communicator {
     }
   }
 
-  bool DoAllreducePieces(const std::vector<AllreducePiece>& pieces, DType dtype, Reduction how,
+  bool DoAllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, Reduction how,
                          double scale) override {
     if (!shm_) return false;
     Shared([&] { shm_->AllreducePieces(pieces, dtype, how, scale); });
