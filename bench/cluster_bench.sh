@@ -44,8 +44,8 @@
 # fusion threshold, one at a time, no interruption, nothing else lost.
 # The size thresholds that decide how keys are placed and cut scale with the model, so that the
 # scaled model is placed as the full one would be: MXNET_KVSTORE_BIGARRAY_BOUND (10^6 elements),
-# DTRAIN_PARTITION_BYTES (512 KiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale; so does the
-# allreduce modes' HOROVOD_FUSION_THRESHOLD, from 10 MiB (not Horovod's 64 MiB: a smaller fusion
+# DTRAIN_PARTITION_BYTES (512 KiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale; so do the
+# allreduce modes' DTRAIN_MPI_RING_BYTES (1 MiB) and HOROVOD_FUSION_THRESHOLD, from 10 MiB (not Horovod's 64 MiB: a smaller fusion
 # buffer lets the first layers' gradients overtake the backlog sooner; docs/performance.md).
 #
 #   bash bench/cluster_bench.sh                  # every mode, N = 1 2 4 8 (needs root)
@@ -133,7 +133,8 @@ done
 scaled() { awk -v v="$1" -v s="$scale" -v least="$2" 'BEGIN { x = int(v * s); print (x < least ? least : x) }'; }
 thresholds=(--env "MXNET_KVSTORE_BIGARRAY_BOUND:$(scaled 1000000 1)"
   --env "DTRAIN_PARTITION_BYTES:$(scaled 524288 4096)" --env "DTRAIN_CHUNK_BYTES:$(scaled 4194304 4096)"
-  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)")
+  --env "HOROVOD_FUSION_THRESHOLD:$(scaled 10485760 4096)"
+  --env "DTRAIN_MPI_RING_BYTES:$(scaled 1048576 4096)")
 link_env=(--env "DTRAIN_TCP_SNDBUF:$tcp_sndbuf")  # every job, training included
 fusion_bytes=$(scaled 10485760 4096)  # batch_ms's: the threshold the allreduce modes run with
 for setting in ${extra_env[@]+"${extra_env[@]}"}; do

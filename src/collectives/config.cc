@@ -56,6 +56,7 @@ CollectivesConfig CollectivesConfig::FromConfig(const Config& config) {
   c.node_host = config.node_host;
   c.gloo_algorithm = a.gloo_algorithm;
   c.shared_memory = a.gloo_shared_memory;
+  c.mpi_ring_bytes = a.mpi_ring_bytes;
   c.elastic = a.elastic;
   c.elastic_timeout = a.elastic_timeout;
   c.report_address = config.report_address;
@@ -99,6 +100,8 @@ std::string CollectivesConfig::Describe() const {
         << " DTRAIN_GLOO_FILE_STORE=" << file_store_dir
         << " DMLC_INTERFACE=" << interface << " DMLC_NODE_HOST=" << node_host
         << " DTRAIN_GLOO_ALGORITHM=" << gloo_algorithm << " DTRAIN_GLOO_SHM=" << shared_memory;
+  } else {
+    out << " DTRAIN_GLOO_SHM=" << shared_memory << " DTRAIN_MPI_RING_BYTES=" << mpi_ring_bytes;
   }
   out << " DTRAIN_FUSION_THRESHOLD_BYTES=" << fusion_threshold_bytes
       << " DTRAIN_CYCLE_TIME_MS=" << static_cast<double>(cycle_time.count()) / 1000.0

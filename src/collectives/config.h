@@ -37,6 +37,10 @@ struct CollectivesConfig : CollectiveTuning {
   // (host_groups.h). Not with an explicit DTRAIN_GLOO_ALGORITHM, which asks for gloo's. Under MPI:
   // when every rank shares one host, they exchange through such a segment instead of MPI.
   bool shared_memory = true;
+  // DTRAIN_MPI_RING_BYTES: under MPI, the smallest allreduce across hosts that goes around
+  // dtrain's own ring of MPI point-to-point messages (mpi/mpi_ring.h) instead of MPI_Allreduce;
+  // 0: none does.
+  size_t mpi_ring_bytes = size_t{1} << 20;
   // DTRAIN_JOB_SECRET: the rendezvous store's connections authenticate with it (auth/job_auth.h).
   // Never printed.
   std::string job_secret;

@@ -195,6 +195,29 @@ TEST(MpiJob, FourRanksExact) {
   ExpectAllSucceed(*job, "exact OK", 4);
 }
 
+// Without the shared memory segment (as across hosts), allreduces of DTRAIN_MPI_RING_BYTES or
+// more go around dtrain's segmented ring over MPI point-to-point (mpi_ring.h); 1 sends every one
+// there, of every dtype and reduction, up to 16 MB in 256 KB segments (several windows of them).
+void ExpectRingExact(int n, int64_t max_elements) {
+  TempDir dir;
+  auto job =
+      StartMpi(dir, n, Exact(max_elements),
+               {{"DTRAIN_GLOO_SHM", "0"}, {"DTRAIN_MPI_RING_BYTES", "1"}, {"PS_VERBOSE", "1"}});
+  ExpectAllSucceed(*job, "exact OK", n);
+  const std::string out = job->Output();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(out.find("rank " + std::to_string(r) +
+                       " sends allreduces of 1 bytes or more around "
+                       "dtrain's ring over MPI"),
+              std::string::npos)
+        << out;
+  }
+}
+
+TEST(MpiJob, TwoRanksExactAroundDtrainsRing) { ExpectRingExact(2, int64_t{1} << 22); }
+TEST(MpiJob, ThreeRanksExactAroundDtrainsRing) { ExpectRingExact(3, int64_t{1} << 20); }
+TEST(MpiJob, FourRanksExactAroundDtrainsRing) { ExpectRingExact(4, 65539); }
+
 // --- fusion and compression --------------------------------------------------------------------
 
 // "fusion OK: tensors=100 data_calls=N": 100 allreduces submitted together must share calls. A

@@ -20,18 +20,23 @@
 // a host with as many ranks as cores the polling took the training's CPU (LeNet over Open MPI
 // trained at 0.70-0.77x PyTorch DDP on 2 cores, over Gloo's shared memory 1.14-1.26x). MPI still
 // starts the job, names the ranks and reaches other hosts.
+//
+// Across hosts an allreduce of DTRAIN_MPI_RING_BYTES or more goes around a segmented ring of
+// MPI point-to-point messages (mpi_ring.h says why: Open MPI's allreduce used half of a TCP link).
 #include <mpi.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <iterator>
 #include <string>
 
 #include "collectives/backend.h"
 #include "collectives/config.h"
 #include "collectives/gloo/shm_group.h"
+#include "collectives/mpi/mpi_ring.h"
 #include "common/elementwise.h"
 #include "common/logging.h"
 #include "dtrain/common/error.h"
@@ -81,7 +86,9 @@ constexpr size_t kMaxCount = size_t{1} << 30;
 class MpiBackend final : public Communicator {
  public:
   explicit MpiBackend(const CollectivesConfig& config)
-      : shared_memory_(config.shared_memory), timeout_(config.collective_timeout) {
+      : shared_memory_(config.shared_memory),
+        ring_bytes_(config.mpi_ring_bytes),
+        timeout_(config.collective_timeout) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -117,13 +124,18 @@ class MpiBackend final : public Communicator {
     MPI_Group_free(&everyone);
     Check(code, "MPI_Comm_create_group");
     return std::unique_ptr<Communicator>(
-        new MpiBackend(comm, thread_level_, shared_memory_, timeout_));
+        new MpiBackend(comm, thread_level_, shared_memory_, ring_bytes_, timeout_));
   }
 
  private:
   // A process set's communicator, made by Subset.
-  MpiBackend(MPI_Comm comm, int thread_level, bool shared_memory, Duration timeout)
-      : shared_memory_(shared_memory), timeout_(timeout), thread_level_(thread_level), comm_(comm) {
+  MpiBackend(MPI_Comm comm, int thread_level, bool shared_memory, size_t ring_bytes,
+             Duration timeout)
+      : shared_memory_(shared_memory),
+        ring_bytes_(ring_bytes),
+        timeout_(timeout),
+        thread_level_(thread_level),
+        comm_(comm) {
     Start();
   }
 
@@ -145,6 +157,10 @@ class MpiBackend final : public Communicator {
     DTRAIN_LOG(kConnections) << "collectives: MPI rank " << rank_ << " of " << size_ << " (local "
                              << local_rank_ << " of " << local_size_ << ")";
     if (size_ > 1) SetUpSharedMemory();
+    if (size_ > 1 && !shm_ && ring_bytes_ > 0) {
+      DTRAIN_LOG(kConnections) << "collectives: rank " << rank_ << " sends allreduces of "
+                               << ring_bytes_ << " bytes or more around dtrain's ring over MPI";
+    }
   }
 
   // Whether every rank wants the segment (DTRAIN_GLOO_SHM), shares this host and this pid
@@ -230,6 +246,13 @@ class MpiBackend final : public Communicator {
  protected:
   void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) override {
     if (shm_) return Shared([&] { shm_->Allreduce(in, out, count, dtype, how); });
+    const size_t element = DTypeSize(dtype);
+    if (ring_bytes_ > 0 && size_ > 1 && count * element >= ring_bytes_) {
+      if (in != out) std::memcpy(out, in, count * element);
+      MpiRingAllreduce(comm_, out, count, dtype, how, MpiRingOptions{}, &ring_scratch_,
+                       [this](int code, const char* call) { Check(code, call); });
+      return;
+    }
     MPI_Datatype type = MPI_FLOAT;
     MPI_Op op = BuiltInOp(how);
     switch (dtype) {
@@ -247,7 +270,6 @@ class MpiBackend final : public Communicator {
         op = bfloat16_ops_[static_cast<size_t>(how)];
         break;
     }
-    const size_t element = DTypeSize(dtype);
     for (size_t done = 0; done < count;) {
       const size_t n = std::min(count - done, kMaxCount);
       char* o = static_cast<char*>(out) + done * element;
@@ -340,7 +362,9 @@ class MpiBackend final : public Communicator {
   }
 
   const bool shared_memory_;  // DTRAIN_GLOO_SHM
-  const Duration timeout_;    // of one collective through the segment
+  const size_t ring_bytes_;   // DTRAIN_MPI_RING_BYTES
+  std::vector<char> ring_scratch_;
+  const Duration timeout_;  // of one collective through the segment
   std::unique_ptr<ShmGroup> shm_;
   bool owns_mpi_ = false;
   int thread_level_ = MPI_THREAD_SINGLE;

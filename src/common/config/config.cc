@@ -96,6 +96,9 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
                               {"auto", "ring", "ring_chunked", "halving_doubling", "bcube"})
                          .value_or("");
   if (auto v = r.Boolean("DTRAIN_GLOO_SHM")) a.gloo_shared_memory = *v;
+  if (auto v = r.Integer("DTRAIN_MPI_RING_BYTES", 0, int64_t{1} << 40)) {
+    a.mpi_ring_bytes = static_cast<size_t>(*v);
+  }
   if (auto v = r.Boolean("DTRAIN_ELASTIC")) a.elastic = *v;
   if (auto v = r.Integer("DTRAIN_ELASTIC_TIMEOUT_S", 1, 1 << 24))
     a.elastic_timeout = Duration(*v * 1000);

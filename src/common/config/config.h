@@ -78,6 +78,9 @@ struct AllreduceSettings {
   std::string gloo_file_store;     // DTRAIN_GLOO_FILE_STORE
   std::string gloo_algorithm;      // DTRAIN_GLOO_ALGORITHM ("" = auto)
   bool gloo_shared_memory = true;  // DTRAIN_GLOO_SHM
+  // DTRAIN_MPI_RING_BYTES: under MPI, an allreduce across hosts of at least this many bytes goes
+  // around dtrain's segmented ring over MPI point-to-point (mpi/mpi_ring.h); 0: MPI_Allreduce.
+  size_t mpi_ring_bytes = size_t{1} << 20;
   // DTRAIN_ELASTIC=1 (set by `dtrain launch --host-discovery-script`): the launcher assigns the
   // rank and the job's size at every Init (collectives/elastic), not DTRAIN_NODE_RANK.
   bool elastic = false;

@@ -83,6 +83,7 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_GLOO_FILE_STORE"},
     Variable{"DTRAIN_GLOO_ALGORITHM"},
     Variable{"DTRAIN_GLOO_SHM"},
+    Variable{"DTRAIN_MPI_RING_BYTES"},
     Variable{"DTRAIN_ELASTIC", true},
     Variable{"DTRAIN_ELASTIC_TIMEOUT_S", true},
     Variable{"HOROVOD_GPU_OPERATIONS"},
