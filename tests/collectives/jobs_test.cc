@@ -356,6 +356,19 @@ TEST(MpiJob, ARankThatDiesEndsTheJobNamingIt) {
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
 }
 
+// The same while every allreduce goes around dtrain's ring (as across hosts): its waits are
+// MPI's, and the job still ends, naming the rank.
+TEST(MpiJob, ARankThatDiesAroundTheRingEndsTheJobNamingIt) {
+  TempDir dir;
+  auto job = StartMpi(dir, 3, {"--scenario", "die", "--pid-dir", dir.path()},
+                      {{"DTRAIN_GLOO_SHM", "0"}, {"DTRAIN_MPI_RING_BYTES", "1"}});
+  KillRankMidJob(dir, 1, *job);
+  const auto codes = job->Wait();
+  const std::string out = job->Output();
+  EXPECT_NE(codes[0], 0) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+}
+
 TEST(GlooJob, AStallIsReportedNamingTheMissingRankAndTensor) {
   TempDir dir;
   auto job = StartGloo(dir, 2, {"--scenario", "stall", "--late-rank", "1"},
