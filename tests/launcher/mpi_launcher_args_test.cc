@@ -91,11 +91,28 @@ TEST(MpirunCommand, LocalJobOversubscribesAndPassesVariablesByName) {
   r.forwarded = {"PATH", "LD_LIBRARY_PATH"};
   EXPECT_EQ(MpirunCommand(r),
             (std::vector<std::string>{
-                "/usr/bin/mpirun", "--tag-output", "--oversubscribe", "-np", "3", "-x", "PATH",
-                "-x", "LD_LIBRARY_PATH", "-x", "DMLC_ROLE", "-x", "A", "/bin/sh", "-c",
+                "/usr/bin/mpirun",
+                "--tag-output",
+                "--bind-to",
+                "none",
+                "--oversubscribe",
+                "-np",
+                "3",
+                "-x",
+                "PATH",
+                "-x",
+                "LD_LIBRARY_PATH",
+                "-x",
+                "DMLC_ROLE",
+                "-x",
+                "A",
+                "/bin/sh",
+                "-c",
                 "DTRAIN_NODE_RANK=${OMPI_COMM_WORLD_RANK:?}; export DTRAIN_NODE_RANK; \"$@\"; "
                 "s=$?; [ \"$s\" -eq 0 ] || echo \"dtrain-task-exit-status: $s\" >&2; exit \"$s\"",
-                "dtrain-task", "python", "train.py"}));
+                "dtrain-task",
+                "python",
+                "train.py"}));
 }
 
 // The task wrapper as mpirun runs it: rank from OMPI_COMM_WORLD_RANK, the command's arguments
@@ -133,9 +150,9 @@ TEST(MpirunCommand, HostfileAsRootSpreadsServersOverHosts) {
   r.hostfile = "/tmp/hosts";
   r.as_root = true;
   const std::vector<std::string> argv = MpirunCommand(r);
-  EXPECT_THAT(std::vector<std::string>(argv.begin(), argv.begin() + 9),
-              ElementsAre("mpirun", "--tag-output", "--allow-run-as-root", "--hostfile",
-                          "/tmp/hosts", "--map-by", "node", "-np", "2"));
+  EXPECT_THAT(std::vector<std::string>(argv.begin(), argv.begin() + 11),
+              ElementsAre("mpirun", "--tag-output", "--bind-to", "none", "--allow-run-as-root",
+                          "--hostfile", "/tmp/hosts", "--map-by", "node", "-np", "2"));
   // Workers fill each host's slots in order: no --map-by.
   r.tasks.role = Role::kWorker;
   const std::vector<std::string> workers = MpirunCommand(r);

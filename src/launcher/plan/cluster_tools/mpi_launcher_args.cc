@@ -6,7 +6,7 @@
 namespace dtrain::launcher {
 
 std::vector<std::string> MpirunCommand(const MpirunRequest& request) {
-  std::vector<std::string> argv = {request.mpirun, "--tag-output"};
+  std::vector<std::string> argv = {request.mpirun, "--tag-output", "--bind-to", "none"};
   if (request.as_root) argv.push_back("--allow-run-as-root");
   if (request.hostfile) {
     argv.insert(argv.end(), {"--hostfile", *request.hostfile});

@@ -4,7 +4,8 @@
 // One mpirun per role (as dmlc-core's mpi tracker runs one for the servers and one for the
 // workers), each a single-program job of K tasks:
 //
-//   mpirun --tag-output [--allow-run-as-root] (--oversubscribe | --hostfile FILE [--map-by node])
+//   mpirun --tag-output --bind-to none [--allow-run-as-root]
+//          (--oversubscribe | --hostfile FILE [--map-by node])
 //          -np K -x NAME... /bin/sh -c 'DTRAIN_NODE_RANK=$OMPI_COMM_WORLD_RANK ...' COMMAND
 //
 // so that a task's MPI rank is its rank in its role, mpirun's slots apply to each role as the
@@ -12,6 +13,10 @@
 // -s 0 the workers alone are a plain `mpirun -np N COMMAND`, the Horovod way.
 //   - --tag-output: every piece of a task's output comes as "[JOB,RANK]<stdout>:...", which the
 //     launcher turns back into "[worker RANK] ..." lines (mpi_output.h).
+//   - --bind-to none, as horovodrun passes it: with 2 tasks or fewer Open MPI binds each to one
+//     core, where its training, its engine thread and its data loading then take turns (the MNIST
+//     example across 2 emulated hosts ran at half this machine's CPU and 0.6x Horovod's mpirun
+//     with it; both hosts' ranks were bound to core 0).
 //   - --allow-run-as-root only when the launcher runs as root: mpirun refuses root without it.
 //   - no hostfile: every task on this machine, as many as asked (--oversubscribe), as the local
 //     backend does. With one: our `host[:slots]` lines become OpenMPI's `host slots=N`; servers
