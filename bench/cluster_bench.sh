@@ -30,6 +30,12 @@
 #                        line per size with median_ms and link_ms, a ring's bytes through a link
 #                        (2 (N-1)/N of the tensor) at --link-mbit; wire_ms at the rate the `wire`
 #                        mode reached, when it ran first
+#   hvd_mnist_dtrain, hvd_mnist_horovod, and their _mpi   real training, not emulated: the
+#                        MNIST example (examples/python/horovod_mnist.py, Fashion-MNIST, batch 32 a
+#                        rank; for Horovod only its import line switched), --mnist-batches batches
+#                        of one epoch and the test set, with every threshold at its default (the
+#                        model is real, not scaled); samples_per_s sums the ranks' rates, and
+#                        test_acc is the ranks' average. The CPU of this one machine bounds these
 #   train_lenet          real training, not emulated: dtrain-train, LeNet on Fashion-MNIST, one
 #   train_mlp            epoch (--train-batch per worker), dist_sync with S = N, a server on each
 #                        worker's host; prints samples_per_s (all workers) and test_acc. The CPU
@@ -81,6 +87,7 @@ scale=0.1
 compute_ms=200
 steps=5
 allreduce_kb=4,1024,16384
+mnist_batches=300
 wire_mbit=""  # the wire mode's slowest receiver, once it has run
 train_batch=64
 extra_env=()
@@ -100,6 +107,7 @@ while (($#)); do
     --compute-ms) compute_ms=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --allreduce-kb) allreduce_kb=$2; shift 2 ;;
+    --mnist-batches) mnist_batches=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --env) extra_env+=(--env "$2"); shift 2 ;;
     --sysctl) sysctls+=("$2"); shift 2 ;;
@@ -243,12 +251,12 @@ mkdir -p "$dir/bin"
 printf '#!/bin/sh\nexec /usr/bin/ssh -F %s "$@"\n' "$dir/ssh_config" >"$dir/bin/ssh"
 chmod +x "$dir/bin/ssh"
 horovod_python=""
-if [[ " $modes " =~ \ hvd_(step|allreduce)_horovod ]]; then
+if [[ " $modes " =~ \ hvd_(step|allreduce|mnist)_horovod ]]; then
   code=0
   horovod_python=$(bash bench/horovod_venv.sh | tail -n 1) || code=$?
   if ((code == 77)); then
     echo "cluster_bench: real Horovod skipped: PyPI cannot be reached to build it" >&2
-    modes=$(tr ' ' '\n' <<<"$modes" | grep -Ev '^hvd_(step|allreduce)_horovod' | tr '\n' ' ')
+    modes=$(tr ' ' '\n' <<<"$modes" | grep -Ev '^hvd_(step|allreduce|mnist)_horovod' | tr '\n' ' ')
   elif ((code != 0)); then
     exit 1
   fi
@@ -287,7 +295,7 @@ run_case() {  # MODE N
     dist_sync_1server) s=1; layout=separate; hosts_needed=$((n + 1)); kvstore=dist_sync ;;
     dist_sync_separate) s=$n; layout=separate; hosts_needed=$((2 * n)); kvstore=dist_sync ;;
     dist_sync_2to1) s=$((2 * n)); layout=separate; hosts_needed=$((3 * n)); kvstore=dist_sync ;;
-    horovod_gloo | horovod_mpi | ddp | hvd_step_* | hvd_allreduce_*)
+    horovod_gloo | horovod_mpi | ddp | hvd_step_* | hvd_allreduce_* | hvd_mnist_*)
       s=0; layout=ring; kvstore=horovod; per_host=$ranks_per_host
       if ((n % per_host)); then
         echo "cluster_bench: $mode with $n workers skipped: not a multiple of --ranks-per-host" >&2
@@ -300,8 +308,24 @@ run_case() {  # MODE N
   read -r busy0 total0 < <(cpu_ticks)
   local out step=(--model "$model" --scale "$scale" --compute-ms "$compute_ms" --steps "$steps"
     --warmup 1 --link-mbit "$link_mbit" --ranks-per-host "$per_host")
+  local tuned=("${thresholds[@]}") fusion=$fusion_bytes
   if [[ $mode == ddp ]]; then
     step=(python3 "$PWD/bench/ddp_step.py" --step-bench "$step_bench" "${step[@]}")
+  elif [[ $mode == hvd_mnist_* ]]; then
+    local script=$PWD/examples/python/horovod_mnist.py python=python3
+    if [[ $mode == hvd_mnist_horovod* ]]; then
+      script=$dir/horovod_mnist_real_horovod.py python=$horovod_python
+      # Its module beside it (fashion_mnist) found from where the copy is.
+      sed -e 's/^import dtrain.torch as hvd$/import horovod.torch as hvd/' \
+        -e "/^from fashion_mnist/i import sys; sys.path.insert(0, \"$PWD/examples/python\")" \
+        examples/python/horovod_mnist.py >"$script"
+    fi
+    step=("$python" "$script" --epochs 1 --max-batches "$mnist_batches"
+      --log-interval "$((mnist_batches < 50 ? mnist_batches : 50))")
+    # The real model: every threshold at its default. One thread of torch and of OpenBLAS a rank
+    # (the example sets torch's; OpenBLAS's idle threads spin in sched_yield, which took 40% of
+    # this machine's CPU from two ranks), as bench/horovod_bench.py runs it on one host.
+    tuned=(--env OMP_NUM_THREADS:1 --env OPENBLAS_NUM_THREADS:1) fusion=$((64 << 20))
   elif [[ $mode == hvd_allreduce_* ]]; then
     local impl=${mode#hvd_allreduce_} python=python3
     impl=${impl%_mpi}
@@ -317,9 +341,10 @@ run_case() {  # MODE N
     step=("$step_bench" --kvstore "$kvstore" --layout "$layout" "$overlap" "${step[@]}")
   fi
   local launcher=(--launcher ssh --ssh-opts "-F $dir/ssh_config" --env DTRAIN_COLLECTIVES:gloo
-    "${thresholds[@]}" "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
+    ${tuned[@]+"${tuned[@]}"} "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
   if [[ $mode == *_mpi ]]; then
-    launcher=(--launcher mpi "${thresholds[@]}" "${link_env[@]}" ${extra_env[@]+"${extra_env[@]}"})
+    launcher=(--launcher mpi ${tuned[@]+"${tuned[@]}"} "${link_env[@]}"
+      ${extra_env[@]+"${extra_env[@]}"})
     # mpirun starts its daemons over our ssh and keeps its own traffic on the bridge.
     export OMPI_MCA_plm_rsh_agent="ssh -F $dir/ssh_config" OMPI_MCA_btl_tcp_if_include=$bridge
     export OMPI_MCA_oob_tcp_if_include=$bridge OMPI_MCA_btl=self,tcp
@@ -328,14 +353,15 @@ run_case() {  # MODE N
     --interface "$bridge" --no-summary)
   [[ $mode == hvd_*_dtrain* ]] && job+=(--env "PYTHONPATH:$build/python")
   job+=(--)
-  if [[ $mode == hvd_step_horovod || $mode == hvd_allreduce_horovod ]]; then
+  if [[ $mode == hvd_*_horovod ]]; then
     # horovodrun reaches the hosts with `ssh`: ours, with this cluster's config.
-    job=(env PATH="$dir/bin:$PATH" HOROVOD_FUSION_THRESHOLD="$fusion_bytes"
+    job=(env PATH="$dir/bin:$PATH" HOROVOD_FUSION_THRESHOLD="$fusion" OMP_NUM_THREADS=1
+      OPENBLAS_NUM_THREADS=1
       "$(dirname "$horovod_python")/horovodrun" --gloo -np "$n" -H "$(horovod_hosts "$n" "$per_host")"
       --network-interface "$bridge")
-  elif [[ $mode == hvd_step_horovod_mpi || $mode == hvd_allreduce_horovod_mpi ]]; then
+  elif [[ $mode == hvd_*_horovod_mpi ]]; then
     job=(mpirun -np "$n" -H "$(horovod_hosts "$n" "$per_host")" --bind-to none --allow-run-as-root
-      -x OMP_NUM_THREADS=1 -x HOROVOD_FUSION_THRESHOLD="$fusion_bytes")
+      -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x HOROVOD_FUSION_THRESHOLD="$fusion")
   fi
   run_job 600 "$dir/case.out" "$dir/case.log" "${job[@]}" "${step[@]}" || {
     echo "cluster_bench: $mode with $n workers failed:" >&2
@@ -345,6 +371,22 @@ run_case() {  # MODE N
   local cpu
   cpu=$(cpu_busy_since "$busy0" "$total0")
   out=$(cat "$dir/case.out")
+  if [[ $mode == hvd_mnist_* ]]; then
+    python3 - "$mode" "$n" "$cpu" "$link_mbit" "$dir/case.out" <<'PY'
+import json, re, sys
+mode, n, cpu, link, path = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+text = open(path).read()
+speeds = re.findall(r"Speed: ([\d.]+) samples/sec", text)
+acc = re.findall(r"Test_acc ([\d.]+)", text)
+if len(speeds) < n or not acc:
+    sys.exit("cluster_bench: %s printed no speed or accuracy:\n%s" % (mode, text[-2000:]))
+last = [float(s) for s in speeds[-n:]]  # every rank's last line: its rate over the whole run
+print(json.dumps(dict(case=mode, workers=n, link_mbit=link, samples_per_s=round(sum(last), 1),
+                      samples_per_s_rank=round(sum(last) / n, 1), test_acc=float(acc[-1]),
+                      cpu_busy=cpu)))
+PY
+    return 0
+  fi
   if [[ $mode == hvd_allreduce_* ]]; then
     grep -o '{"impl".*}' <<<"$out" | python3 -c '
 import json, sys

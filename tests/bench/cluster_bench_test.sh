@@ -2,7 +2,9 @@
 # bench/cluster_bench.sh end to end on a tiny case, then bench/plot_cluster.py on what it printed:
 # two namespace hosts with sshd, the wire probe, dist_sync and horovod over Gloo with 1 and 2
 # workers on LeNet's shapes, horovod over Gloo with 4 workers two a host, and Horovod's allreduce
-# loop from Python (hvd_allreduce_dtrain) against the wire's rate; every line must be
+# loop from Python over Gloo and over Open MPI (hvd_allreduce_dtrain and _mpi, whose 2 MB goes
+# around dtrain's ring over MPI) against the wire's rate, and a few batches of the MNIST example
+# under mpirun across the hosts (hvd_mnist_dtrain_mpi); every line must be
 # there with sane numbers, and the plot a PNG. Then a Ctrl-C in the middle of a job: the bench must
 # stop within seconds, leaving no namespace and no process behind.
 # Skipped (77) where namespaces cannot be made (not root). Usage: cluster_bench_test.sh BUILD_DIR
@@ -56,15 +58,18 @@ assert d["step_ms"] >= 20 and 0 < d["efficiency"] <= 1.01, d
 assert "ideal_ms" not in d, d  # the ideal schedule models one worker a host
 PY
 # Horovod's allreduce loop from Python (dtrain's) across the two hosts, against the wire's rate.
-timeout 300 bash bench/cluster_bench.sh --build "$build" --workers 2 --modes "wire hvd_allreduce_dtrain" \
-  --allreduce-kb 4,2048 --steps 3 --link-mbit 200 >"$out/allreduce.jsonl"
+timeout 300 bash bench/cluster_bench.sh --build "$build" --workers 2 \
+  --modes "wire hvd_allreduce_dtrain hvd_allreduce_dtrain_mpi hvd_mnist_dtrain_mpi" \
+  --allreduce-kb 4,2048 --steps 3 --link-mbit 200 --mnist-batches 3 >"$out/allreduce.jsonl"
 cat "$out/allreduce.jsonl"
 python3 - "$out/allreduce.jsonl" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 wire = [d for d in lines if d["case"] == "wire"][0]
-loops = [d for d in lines if d["case"] == "hvd_allreduce_dtrain"]
-assert [(d["workers"], d["kb"]) for d in loops] == [(2, 4), (2, 2048)], loops
+loops = [d for d in lines if d["case"].startswith("hvd_allreduce_dtrain")]
+assert [(d["case"], d["workers"], d["kb"]) for d in loops] == [
+    ("hvd_allreduce_dtrain", 2, 4), ("hvd_allreduce_dtrain", 2, 2048),
+    ("hvd_allreduce_dtrain_mpi", 2, 4), ("hvd_allreduce_dtrain_mpi", 2, 2048)], loops
 for d in loops:
     assert d["wire_mbit"] == wire["achieved_mbit"], (d, wire)
     # 2 hosts: each sends half the tensor and receives the other half's sum: 1x its bytes a link.
@@ -75,6 +80,9 @@ for d in loops:
     assert d["median_ms"] > 0, d
     if d["kb"] == 2048:
         assert 0.1 < d["link_efficiency"] <= 2048 / 1792 + 0.02, d
+mnist = [d for d in lines if d["case"] == "hvd_mnist_dtrain_mpi"]
+assert [d["workers"] for d in mnist] == [2], lines
+assert mnist[0]["samples_per_s"] > 0 and 0 < mnist[0]["test_acc"] <= 1, mnist
 PY
 python3 bench/plot_cluster.py "$out/results.jsonl" -o "$out/cluster.png"
 python3 - "$out/cluster.png" <<'PY'
