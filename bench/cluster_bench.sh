@@ -51,8 +51,9 @@
 # The size thresholds that decide how keys are placed and cut scale with the model, so that the
 # scaled model is placed as the full one would be: MXNET_KVSTORE_BIGARRAY_BOUND (10^6 elements),
 # DTRAIN_PARTITION_BYTES (512 KiB) and DTRAIN_CHUNK_BYTES (4 MiB), each times --scale; so do the
-# allreduce modes' DTRAIN_MPI_RING_BYTES (1 MiB) and HOROVOD_FUSION_THRESHOLD, from 10 MiB (not Horovod's 64 MiB: a smaller fusion
-# buffer lets the first layers' gradients overtake the backlog sooner; docs/performance.md).
+# allreduce modes' DTRAIN_MPI_RING_BYTES (1 MiB) and HOROVOD_FUSION_THRESHOLD, from 10 MiB (not
+# Horovod's 64 MiB: a smaller fusion buffer lets the first layers' gradients overtake the backlog
+# sooner; docs/performance.md).
 #
 #   bash bench/cluster_bench.sh                  # every mode, N = 1 2 4 8 (needs root)
 #   bash bench/cluster_bench.sh --quick          # N = 1 2 4: dist_sync_colocated, horovod_gloo, ddp

@@ -197,7 +197,7 @@ TEST(MpiJob, FourRanksExact) {
 
 // Without the shared memory segment (as across hosts), allreduces of DTRAIN_MPI_RING_BYTES or
 // more go around dtrain's segmented ring over MPI point-to-point (mpi_ring.h); 1 sends every one
-// there, of every dtype and reduction, up to 16 MB in 256 KB segments (several windows of them).
+// there, of every dtype and reduction, up to 16 MB in 60 KiB segments (several windows of them).
 void ExpectRingExact(int n, int64_t max_elements) {
   TempDir dir;
   auto job =

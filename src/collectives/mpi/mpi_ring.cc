@@ -14,7 +14,7 @@ namespace {
 class RingPlan {
  public:
   RingPlan(int rank, int size, size_t count, size_t element, size_t segment_bytes)
-      : rank_(rank), size_(size), count_(count), element_(element) {
+      : rank_(rank), size_(size), count_(count) {
     block_ = (count + static_cast<size_t>(size) - 1) / static_cast<size_t>(size);
     segment_ = std::max<size_t>(1, segment_bytes / element);
     segments_ = std::max<size_t>(1, (block_ + segment_ - 1) / segment_);
@@ -23,6 +23,7 @@ class RingPlan {
 
   size_t units() const { return units_; }
   size_t segments() const { return segments_; }
+  size_t segment_elements() const { return segment_; }  // of a full segment
   int Step(size_t unit) const { return static_cast<int>(unit / segments_); }
   bool Reduces(size_t unit) const { return Step(unit) < size_ - 1; }
 
@@ -58,7 +59,7 @@ class RingPlan {
   }
 
   int rank_, size_;
-  size_t count_, element_, block_ = 0, segment_ = 0, segments_ = 0, units_ = 0;
+  size_t count_, block_ = 0, segment_ = 0, segments_ = 0, units_ = 0;
 };
 
 }  // namespace
@@ -73,7 +74,7 @@ void MpiRingAllreduce(MPI_Comm comm, void* data, size_t count, DType dtype, Redu
   const size_t element = DTypeSize(dtype);
   const RingPlan plan(rank, size, count, element, options.segment_bytes);
   const auto window = static_cast<size_t>(std::max(1, options.window));
-  const size_t segment_bytes = std::max<size_t>(1, options.segment_bytes / element) * element;
+  const size_t segment_bytes = plan.segment_elements() * element;  // a scratch slot
   if (scratch->size() < window * segment_bytes) scratch->resize(window * segment_bytes);
   char* base = static_cast<char*>(data);
   const int left = (rank - 1 + size) % size, right = (rank + 1) % size;
