@@ -369,6 +369,26 @@ TEST(MpiJob, ARankThatDiesAroundTheRingEndsTheJobNamingIt) {
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
 }
 
+// A frozen rank (SIGSTOP) under MPI, without the shared memory segment (as across hosts): MPI's
+// waits have no deadline, but the engine's has (DTRAIN_COLLECTIVE_TIMEOUT_MS), so the others
+// fail their waits, leave the engine thread stuck in MPI, and mpirun ends the job, whether the
+// allreduce was MPI's own or went around dtrain's ring.
+TEST(MpiJob, AFrozenRankEndsTheJobAtTheCollectiveTimeout) {
+  for (const char* ring_bytes : {"0", "1"}) {
+    SCOPED_TRACE(std::string("DTRAIN_MPI_RING_BYTES=") + ring_bytes);
+    TempDir dir;
+    auto job = StartMpi(dir, 3, {"--scenario", "die", "--pid-dir", dir.path()},
+                        {{"DTRAIN_GLOO_SHM", "0"},
+                         {"DTRAIN_MPI_RING_BYTES", ring_bytes},
+                         {"DTRAIN_COLLECTIVE_TIMEOUT_MS", "2000"}});
+    KillRankMidJob(dir, 1, *job, "step 100", SIGSTOP);
+    const auto code = job->processes[0]->Wait(90000);
+    ASSERT_TRUE(code.has_value()) << "mpirun still waits:\n" << job->Output();
+    EXPECT_NE(*code, 0) << job->Output();
+    EXPECT_NE(job->Output().find("did not finish within 2 s"), std::string::npos) << job->Output();
+  }
+}
+
 TEST(GlooJob, AStallIsReportedNamingTheMissingRankAndTensor) {
   TempDir dir;
   auto job = StartGloo(dir, 2, {"--scenario", "stall", "--late-rank", "1"},
