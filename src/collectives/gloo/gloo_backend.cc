@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "collectives/gloo/pair_sockets.h"
 #include "common/logging.h"
 
 namespace dtrain::collectives {
@@ -31,7 +32,9 @@ GlooBackend::GlooBackend(std::shared_ptr<GlooMembership> mesh, std::vector<int> 
   try {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     context->setTimeout(config.collective_timeout);
+    const auto before = OpenSockets();
     context->connectFullMesh(*set_store_, mesh_->device);
+    members_sockets_ = NewTcpSockets(before);
     context_ = std::move(context);
   } catch (const gloo::Exception& e) {
     throw PeerError("rank " + std::to_string(global_rank_) +
@@ -56,6 +59,7 @@ GlooBackend::GlooBackend(std::unique_ptr<GlooMembership> mesh, const Collectives
   members_.resize(size_);
   std::iota(members_.begin(), members_.end(), 0);
   context_ = mesh_->context;
+  members_sockets_ = mesh_->pair_sockets;
   Start(*mesh_->store);
 }
 
@@ -109,23 +113,7 @@ void GlooBackend::DoAllreduce(const void* in, void* out, size_t count, DType dty
   if (groups_) {
     return GroupsCall("allreduce", [&] { groups_->Allreduce(in, out, count, dtype, how); });
   }
-  Guard("allreduce", [&] {
-    // The class-based algorithms only sum.
-    const bool old_style = how == Reduction::kSum &&
-                           (algorithm_ == "ring_chunked" || algorithm_ == "halving_doubling");
-    if (old_style && count <= static_cast<size_t>(INT32_MAX) && dtype != DType::kBFloat16) {
-      // The class-based algorithms reduce their own buffer in place; building one registers
-      // it with every pair (in a slot every rank must number alike), so it is kept for the next
-      // call of the same size and dtype, which every rank makes at the same point.
-      Cached& cached = CachedAlgorithm(count, dtype);
-      const size_t bytes = count * DTypeSize(dtype);
-      std::memcpy(cached.buffer.data(), in, bytes);
-      cached.algorithm->run();
-      std::memcpy(out, cached.buffer.data(), bytes);
-      return;
-    }
-    GlooAllreduce(context_, in, out, count, dtype, how);
-  });
+  Guard("allreduce", [&] { GlooAllreduce(context_, Among::kMembers, in, out, count, dtype, how); });
 }
 
 void GlooBackend::DoAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {

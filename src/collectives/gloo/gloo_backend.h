@@ -4,7 +4,7 @@
 //
 // One class; its member functions are defined by family, as Gloo's own algorithms are:
 //   gloo_backend.cc             joining, teardown, process sets, and the path each call takes
-//   gloo_backend_allreduce.cc   allreduce: bcube or ring, or a cached ring_chunked/halving_doubling
+//   gloo_backend_allreduce.cc   allreduce: a cached halving_doubling (ring_chunked), bcube or ring
 //   gloo_backend_allgatherv.cc  allgatherv: around the ring, or small blocks to every peer at once
 //   gloo_backend_alltoallv.cc   alltoallv over the pairs
 //   gloo_backend_broadcast.cc   broadcast
@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -91,10 +92,12 @@ class GlooBackend final : public Communicator, private LeaderChannel {
 
   // One gloo call each among `context`'s ranks (this communicator's, or the hosts' leaders'),
   // bounded by the collective timeout and watched by the watchdog. Callers run them in Guard.
-  // gloo_backend_allreduce.cc: gloo's option-based allreduce (bcube or ring,
-  // DTRAIN_GLOO_ALGORITHM).
-  void GlooAllreduce(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
-                     size_t count, DType dtype, Reduction how);
+  // gloo_backend_allreduce.cc: the algorithm DTRAIN_GLOO_ALGORITHM names, or for "auto" the one
+  // measured fastest for the size: a cached class-based one (below) or gloo's option-based bcube
+  // or ring. `among` tells which context it is (their cached instances are kept apart).
+  enum class Among { kMembers, kLeaders };
+  void GlooAllreduce(const std::shared_ptr<gloo::Context>& context, Among among, const void* in,
+                     void* out, size_t count, DType dtype, Reduction how);
   // gloo_backend_allgatherv.cc
   void GlooAllgatherv(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
                       const std::vector<size_t>& bytes);
@@ -111,15 +114,17 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   void GlooBarrier(const std::shared_ptr<gloo::Context>& context);
 
   // gloo_backend_allreduce.cc: the class-based algorithms (ring_chunked, halving_doubling) among
-  // this communicator's ranks, built per count and dtype and kept.
+  // a context's ranks, built per count and dtype and kept.
   // Keyed by what every rank agrees on (not by the caller's memory, whose address differs between
   // ranks: one rank reusing an instance while another built a new one would pair their slots
   // wrongly and hang both).
   struct Cached {
     std::vector<char> buffer;
     std::unique_ptr<gloo::Algorithm> algorithm;
+    bool ran = false;  // its first run may have shrunk the pairs' send buffers (pair_sockets.h)
   };
-  Cached& CachedAlgorithm(size_t count, DType dtype);
+  Cached& CachedAlgorithm(const std::shared_ptr<gloo::Context>& context, Among among,
+                          const std::string& algorithm, size_t count, DType dtype);
 
   // gloo_backend_host_groups.cc.
   // LeaderChannel (host_groups.h): gloo among the hosts' leaders.
@@ -193,7 +198,9 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   int global_rank_ = 0;       // this process's rank in the job
   std::unique_ptr<gloo::rendezvous::PrefixStore> set_store_;  // a process set's part of the store
   std::shared_ptr<gloo::Context> context_;                    // among members_
-  std::map<std::pair<size_t, DType>, Cached> cached_;
+  std::vector<int> members_sockets_;  // under context_'s pairs, and leaders_'s (pair_sockets.h)
+  std::vector<int> leaders_sockets_;
+  std::map<std::tuple<Among, size_t, DType>, Cached> cached_;
   size_t cached_bytes_ = 0;  // buffer bytes of the cached instances
   std::string failure_;
   bool timed_out_ = false;

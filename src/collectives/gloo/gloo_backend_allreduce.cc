@@ -9,26 +9,52 @@
 //   ring_chunked      242us   281us   616us   4.1ms   14.0ms   53.6ms  (16 KB: 45-90 ms stalls)
 //   halving_doubling  166us   196us   477us   2.0ms   10.7ms   50.5ms
 //
-// "auto" takes bcube below 16 MB and ring from there: both are gloo's option-based algorithms,
-// which bind to any buffer per call. The class-based ring_chunked and halving_doubling must be
-// built per buffer (their inboxes allocated, their slots registered); halving_doubling's small
-// lead at small sizes does not pay for that with fusion buffers of changing size.
+// With more than 2 ranks the picture changes. 4 ranks over loopback TCP (DTRAIN_GLOO_SHM=0, the
+// engine): halving_doubling 0.64-0.84 ms up to 256 KB and 1.7-1.9 ms at 1 MB, bcube 7.3-8.4 ms; 4
+// emulated hosts at 10 Gbit/s (bench/cluster_bench.sh, hvd_allreduce_dtrain): 2.4 against 12.1 ms
+// at 256 KB, 5.4 against 14.8 ms at 1 MB; from 4 MB the two were level, and from 16 MB ring was
+// ahead. On 2 hosts the allreduce loop was level, but the MNIST example across 2 hosts at 1 Gbit/s
+// trained at 11,200-12,100 samples/s against 8,000-9,000. Where the link decides (the emulated
+// ResNet-50 step on 4 hosts at 100 Mbit/s) halving_doubling up to 2 MB cost 2.5% (1,391 against
+// 1,357 ms, medians of 5), up to 512 KB nothing (1,353-1,372 against 1,352-1,376 ms): larger
+// buffers are left to bcube. Its class-based instance sends gloo's old-style messages, which need
+// no handshake with the receiver before the data, where each of the option-based algorithms'
+// messages needs one. So "auto" sums below kAutoHalvingDoublingBelowBytes with halving_doubling,
+// takes bcube up to 16 MB and ring from there. A class-based instance is built per buffer size (its
+// inboxes allocated, its slots registered) and kept; fusion buffers of ever-changing sizes share a
+// few by rounding the size up (BucketCount). Its first run may shrink the pairs' send buffers,
+// which are then widened again (pair_sockets.h).
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <cstring>
 
 #include "collectives/gloo/gloo_backend.h"
+#include "collectives/gloo/pair_sockets.h"
 #include "common/elementwise.h"
 
 namespace dtrain::collectives {
 namespace {
 
 constexpr size_t kAutoRingFromBytes = size_t{16} << 20;
+constexpr size_t kAutoHalvingDoublingBelowBytes = size_t{512} << 10;
 // A bound on the cached class-based instances' buffer bytes (each also holds inboxes as large).
 constexpr size_t kMaxCachedBytes = size_t{256} << 20;
+
+// The element count a class-based instance is built for: `count` rounded up to one of 8 steps per
+// doubling (at most 12.5% more), so that fusion buffers of ever-changing sizes share a few
+// instances instead of building one each (100 tensors of 64 KB through the engine, 2 ranks over
+// loopback TCP, whose fused batches vary: 10.2 ms with an instance per size, 4.5-5.9 ms with
+// buckets, bcube 5.2-5.6 ms).
+size_t BucketCount(size_t count) {
+  if (count <= 64) return 64;
+  const size_t step = size_t{1} << (std::bit_width(count) - 4);
+  return (count + step - 1) / step * step;
+}
 
 // The reduction of the new-style gloo API: out = a (how) b for the dtype's elements.
 gloo::AllreduceOptions::Func ReduceFunction(DType dtype, Reduction how) {
@@ -62,14 +88,43 @@ std::unique_ptr<gloo::Algorithm> MakeClassBased(const std::string& algorithm,
 
 }  // namespace
 
-void GlooBackend::GlooAllreduce(const std::shared_ptr<gloo::Context>& context, const void* in,
-                                void* out, size_t count, DType dtype, Reduction how) {
-  const bool bcube = algorithm_ == "bcube" ||
-                     (algorithm_ == "auto" && count * DTypeSize(dtype) < kAutoRingFromBytes);
-  gloo::AllreduceOptions opts(context);
-  opts.setAlgorithm(bcube ? gloo::AllreduceOptions::Algorithm::BCUBE
-                          : gloo::AllreduceOptions::Algorithm::RING);
+void GlooBackend::GlooAllreduce(const std::shared_ptr<gloo::Context>& context, Among among,
+                                const void* in, void* out, size_t count, DType dtype,
+                                Reduction how) {
   const size_t bytes = count * DTypeSize(dtype);
+  // The class-based algorithms only sum, and know no bfloat16.
+  const size_t bucket = BucketCount(count);
+  const bool summable = how == Reduction::kSum && bucket <= static_cast<size_t>(INT32_MAX) &&
+                        dtype != DType::kBFloat16;
+  std::string algorithm = algorithm_;
+  if (algorithm == "auto") {
+    algorithm = bytes >= kAutoRingFromBytes                          ? "ring"
+                : summable && bytes < kAutoHalvingDoublingBelowBytes ? "halving_doubling"
+                                                                     : "bcube";
+  }
+  if (summable && (algorithm == "ring_chunked" || algorithm == "halving_doubling")) {
+    // They reduce their own buffer in place; building one registers it with every pair (in a
+    // slot every rank must number alike), so it is kept for the next call of the same size and
+    // dtype, which every rank makes at the same point.
+    Cached& cached = CachedAlgorithm(context, among, algorithm, bucket, dtype);
+    // The rest of the bucket is left as it is: elements are summed only with their own kind.
+    std::memcpy(cached.buffer.data(), in, bytes);
+    {
+      // No buffer of its own to abort: the watchdog still finds a rank that left, and tells
+      // the engine, which fails its handles.
+      GlooWatchdog::Call watch(watchdog_.get(), {});
+      cached.algorithm->run();
+    }
+    if (!cached.ran) {
+      cached.ran = true;
+      WidenSendBuffers(among == Among::kLeaders ? leaders_sockets_ : members_sockets_);
+    }
+    std::memcpy(out, cached.buffer.data(), bytes);
+    return;
+  }
+  gloo::AllreduceOptions opts(context);
+  opts.setAlgorithm(algorithm == "ring" ? gloo::AllreduceOptions::Algorithm::RING
+                                        : gloo::AllreduceOptions::Algorithm::BCUBE);
   std::vector<gloo::transport::UnboundBuffer*> watched;
   auto output = Buffer(out, bytes, &watched, context);
   // Without an input gloo reduces the output in place.
@@ -91,8 +146,10 @@ void GlooBackend::GlooAllreduce(const std::shared_ptr<gloo::Context>& context, c
   gloo::allreduce(opts);
 }
 
-GlooBackend::Cached& GlooBackend::CachedAlgorithm(size_t count, DType dtype) {
-  const auto key = std::make_pair(count, dtype);
+GlooBackend::Cached& GlooBackend::CachedAlgorithm(const std::shared_ptr<gloo::Context>& context,
+                                                  Among among, const std::string& algorithm,
+                                                  size_t count, DType dtype) {
+  const auto key = std::make_tuple(among, count, dtype);
   auto it = cached_.find(key);
   if (it != cached_.end()) return it->second;
   // Each instance holds inboxes as large as its buffer: bound what the cache keeps.
@@ -106,11 +163,11 @@ GlooBackend::Cached& GlooBackend::CachedAlgorithm(size_t count, DType dtype) {
   void* data = cached.buffer.data();
   const int n = static_cast<int>(count);
   if (dtype == DType::kFloat32) {
-    cached.algorithm = MakeClassBased<float>(algorithm_, context_, data, n);
+    cached.algorithm = MakeClassBased<float>(algorithm, context, data, n);
   } else if (dtype == DType::kFloat64) {
-    cached.algorithm = MakeClassBased<double>(algorithm_, context_, data, n);
+    cached.algorithm = MakeClassBased<double>(algorithm, context, data, n);
   } else {
-    cached.algorithm = MakeClassBased<gloo::float16>(algorithm_, context_, data, n);
+    cached.algorithm = MakeClassBased<gloo::float16>(algorithm, context, data, n);
   }
   return cached_.emplace(key, std::move(cached)).first->second;
 }

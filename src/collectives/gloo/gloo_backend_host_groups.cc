@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "collectives/gloo/gloo_backend.h"
+#include "collectives/gloo/pair_sockets.h"
 #include "common/logging.h"
 
 namespace dtrain::collectives {
@@ -75,7 +76,9 @@ void GlooBackend::SetUpSharedMemory(gloo::rendezvous::Store& store, const Collec
       gloo::rendezvous::PrefixStore prefixed("leaders", store);
       auto context = std::make_shared<gloo::rendezvous::Context>(layout.my_host, layout.hosts());
       context->setTimeout(config.collective_timeout);
+      const auto before = OpenSockets();
       context->connectFullMesh(prefixed, mesh_->device);
+      leaders_sockets_ = NewTcpSockets(before);
       leaders_ = std::move(context);
     } catch (const gloo::Exception& e) {
       throw PeerError("rank " + std::to_string(global_rank_) +
@@ -101,7 +104,7 @@ void GlooBackend::GroupsFailed(const char* what, const std::string& error, bool 
 
 void GlooBackend::LeadersAllreduce(void* data, size_t count, DType dtype, Reduction how) {
   Guard("allreduce among the hosts' leaders",
-        [&] { GlooAllreduce(leaders_, data, data, count, dtype, how); });
+        [&] { GlooAllreduce(leaders_, Among::kLeaders, data, data, count, dtype, how); });
 }
 
 void GlooBackend::LeadersAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) {

@@ -12,6 +12,7 @@
 
 #include "collectives/error_text.h"
 #include "collectives/gloo/host_groups.h"
+#include "collectives/gloo/pair_sockets.h"
 #include "common/host_id.h"
 #include "common/net_address.h"
 #include "dtrain/common/error.h"
@@ -139,7 +140,9 @@ std::unique_ptr<GlooMembership> JoinGloo(const CollectivesConfig& config,
     m->device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(config.rank, config.size);
     context->setTimeout(config.collective_timeout);
+    const auto before = OpenSockets();
     context->connectFullMesh(*m->store, m->device);
+    m->pair_sockets = NewTcpSockets(before);
     m->context = std::move(context);
   } catch (const gloo::Exception& e) {
     throw PeerError("rank " + std::to_string(config.rank) +

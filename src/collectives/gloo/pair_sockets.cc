@@ -1,0 +1,82 @@
+#include "collectives/gloo/pair_sockets.h"
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace dtrain::collectives {
+namespace {
+
+bool IsConnectedTcp(int fd) {
+  int type = 0, domain = 0;
+  socklen_t length = sizeof type;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) {
+    return false;
+  }
+  length = sizeof domain;
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 ||
+      (domain != AF_INET && domain != AF_INET6)) {
+    return false;
+  }
+  sockaddr_storage peer{};
+  socklen_t peer_length = sizeof peer;
+  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0;
+}
+
+// What the kernel's autotuning may grow a send buffer to (4 MB where it cannot be read).
+int AutotuneMaximum() {
+  static const int bytes = [] {
+    std::ifstream in("/proc/sys/net/ipv4/tcp_wmem");
+    long least = 0, initial = 0, most = 0;
+    if (in >> least >> initial >> most && most > 0 && most <= (1L << 30)) {
+      return static_cast<int>(most);
+    }
+    return 4 << 20;
+  }();
+  return bytes;
+}
+
+}  // namespace
+
+std::set<int> OpenSockets() {
+  std::set<int> sockets;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return sockets;
+  while (const dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    struct stat st {};
+    if (::fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      sockets.insert(static_cast<int>(fd));
+    }
+  }
+  ::closedir(dir);
+  return sockets;
+}
+
+std::vector<int> NewTcpSockets(const std::set<int>& before) {
+  std::vector<int> added;
+  for (int fd : OpenSockets()) {
+    if (!before.count(fd) && IsConnectedTcp(fd)) added.push_back(fd);
+  }
+  return added;
+}
+
+void WidenSendBuffers(const std::vector<int>& sockets) {
+  const int wanted = AutotuneMaximum();
+  for (int fd : sockets) {
+    int now = 0;
+    socklen_t length = sizeof now;
+    if (::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &now, &length) != 0) continue;
+    // The kernel reports twice what was asked (its bookkeeping).
+    if (now < wanted) ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &wanted, sizeof wanted);
+  }
+}
+
+}  // namespace dtrain::collectives
