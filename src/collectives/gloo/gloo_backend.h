@@ -114,7 +114,7 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   void GlooBarrier(const std::shared_ptr<gloo::Context>& context);
 
   // gloo_backend_allreduce.cc: the class-based algorithms (ring_chunked, halving_doubling) among
-  // a context's ranks, built per count and dtype and kept.
+  // a context's ranks, built per size bucket (gloo_backend_allreduce.cc) and dtype and kept.
   // Keyed by what every rank agrees on (not by the caller's memory, whose address differs between
   // ranks: one rank reusing an instance while another built a new one would pair their slots
   // wrongly and hang both).
@@ -198,8 +198,8 @@ class GlooBackend final : public Communicator, private LeaderChannel {
   int global_rank_ = 0;       // this process's rank in the job
   std::unique_ptr<gloo::rendezvous::PrefixStore> set_store_;  // a process set's part of the store
   std::shared_ptr<gloo::Context> context_;                    // among members_
-  std::vector<int> members_sockets_;  // under context_'s pairs, and leaders_'s (pair_sockets.h)
-  std::vector<int> leaders_sockets_;
+  std::vector<PairSocket> members_sockets_;  // under context_'s pairs, and leaders_'s
+  std::vector<PairSocket> leaders_sockets_;
   std::map<std::tuple<Among, size_t, DType>, Cached> cached_;
   size_t cached_bytes_ = 0;  // buffer bytes of the cached instances
   std::string failure_;

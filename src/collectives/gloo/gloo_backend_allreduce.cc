@@ -104,20 +104,21 @@ void GlooBackend::GlooAllreduce(const std::shared_ptr<gloo::Context>& context, A
   }
   if (summable && (algorithm == "ring_chunked" || algorithm == "halving_doubling")) {
     // They reduce their own buffer in place; building one registers it with every pair (in a
-    // slot every rank must number alike), so it is kept for the next call of the same size and
-    // dtype, which every rank makes at the same point.
+    // slot every rank must number alike), so it is kept for the next call of the same size bucket
+    // and dtype, which every rank makes at the same point.
     Cached& cached = CachedAlgorithm(context, among, algorithm, bucket, dtype);
     // The rest of the bucket is left as it is: elements are summed only with their own kind.
     std::memcpy(cached.buffer.data(), in, bytes);
+    const auto& sockets = among == Among::kLeaders ? leaders_sockets_ : members_sockets_;
     {
-      // No buffer of its own to abort: the watchdog still finds a rank that left, and tells
-      // the engine, which fails its handles.
-      GlooWatchdog::Call watch(watchdog_.get(), {});
+      // Its waits are on buffers gloo keeps to itself: when a rank has left (a host gone silent
+      // closes no socket), the watchdog shuts the pairs down to end them.
+      GlooWatchdog::Call watch(watchdog_.get(), {}, [&sockets] { ShutDown(sockets); });
       cached.algorithm->run();
     }
     if (!cached.ran) {
       cached.ran = true;
-      WidenSendBuffers(among == Among::kLeaders ? leaders_sockets_ : members_sockets_);
+      WidenSendBuffers(sockets);
     }
     std::memcpy(out, cached.buffer.data(), bytes);
     return;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/config.h"
+#include "collectives/gloo/pair_sockets.h"
 #include "collectives/gloo/rendezvous_client.h"
 #include "collectives/gloo/rendezvous_server.h"
 
@@ -51,7 +52,7 @@ struct GlooMembership {
   std::string address;                 // this rank's gloo address, for errors
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::Context> context;  // every rank
-  std::vector<int> pair_sockets;           // under context's pairs (pair_sockets.h)
+  std::vector<PairSocket> pair_sockets;    // under context's pairs
   std::vector<std::string> peers;          // "rank 1 (host, address)", by rank
   std::vector<std::string> hostnames;      // by rank
   std::vector<std::string> host_ids;       // by rank (common/host_id.h): who may share memory

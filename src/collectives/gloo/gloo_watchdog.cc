@@ -20,7 +20,8 @@ GlooWatchdog::~GlooWatchdog() {
 }
 
 GlooWatchdog::Call::Call(GlooWatchdog* watchdog,
-                         std::vector<gloo::transport::UnboundBuffer*> buffers)
+                         std::vector<gloo::transport::UnboundBuffer*> buffers,
+                         std::function<void()> abort)
     : watchdog_(watchdog) {
   if (!watchdog_) return;
   {
@@ -29,6 +30,7 @@ GlooWatchdog::Call::Call(GlooWatchdog* watchdog,
     ++watchdog_->call_;
     watchdog_->started_ = std::chrono::steady_clock::now();
     watchdog_->buffers_ = std::move(buffers);
+    watchdog_->abort_ = std::move(abort);
     watchdog_->found_.clear();
   }
   watchdog_->wake_.notify_all();
@@ -40,6 +42,7 @@ GlooWatchdog::Call::~Call() {
   std::lock_guard<std::mutex> lock(watchdog_->mutex_);
   watchdog_->active_ = false;
   watchdog_->buffers_.clear();
+  watchdog_->abort_ = nullptr;
 }
 
 std::string GlooWatchdog::found() const {
@@ -80,6 +83,7 @@ void GlooWatchdog::Run() {
         buffer->abortWaitSend();
         buffer->abortWaitRecv();
       }
+      if (abort_) abort_();
     }
     wake_.wait_for(lock, found_.empty() ? kAskEvery : std::chrono::milliseconds(20));
   }

@@ -37,7 +37,10 @@ class GlooWatchdog {
   // A gloo call in progress, from construction to destruction. A null watchdog watches nothing.
   class Call {
    public:
-    Call(GlooWatchdog* watchdog, std::vector<gloo::transport::UnboundBuffer*> buffers);
+    // `abort`, if given, also releases the call's waits (a call whose buffers gloo keeps to
+    // itself: the class-based algorithms'); run on the watchdog's thread.
+    Call(GlooWatchdog* watchdog, std::vector<gloo::transport::UnboundBuffer*> buffers,
+         std::function<void()> abort = {});
     ~Call();
     Call(const Call&) = delete;
     Call& operator=(const Call&) = delete;
@@ -66,6 +69,7 @@ class GlooWatchdog {
   uint64_t call_ = 0;  // number of the current or last call
   std::chrono::steady_clock::time_point started_;
   std::vector<gloo::transport::UnboundBuffer*> buffers_;
+  std::function<void()> abort_;
   std::string found_;
   std::thread thread_;
 };

@@ -28,6 +28,12 @@ bool IsConnectedTcp(int fd) {
   return ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0;
 }
 
+// Whether the socket's number still names the socket found.
+bool StillThere(const PairSocket& socket) {
+  struct stat st {};
+  return ::fstat(socket.fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == socket.inode;
+}
+
 // What the kernel's autotuning may grow a send buffer to (4 MB where it cannot be read).
 int AutotuneMaximum() {
   static const int bytes = [] {
@@ -60,22 +66,34 @@ std::set<int> OpenSockets() {
   return sockets;
 }
 
-std::vector<int> NewTcpSockets(const std::set<int>& before) {
-  std::vector<int> added;
+std::vector<PairSocket> NewTcpSockets(const std::set<int>& before) {
+  std::vector<PairSocket> added;
   for (int fd : OpenSockets()) {
-    if (!before.count(fd) && IsConnectedTcp(fd)) added.push_back(fd);
+    struct stat st {};
+    if (before.count(fd) || !IsConnectedTcp(fd) || ::fstat(fd, &st) != 0) continue;
+    added.push_back({fd, st.st_ino});
   }
   return added;
 }
 
-void WidenSendBuffers(const std::vector<int>& sockets) {
+void WidenSendBuffers(const std::vector<PairSocket>& sockets) {
   const int wanted = AutotuneMaximum();
-  for (int fd : sockets) {
+  for (const PairSocket& socket : sockets) {
+    if (!StillThere(socket)) continue;
     int now = 0;
     socklen_t length = sizeof now;
-    if (::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &now, &length) != 0) continue;
+    if (::getsockopt(socket.fd, SOL_SOCKET, SO_SNDBUF, &now, &length) != 0) continue;
     // The kernel reports twice what was asked (its bookkeeping).
-    if (now < wanted) ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &wanted, sizeof wanted);
+    if (now >= wanted) continue;
+    if (::setsockopt(socket.fd, SOL_SOCKET, SO_SNDBUFFORCE, &wanted, sizeof wanted) != 0) {
+      ::setsockopt(socket.fd, SOL_SOCKET, SO_SNDBUF, &wanted, sizeof wanted);
+    }
+  }
+}
+
+void ShutDown(const std::vector<PairSocket>& sockets) {
+  for (const PairSocket& socket : sockets) {
+    if (StillThere(socket)) ::shutdown(socket.fd, SHUT_RDWR);
   }
 }
 
