@@ -13,7 +13,6 @@ hand.
 """
 
 import atexit as _atexit
-import os as _os
 import sys as _sys
 from importlib import metadata as _metadata
 
@@ -34,7 +33,7 @@ def _check_torch() -> None:
 
 _check_torch()
 
-from . import _dtrain, _lifetime  # noqa: E402
+from . import _dtrain, _lifetime, _threads  # noqa: E402
 from .errors import (  # noqa: E402,F401  (`X as X`: a re-export, for type checkers)
     ConfigError as ConfigError, Error as Error, InvalidArgument as InvalidArgument,
     PeerError as PeerError, TimeoutError as TimeoutError)
@@ -56,18 +55,7 @@ def _run_role_if_service() -> None:
 _run_role_if_service()
 
 
-def _fit_threads_to_cores() -> None:
-    # torch sizes its thread pool by the machine's cores; in a pod or container with a CPU limit
-    # (a cgroup quota) that many threads are throttled in turn. Unless the user chose a count
-    # (OMP_NUM_THREADS), torch keeps to the cores the quota allows.
-    if _os.environ.get("OMP_NUM_THREADS"):
-        return
-    usable = _dtrain.usable_cores()
-    if usable < _torch.get_num_threads():
-        _torch.set_num_threads(usable)
-
-
-_fit_threads_to_cores()
+_threads.fit(_dtrain.usable_cores())  # torch's and OpenBLAS's threads: _threads.py says why
 
 from . import data, kv, lr_scheduler, optimizer  # noqa: E402
 
