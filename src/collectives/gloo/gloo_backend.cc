@@ -32,9 +32,7 @@ GlooBackend::GlooBackend(std::shared_ptr<GlooMembership> mesh, std::vector<int> 
   try {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     context->setTimeout(config.collective_timeout);
-    const auto before = OpenSockets();
-    context->connectFullMesh(*set_store_, mesh_->device);
-    members_sockets_ = NewTcpSockets(before);
+    members_sockets_ = ConnectFullMesh(*context, *set_store_, mesh_->device);
     context_ = std::move(context);
   } catch (const gloo::Exception& e) {
     throw PeerError("rank " + std::to_string(global_rank_) +

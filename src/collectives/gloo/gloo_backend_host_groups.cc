@@ -76,9 +76,7 @@ void GlooBackend::SetUpSharedMemory(gloo::rendezvous::Store& store, const Collec
       gloo::rendezvous::PrefixStore prefixed("leaders", store);
       auto context = std::make_shared<gloo::rendezvous::Context>(layout.my_host, layout.hosts());
       context->setTimeout(config.collective_timeout);
-      const auto before = OpenSockets();
-      context->connectFullMesh(prefixed, mesh_->device);
-      leaders_sockets_ = NewTcpSockets(before);
+      leaders_sockets_ = ConnectFullMesh(*context, prefixed, mesh_->device);
       leaders_ = std::move(context);
     } catch (const gloo::Exception& e) {
       throw PeerError("rank " + std::to_string(global_rank_) +

@@ -140,9 +140,7 @@ std::unique_ptr<GlooMembership> JoinGloo(const CollectivesConfig& config,
     m->device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(config.rank, config.size);
     context->setTimeout(config.collective_timeout);
-    const auto before = OpenSockets();
-    context->connectFullMesh(*m->store, m->device);
-    m->pair_sockets = NewTcpSockets(before);
+    m->pair_sockets = ConnectFullMesh(*context, *m->store, m->device);
     m->context = std::move(context);
   } catch (const gloo::Exception& e) {
     throw PeerError("rank " + std::to_string(config.rank) +

@@ -76,6 +76,14 @@ std::vector<PairSocket> NewTcpSockets(const std::set<int>& before) {
   return added;
 }
 
+std::vector<PairSocket> ConnectFullMesh(gloo::rendezvous::Context& context,
+                                        gloo::rendezvous::Store& store,
+                                        std::shared_ptr<gloo::transport::Device>& device) {
+  const auto before = OpenSockets();
+  context.connectFullMesh(store, device);
+  return NewTcpSockets(before);
+}
+
 void WidenSendBuffers(const std::vector<PairSocket>& sockets) {
   const int wanted = AutotuneMaximum();
   for (const PairSocket& socket : sockets) {

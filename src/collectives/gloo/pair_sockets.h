@@ -17,8 +17,12 @@
 // closed is left alone.
 #pragma once
 
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/device.h>
 #include <sys/types.h>
 
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -34,6 +38,12 @@ std::set<int> OpenSockets();
 
 // The connected TCP sockets open now that were not in `before`.
 std::vector<PairSocket> NewTcpSockets(const std::set<int>& before);
+
+// Connects `context`'s full mesh over `device` (gloo's connectFullMesh, whose exceptions pass
+// through) and returns the sockets that connecting it opened.
+std::vector<PairSocket> ConnectFullMesh(gloo::rendezvous::Context& context,
+                                        gloo::rendezvous::Store& store,
+                                        std::shared_ptr<gloo::transport::Device>& device);
 
 // Raises each socket's send buffer to autotuning's maximum where it is below.
 void WidenSendBuffers(const std::vector<PairSocket>& sockets);
