@@ -73,6 +73,11 @@ class Communicator {
   // size; float16/32/64.
   void Adasum(const void* in, void* out, const std::vector<size_t>& counts, DType dtype);
 
+  // Whether a call that waits for a late rank sleeps (a futex in shared memory, gloo's blocking
+  // reads) rather than polls (an MPI wait, which yields but keeps polling): the engine waits for
+  // late ranks inside a round only where that costs no CPU.
+  virtual bool WaitsSleep() const { return true; }
+
   // Calls made so far (each of the above counts one): lets tests see fusion work.
   uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 

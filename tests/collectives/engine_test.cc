@@ -115,6 +115,28 @@ TEST(Engine, SmallAllreducesReadyTogetherShareOneBackendCall) {
       [](CollectivesConfig& c) { c.cycle_time = std::chrono::milliseconds(50); });
 }
 
+TEST(Engine, ALateRanksSubmissionRunsAtOnceThoughItsRoundOpenedEmpty) {
+  // After the warm-up both engines sleep a cycle (4 s). Rank 0 submits `z` at 3.5 s and waits in
+  // a round; rank 1's round opens at 4 s on its own, empty, and rank 1 submits `z` at 4.5 s.
+  // Rank 0, which has submitted everything pending, waits inside the rounds, so `z` runs as soon
+  // as rank 1 submits it. A rank 0 that slept a cycle after the empty round (from 3.5 s, when its
+  // round started) kept rank 1 waiting until 7.5 s.
+  constexpr auto kCycle = std::chrono::milliseconds(4000);
+  RunRanks(
+      2,
+      [&](Engine& engine, int rank) {
+        Array warm = Filled(4, 1.0f), z = Filled(4, 1.0f);
+        engine.Allreduce("warm", warm, warm, ReduceOp::kSum).Wait();
+        std::this_thread::sleep_for(rank == 0 ? kCycle * 7 / 8 : kCycle * 9 / 8);
+        const auto submitted = std::chrono::steady_clock::now();
+        engine.Allreduce("z", z, z, ReduceOp::kSum).Wait();
+        const auto waited = std::chrono::steady_clock::now() - submitted;
+        EXPECT_EQ(z.floats()[0], 2.0f);
+        if (rank == 1) EXPECT_LT(waited, kCycle * 3 / 8);
+      },
+      [&](CollectivesConfig& c) { c.cycle_time = kCycle; });
+}
+
 TEST(Engine, AFusionThresholdOfZeroSendsEveryTensorAlone) {
   RunRanks(
       2,

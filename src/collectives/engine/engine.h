@@ -2,10 +2,12 @@
 // Horovod's does.
 //
 // Threads: Allreduce/Allgather/Broadcast/Barrier may be called from any thread; the Communicator is
-// used only by the engine's own thread. Each cycle (DTRAIN_CYCLE_TIME_MS, default 1 ms: a small
-// collective waits about half a cycle plus one round; an engine with nothing to do on any rank
-// slows to one round per 20 ms to leave the CPU to training) the thread
-//   1. announces the collectives submitted since the last cycle and learns everyone else's (one
+// used only by the engine's own thread. The thread works in rounds: a submission starts one at
+// once; while collectives wait for a late rank, that rank's rounds come a cycle apart
+// (DTRAIN_CYCLE_TIME_MS, default 1 ms) and the ranks that submitted everything wait for it inside
+// the round (where the backend's waits sleep); with nothing pending, rounds slow to one per 20 ms
+// to leave the CPU to training. Each round the thread
+//   1. announces the collectives submitted since the last round and learns everyone else's (one
 //      small allgather; negotiation.h), so ranks may submit in different orders;
 //   2. runs those that every rank has now submitted, in one agreed order: allreduces of the same
 //      dtype and op are packed into one fusion buffer up to DTRAIN_FUSION_THRESHOLD_MB and reduced

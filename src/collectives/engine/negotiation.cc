@@ -374,4 +374,9 @@ std::vector<int> NegotiationTable::MissingRanks(const std::string& name) const {
   return missing;
 }
 
+bool NegotiationTable::Lacks(int rank) const {
+  return std::any_of(pending_.begin(), pending_.end(),
+                     [&](const auto& entry) { return !entry.second.submitted[rank]; });
+}
+
 }  // namespace dtrain::collectives

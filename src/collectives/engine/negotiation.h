@@ -143,6 +143,8 @@ class NegotiationTable {
   // The ranks that have not yet submitted `name`; empty when it is not pending.
   std::vector<int> MissingRanks(const std::string& name) const;
   size_t pending() const { return pending_.size(); }
+  // Whether some pending collective still lacks `rank`'s submission (the rank is late for it).
+  bool Lacks(int rank) const;
   // Whether `rank` has joined in the current round of joins (not yet completed by every rank).
   bool HasJoined(int rank) const { return has_joined_[rank] != 0; }
 

@@ -242,6 +242,8 @@ class MpiBackend final : public Communicator {
   }
 
   BackendKind kind() const override { return BackendKind::kMpi; }
+  // One host: the shared memory segment's futex. Across hosts: MPI's yielding poll.
+  bool WaitsSleep() const override { return shm_ != nullptr; }
 
  protected:
   void DoAllreduce(const void* in, void* out, size_t count, DType dtype, Reduction how) override {
