@@ -269,6 +269,33 @@ TEST(Engine, ReducescatterGivesTheLowerRanksTheRowsLeftOver) {
   });
 }
 
+TEST(Engine, AJoinedRankTakesPartInTheOthersRoundsAtOnce) {
+  // Rank 0 joins (out of data) and rank 1 goes on with three allreduces, one after another. The
+  // joined rank waits inside the rounds, so each runs as soon as rank 1 submits it; a joined rank
+  // that slept a cycle (2 s) between rounds held each one back by up to a cycle.
+  constexpr auto kCycle = std::chrono::milliseconds(2000);
+  RunRanks(
+      2,
+      [&](Engine& engine, int rank) {
+        if (rank == 0) {
+          Handle join = engine.Join();
+          join.Wait();
+          EXPECT_EQ(join.result().floats()[0], 1.0f);  // rank 1 joined last
+          return;
+        }
+        std::this_thread::sleep_for(kCycle / 4);  // rank 0's join has gone round
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < 3; ++i) {
+          Array a = Filled(4, 2.0f);
+          engine.Allreduce(Numbered("after_join", i), a, a, ReduceOp::kSum).Wait();
+          EXPECT_EQ(a.floats()[0], 2.0f);  // the joined rank stands in with zeros
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, kCycle / 2);
+        engine.Join().Wait();
+      },
+      [&](CollectivesConfig& c) { c.cycle_time = kCycle; });
+}
+
 TEST(Engine, AJoinedRankStandsInWithTheIdentityOfEachOp) {
   RunRanks(3, [](Engine& engine, int rank) {
     // The rank that joined last: rank 0 or 1, whichever joins later.

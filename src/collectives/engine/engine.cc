@@ -27,7 +27,7 @@ namespace {
 constexpr size_t kSlotBytes = 1024;
 constexpr size_t kSlotPayload = kSlotBytes - 4;
 constexpr size_t kMaxRoundBytes = size_t{64} << 20;
-// An idle engine (nothing announced or pending on any rank) runs a round only every kIdleCycle,
+// An idle engine (nothing pending on any rank) runs a round only every kIdleCycle,
 // or as soon as something is submitted: every round is an allgather, and MPI's spin while they
 // wait for a peer, which would take the CPU from the training between steps. Every rank sees the
 // same rounds, so all go idle together; a rank that submits first waits in its round until the
@@ -158,8 +158,10 @@ void Engine::Impl::Run() {
       //    (its message went out empty) started its next round at once and found the others
       //    asleep for a cycle: a tiny allreduce a step on one host waited over 1.2 ms one time
       //    in ten. A rank late for something sleeps as before, so the rounds go at the late
-      //    ranks' pace. Not where a wait polls (MPI across hosts): it would take the training's
-      //    core;
+      //    ranks' pace. A rank that has joined (Horovod's join) has nothing left to submit and
+      //    waits for the others the same way. Not where a wait polls (MPI across hosts): it
+      //    would take the training's core; a joined rank there comes back a cycle after a round
+      //    that moved;
       //  - after a cycle while collectives are pending (a rank is late). Not right away: on a
       //    busy host each round takes CPU from the training, and a late rank's submission
       //    starts its round at once anyway (one-host LeNet over Gloo trained 7% faster than
@@ -168,10 +170,11 @@ void Engine::Impl::Run() {
       //    then only serve a late rank's stall check and shutdown, and the CPU belongs to the
       //    training. (A round one cycle after each run would open in the middle of the next
       //    step and meet its first submission with an empty message: the late rank above.)
-      const bool only_others_late = table.pending() > 0 && !table.Lacks(rank);
+      const bool joined_here = table.HasJoined(rank);
+      const bool only_others_late = joined_here || (table.pending() > 0 && !table.Lacks(rank));
       if (!runnable.empty() || (only_others_late && backend->WaitsSleep())) {
         next_cycle = now;
-      } else if (table.pending() > 0) {
+      } else if (table.pending() > 0 || (joined_here && !quiet)) {
         next_cycle = now + tuned.cycle_time;
       } else {
         next_cycle = now + std::max<std::chrono::microseconds>(tuned.cycle_time, kIdleCycle);
