@@ -17,9 +17,11 @@ import torch
 
 
 def local_workers() -> int:
-    """The workers on this host, as dtrain launch and horovodrun (HOROVOD_LOCAL_SIZE), mpirun
-    (OMPI_COMM_WORLD_LOCAL_SIZE) or torchrun (LOCAL_WORLD_SIZE) report them; 1 if none does."""
-    for name in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
+    """The workers on this host, as dtrain launch (DTRAIN_LOCAL_WORKERS, in every mode), horovodrun
+    (HOROVOD_LOCAL_SIZE), mpirun (OMPI_COMM_WORLD_LOCAL_SIZE) or torchrun (LOCAL_WORLD_SIZE) report
+    them; 1 if none does."""
+    for name in ("DTRAIN_LOCAL_WORKERS", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                 "LOCAL_WORLD_SIZE"):
         value = os.environ.get(name, "")
         if value.isdigit() and int(value) >= 1:
             return int(value)

@@ -72,6 +72,35 @@ TEST(JobPlan, ParameterServerJobsGetNoHorovodVariables) {
   EXPECT_FALSE(IsPerRankVariable("HOROVOD_FUSION_THRESHOLD"));
 }
 
+std::vector<HostEntry> Hosts(std::vector<std::string> names) {
+  std::vector<HostEntry> out;
+  for (auto& n : names) out.push_back({n, 1});
+  return out;
+}
+
+// `import dtrain` divides the host's cores among its workers: every worker learns how many share
+// its host, in a parameter-server job too (servers do not count, nor do other hosts' workers).
+TEST(JobPlan, EveryWorkerLearnsHowManyWorkersShareItsHost) {
+  LaunchOptions o;
+  o.num_workers = 3;
+  o.num_servers = 1;
+  o.worker_command = {"train"};
+  JobPlan plan =
+      BuildJobPlan(o, PlaceOnHosts(Hosts({"a", "b"}), 1, 3, "10.0.0.1"), "/opt/dtrain", 5555);
+  std::vector<std::string> workers_here;
+  for (const ProcessSpec& p : plan.processes) {
+    auto env = EnvOf(p);
+    if (p.role != Role::kWorker) {
+      EXPECT_EQ(env.count("DTRAIN_LOCAL_WORKERS"), 0u) << p.Name();
+      continue;
+    }
+    workers_here.push_back(p.host + ":" + env["DTRAIN_LOCAL_WORKERS"]);
+  }
+  // The server takes host a's first slot, then workers b, a, b.
+  EXPECT_THAT(workers_here, ElementsAre("b:2", "a:1", "b:2"));
+  EXPECT_TRUE(IsPerRankVariable("DTRAIN_LOCAL_WORKERS"));
+}
+
 TEST(JobPlan, RoleSpecificVariables) {
   JobPlan plan = SamplePlan();
   auto scheduler = EnvOf(plan.processes[0]);
@@ -85,12 +114,6 @@ TEST(JobPlan, RoleSpecificVariables) {
   EXPECT_EQ(worker["A"], "all");
   EXPECT_EQ(worker["W"], "worker-only");
   EXPECT_EQ(worker.count("S"), 0u);
-}
-
-std::vector<HostEntry> Hosts(std::vector<std::string> names) {
-  std::vector<HostEntry> out;
-  for (auto& n : names) out.push_back({n, 1});
-  return out;
 }
 
 // The seeds' example: 5 hosts, 3 servers and 3 workers; servers on the first three hosts,

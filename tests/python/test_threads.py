@@ -25,8 +25,8 @@ print(usable, torch.get_num_threads(), blas)
 def _probe(import_dtrain=True, **env_vars):
     """(usable cores, torch's threads, OpenBLAS's threads or -1 without OpenBLAS)."""
     env = job_env()
-    for name in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
-                 "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for name in ("DTRAIN_LOCAL_WORKERS", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                 "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env.pop(name, None)
     env.update(env_vars)
     out = subprocess.run(
@@ -37,7 +37,9 @@ def _probe(import_dtrain=True, **env_vars):
 
 
 def test_workers_sharing_a_host_share_its_cores():
-    for name in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
+    # dtrain launch's (every mode), horovodrun's, mpirun's and torchrun's count.
+    for name in ("DTRAIN_LOCAL_WORKERS", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                 "LOCAL_WORLD_SIZE"):
         _, torch_threads, blas_threads = _probe(**{name: "64"})
         assert torch_threads == 1, name
         assert blas_threads in (-1, 1), name

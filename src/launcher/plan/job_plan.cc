@@ -32,18 +32,19 @@ void Append(std::vector<EnvVar>* env, const std::vector<EnvVar>& more) {
   env->insert(env->end(), more.begin(), more.end());
 }
 
+// How many workers share worker `rank`'s host.
+int LocalWorkers(const std::vector<std::string>& worker_hosts, int rank) {
+  return static_cast<int>(std::count(worker_hosts.begin(), worker_hosts.end(), worker_hosts[rank]));
+}
+
 // horovodrun's variables for worker `rank` of an allreduce job, which Horovod scripts read before
 // (or instead of) hvd.init(): local = the workers on its host, cross = the hosts that have a
 // worker of its local rank, hosts in the order their first worker appears.
 std::vector<EnvVar> HorovodEnv(const std::vector<std::string>& worker_hosts, int rank) {
   const std::string& host = worker_hosts[rank];
-  int local_rank = 0;
-  int local_size = 0;
-  for (int i = 0; i < static_cast<int>(worker_hosts.size()); ++i) {
-    if (worker_hosts[i] != host) continue;
-    if (i < rank) ++local_rank;
-    ++local_size;
-  }
+  const int local_rank =
+      static_cast<int>(std::count(worker_hosts.begin(), worker_hosts.begin() + rank, host));
+  const int local_size = LocalWorkers(worker_hosts, rank);
   // Per host in order of appearance: how many workers it has.
   std::vector<std::pair<std::string, int>> hosts;
   for (const std::string& h : worker_hosts) {
@@ -72,9 +73,9 @@ std::vector<EnvVar> HorovodEnv(const std::vector<std::string>& worker_hosts, int
 }  // namespace
 
 bool IsPerRankVariable(const std::string& name) {
-  static const std::array<const char*, 7> kNames = {
-      "DTRAIN_NODE_RANK",   "HOROVOD_RANK",       "HOROVOD_SIZE",      "HOROVOD_LOCAL_RANK",
-      "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
+  static const std::array<const char*, 8> kNames = {
+      "DTRAIN_NODE_RANK",   "DTRAIN_LOCAL_WORKERS", "HOROVOD_RANK",       "HOROVOD_SIZE",
+      "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",   "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
   return std::any_of(kNames.begin(), kNames.end(), [&](const char* n) { return name == n; });
 }
 
@@ -175,6 +176,9 @@ JobPlan BuildJobPlan(const LaunchOptions& options, const Placement& placement,
     worker.argv = options.worker_command;
     worker.env = JobEnv(plan, options, Role::kWorker, placement.AddressOf(worker.host));
     worker.env.emplace_back("DTRAIN_NODE_RANK", std::to_string(i));
+    // `import dtrain` shares the host's cores among its workers (python/dtrain/_threads.py).
+    worker.env.emplace_back("DTRAIN_LOCAL_WORKERS",
+                            std::to_string(LocalWorkers(placement.worker_hosts, i)));
     if (allreduce) Append(&worker.env, HorovodEnv(placement.worker_hosts, i));
     Append(&worker.env, options.env_all);
     Append(&worker.env, options.env_worker);

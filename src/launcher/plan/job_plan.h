@@ -88,8 +88,9 @@ Placement PlaceOnHosts(const std::vector<HostEntry>& hosts, int num_servers, int
 // Every process gets DMLC_NODE_HOST = its host's address, the address it announces, unless
 // options.interface is set: then DMLC_INTERFACE names the interface instead (a node prefers
 // DMLC_NODE_HOST over DMLC_INTERFACE, see common/net_address.h). A user's --env wins over both.
-// Workers of an allreduce job also get horovodrun's HOROVOD_RANK, _SIZE, _LOCAL_RANK,
-// _LOCAL_SIZE, _CROSS_RANK and _CROSS_SIZE, which Horovod scripts read.
+// Every worker gets DTRAIN_LOCAL_WORKERS, the number of workers on its host. Workers of an
+// allreduce job also get horovodrun's HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK
+// and _CROSS_SIZE, which Horovod scripts read.
 JobPlan BuildJobPlan(const LaunchOptions& options, const Placement& placement,
                      const std::string& dtrain_exe, uint16_t scheduler_port);
 
@@ -97,8 +98,9 @@ JobPlan BuildJobPlan(const LaunchOptions& options, const Placement& placement,
 // wins), or appends one.
 void SetEnv(std::vector<EnvVar>* env, const std::string& name, const std::string& value);
 
-// The variables BuildJobPlan sets per rank (DTRAIN_NODE_RANK, HOROVOD_RANK...): a cluster tool
-// (mpirun, Slurm, SGE) places the tasks itself, so its task script sets the rank instead.
+// The variables BuildJobPlan sets per rank (DTRAIN_NODE_RANK, DTRAIN_LOCAL_WORKERS,
+// HOROVOD_RANK...): a cluster tool (mpirun, Slurm, SGE) places the tasks itself, so its task
+// script sets the rank instead.
 bool IsPerRankVariable(const std::string& name);
 
 }  // namespace dtrain::launcher
