@@ -30,7 +30,7 @@ def main():
     ap.add_argument("--devices", type=int, default=1, help="local replicas on the CPU")
     ap.add_argument("--gpus", default="", help="replicas on these CUDA devices instead, e.g. 0,1")
     ap.add_argument("--data-dir", default=DEFAULT_DIR)
-    ap.add_argument("--log-interval", type=int, default=500)
+    ap.add_argument("--log-interval", type=int, default=500, help="batches between lines; 0: none")
     ap.add_argument("--max-batches", type=int, default=0, help="stop each epoch early (tests)")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -70,7 +70,7 @@ def main():
                 correct += (out.argmax(1) == l).sum().item()  # waits for the device
             trainer.step(data.shape[0])
             seen += data.shape[0]
-            if (i + 1) % args.log_interval == 0:
+            if args.log_interval and (i + 1) % args.log_interval == 0:
                 print("Epoch[%d] Batch [%d-%d] Speed: %.2f samples/sec accuracy=%f"
                       % (epoch, i + 1 - args.log_interval, i + 1, seen / (time.time() - tic),
                          correct / seen), flush=True)
