@@ -27,11 +27,11 @@ namespace {
 constexpr size_t kSlotBytes = 1024;
 constexpr size_t kSlotPayload = kSlotBytes - 4;
 constexpr size_t kMaxRoundBytes = size_t{64} << 20;
-// An idle engine (nothing pending on any rank) runs a round only every kIdleCycle,
-// or as soon as something is submitted: every round is an allgather, and MPI's spin while they
-// wait for a peer, which would take the CPU from the training between steps. Every rank sees the
-// same rounds, so all go idle together; a rank that submits first waits in its round until the
-// others submit too (or their idle cycle ends, which bounds how late a stall check can run).
+// An idle engine (nothing pending on any rank) runs a round only every kIdleCycle, or as soon as
+// something is submitted: every round is an allgather, and MPI's spin while they wait for a peer,
+// which would take the CPU from the training between steps. Every rank sees the same rounds, so
+// all go idle together; a rank that submits first waits in its round until the others submit too
+// (or their idle cycle ends, which bounds how late a stall check can run).
 constexpr std::chrono::microseconds kIdleCycle(20000);
 // How long Shutdown waits for a failed engine's thread to come back from the backend.
 constexpr Duration kFailedShutdownGrace(3000);
