@@ -113,7 +113,17 @@ pid_t FindServer(int rank) {
       found += env.find(std::string(1, '\0') + w + std::string(1, '\0')) != std::string::npos ||
                env.rfind(w + std::string(1, '\0'), 0) == 0;
     }
-    if (found == wanted.size()) return static_cast<pid_t>(std::stol(name));
+    if (found != wanted.size()) continue;
+    // The server itself (`dtrain server`), not a process that shares its environment, such as
+    // the `cat` of ssh's guard (remote_command.cc), which comes first in /proc once pids wrap.
+    std::ifstream cmdline_in(entry.path() / "cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(cmdline_in)),
+                        std::istreambuf_iterator<char>());
+    const size_t first_end = cmdline.find('\0');
+    if (first_end != std::string::npos &&
+        cmdline.compare(first_end + 1, std::string::npos, std::string("server") + '\0') == 0) {
+      return static_cast<pid_t>(std::stol(name));
+    }
   }
   return -1;
 }
