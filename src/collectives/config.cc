@@ -108,6 +108,7 @@ std::string CollectivesConfig::Describe() const {
       << " DTRAIN_STALL_WARNING_S=" << stall_warning.count() / 1000
       << " DTRAIN_COLLECTIVE_TIMEOUT_MS=" << collective_timeout.count()
       << " DTRAIN_DEADLOCK_MS=" << deadlock_grace.count()
+      << " DTRAIN_SPIN_WAIT_US=" << spin_wait.count()
       << " DTRAIN_CONNECT_TIMEOUT_MS=" << connect_timeout.count()
       << " DTRAIN_FP16_ALLREDUCE=" << fp16_allreduce << " HOROVOD_AUTOTUNE=" << autotune
       << " HOROVOD_GPU_OPERATIONS=" << (nccl ? "NCCL" : "host staging")

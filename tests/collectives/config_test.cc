@@ -41,6 +41,7 @@ TEST(CollectivesConfig, DefaultsOutsideAnyLauncherAreAGlooJobOfOne) {
   EXPECT_EQ(c.cycle_time, std::chrono::microseconds(1000));
   EXPECT_EQ(c.stall_warning, Duration(60000));
   EXPECT_EQ(c.collective_timeout, Duration(600000));
+  EXPECT_EQ(c.spin_wait, std::chrono::microseconds(1000));
   EXPECT_FALSE(c.fp16_allreduce);
 }
 
@@ -70,11 +71,13 @@ TEST(CollectivesConfig, TuningVariablesAndTheirHorovodNames) {
                              {"DTRAIN_CYCLE_TIME_MS", "2.5"},
                              {"DTRAIN_STALL_WARNING_S", "5"},
                              {"DTRAIN_COLLECTIVE_TIMEOUT_MS", "1500"},
+                             {"DTRAIN_SPIN_WAIT_US", "0"},
                              {"DTRAIN_FP16_ALLREDUCE", "1"}}));
   EXPECT_EQ(c.fusion_threshold_bytes, size_t{16} << 20);
   EXPECT_EQ(c.cycle_time, std::chrono::microseconds(2500));
   EXPECT_EQ(c.stall_warning, Duration(5000));
   EXPECT_EQ(c.collective_timeout, Duration(1500));
+  EXPECT_EQ(c.spin_wait, std::chrono::microseconds(0));
   EXPECT_TRUE(c.fp16_allreduce);
 
   auto h = Read(GlooJobWith({{"HOROVOD_FUSION_THRESHOLD", "1048576"},
@@ -105,6 +108,7 @@ TEST(CollectivesConfig, BadValuesNameTheVariableAndTheValue) {
       {GlooJobWith({{"HOROVOD_CYCLE_TIME", "99999"}}), "HOROVOD_CYCLE_TIME=99999"},
       {GlooJobWith({{"DTRAIN_STALL_WARNING_S", "x"}}), "DTRAIN_STALL_WARNING_S='x'"},
       {GlooJobWith({{"DTRAIN_COLLECTIVE_TIMEOUT_MS", "0"}}), "DTRAIN_COLLECTIVE_TIMEOUT_MS=0"},
+      {GlooJobWith({{"DTRAIN_SPIN_WAIT_US", "-1"}}), "DTRAIN_SPIN_WAIT_US=-1 is out of range"},
       {GlooJobWith({{"DTRAIN_FP16_ALLREDUCE", "maybe"}}), "DTRAIN_FP16_ALLREDUCE='maybe'"},
       {GlooJobWith({{"DTRAIN_GLOO_ALGORITHM", "tree"}}), "DTRAIN_GLOO_ALGORITHM='tree'"},
       {GlooJobWith({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "on"}}),

@@ -4,6 +4,7 @@
 #include "collectives/engine/engine.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <cmath>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include "../integration/subprocess.h"
 #include "collectives/adasum.h"
 #include "collectives/engine/negotiation.h"
+#include "common/usable_cores.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
@@ -135,6 +137,48 @@ TEST(Engine, ALateRanksSubmissionRunsAtOnceThoughItsRoundOpenedEmpty) {
         if (rank == 1) EXPECT_LT(waited, kCycle * 3 / 8);
       },
       [&](CollectivesConfig& c) { c.cycle_time = kCycle; });
+}
+
+// CPU time of the calling thread.
+std::chrono::microseconds ThreadCpuTime() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::chrono::microseconds(int64_t{t.tv_sec} * 1000000 + t.tv_nsec / 1000);
+}
+
+TEST(Engine, AWaitingCallerPollsForTheSpinTimeWhereTheHostHasACorePerRankThenSleeps) {
+  // Rank 1 submits 300 ms after rank 0, whose caller waits meanwhile: polling (yielding) for the
+  // spin time where its 2 ranks have 2 cores, its thread's CPU time grows by about that much, and
+  // sleeping afterwards, by next to nothing. Either way the result comes when rank 1 submits.
+  const bool core_per_rank = UsableCores() >= 2;
+  for (const auto spin : {std::chrono::microseconds(40000), std::chrono::microseconds(0)}) {
+    std::chrono::microseconds cpu{};
+    Duration waited{};
+    RunRanks(
+        2,
+        [&](Engine& engine, int rank) {
+          Array warm = Filled(4, 1.0f), late = Filled(4, 1.0f);
+          engine.Allreduce("warm", warm, warm, ReduceOp::kSum).Wait();
+          if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          Handle h = engine.Allreduce("late", late, late, ReduceOp::kSum);
+          const auto start = Clock::now();
+          const auto cpu_before = ThreadCpuTime();
+          h.Wait();
+          if (rank == 0) {
+            cpu = ThreadCpuTime() - cpu_before;
+            waited = std::chrono::duration_cast<Duration>(Clock::now() - start);
+          }
+          EXPECT_EQ(late.floats()[0], 2.0f);
+        },
+        [&](CollectivesConfig& c) { c.spin_wait = spin; });
+    EXPECT_GE(waited, Duration(250)) << "spin " << spin.count() << " us";
+    if (spin.count() > 0 && core_per_rank) {
+      EXPECT_GE(cpu, std::chrono::microseconds(2000)) << "it did not poll";
+      EXPECT_LE(cpu, std::chrono::microseconds(150000)) << "it polled past the spin time";
+    } else {
+      EXPECT_LE(cpu, std::chrono::microseconds(1500)) << "it polled, spin " << spin.count();
+    }
+  }
 }
 
 TEST(Engine, AFusionThresholdOfZeroSendsEveryTensorAlone) {

@@ -62,6 +62,8 @@ struct Handle::State {
   // The engine's count of threads in Handle::Wait on its collectives (its deadlock vote);
   // null for handles no engine counts (a join's).
   std::shared_ptr<std::atomic<int>> waiters;
+  // How long Wait polls before it sleeps (Engine::Impl::spin_wait); zero: it sleeps at once.
+  std::chrono::microseconds spin{0};
 };
 
 class Engine {

@@ -1,4 +1,6 @@
 // A submission's handle: its completion, waited for with the submission's deadline.
+#include <sched.h>
+
 #include "collectives/engine/engine.h"
 #include "collectives/error_text.h"
 #include "dtrain/common/error.h"
@@ -60,6 +62,17 @@ void Handle::Wait() const {
     }
     std::atomic<int>* count;
   } counted(s.waiters.get());
+  // Polls first (Engine::Impl::SpinWait says why), yielding the core to any thread that wants it.
+  if (s.spin.count() > 0) {
+    const auto until = std::min(s.deadline, Clock::now() + s.spin);
+    while (Clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (s.done) break;
+      }
+      sched_yield();
+    }
+  }
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
     throw TimeoutError(

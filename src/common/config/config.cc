@@ -121,6 +121,9 @@ AllreduceSettings ReadAllreduce(const EnvReader& r) {
   }
   r.Millis("DTRAIN_COLLECTIVE_TIMEOUT_MS", &a.tuning.collective_timeout);
   r.Millis("DTRAIN_DEADLOCK_MS", &a.tuning.deadlock_grace, 0);
+  if (auto v = r.Integer("DTRAIN_SPIN_WAIT_US", 0, 1000000)) {
+    a.tuning.spin_wait = std::chrono::microseconds(*v);
+  }
   if (auto v = r.Boolean("DTRAIN_FP16_ALLREDUCE")) a.tuning.fp16_allreduce = *v;
   if (auto v = r.Boolean("HOROVOD_AUTOTUNE")) a.tuning.autotune = *v;
   if (auto v = r.Integer("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 0, 1000)) {

@@ -62,6 +62,10 @@ struct CollectiveTuning {
   // submitted, with nothing submitted or run meanwhile, before those collectives fail as a
   // deadlock (engine.cc); 0: only the collective timeout ends such a wait.
   Duration deadlock_grace{10000};
+  // DTRAIN_SPIN_WAIT_US: how long a thread waiting for a collective polls (yielding its core)
+  // before it sleeps, where this host has a core for each of its ranks (engine.h); 0: it sleeps
+  // at once.
+  std::chrono::microseconds spin_wait{1000};
   bool fp16_allreduce = false;  // DTRAIN_FP16_ALLREDUCE
   // HOROVOD_AUTOTUNE: rank 0 tunes the fusion threshold and cycle time online
   // (collectives/engine/autotune.h), from these samples, logging each to HOROVOD_AUTOTUNE_LOG.

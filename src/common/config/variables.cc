@@ -76,6 +76,7 @@ constexpr std::array kVariables = {
     Variable{"HOROVOD_STALL_CHECK_TIME_SECONDS"},
     Variable{"DTRAIN_COLLECTIVE_TIMEOUT_MS"},
     Variable{"DTRAIN_DEADLOCK_MS"},
+    Variable{"DTRAIN_SPIN_WAIT_US"},
     Variable{"DTRAIN_FP16_ALLREDUCE"},
     Variable{"HOROVOD_AUTOTUNE"},
     Variable{"HOROVOD_AUTOTUNE_LOG"},
