@@ -1,6 +1,9 @@
 #include "dtrain/kvstore/operation.h"
 
+#include <sched.h>
+
 #include <atomic>
+#include <chrono>
 
 #include "dtrain/common/error.h"
 #include "kvstore/operation_state.h"
@@ -35,7 +38,25 @@ bool OperationState::done() const {
   return remaining_ <= 0;
 }
 
+namespace {
+std::atomic<int64_t> wait_spin_us{0};  // OperationState::SetWaitSpin
+}  // namespace
+
+void OperationState::SetWaitSpin(std::chrono::microseconds spin) { wait_spin_us = spin.count(); }
+
 void OperationState::Wait(Duration timeout) const {
+  if (const int64_t spin = wait_spin_us.load(std::memory_order_relaxed); spin > 0) {
+    const auto until =
+        std::chrono::steady_clock::now() +
+        std::min<std::chrono::microseconds>(std::chrono::microseconds(spin), timeout);
+    while (std::chrono::steady_clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (remaining_ <= 0) break;
+      }
+      sched_yield();
+    }
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, timeout, [this] { return remaining_ <= 0; })) {
     throw TimeoutError(what_ + " did not finish within " + std::to_string(Seconds(timeout)) +

@@ -3,6 +3,7 @@
 // part done from whichever thread finishes it. Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -29,6 +30,11 @@ class OperationState {
   void WhenDone(std::function<void()> fn);
 
   bool done() const;
+  // How long Wait polls, yielding the core, before it sleeps (DTRAIN_SPIN_WAIT_US; the DistKVStore
+  // sets it for its process, where the host has a core for each of its workers): a sleeping
+  // waiter's core goes idle and is slow to wake when the reply comes (engine.cc, SpinWait, says
+  // more). Zero, the default: it sleeps at once.
+  static void SetWaitSpin(std::chrono::microseconds spin);
   // Waits for the operation; rethrows its error; throws TimeoutError at the deadline.
   void Wait(Duration timeout) const;
   void Wait() const { Wait(timeout_); }

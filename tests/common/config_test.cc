@@ -164,6 +164,8 @@ std::vector<IntegerVar> IntegerVars() {
       {"DMLC_NUM_SERVER", 0, 1 << 16, [](const Config& c) { return int64_t{c.num_servers}; }},
       {"DMLC_NUM_WORKER", 0, 1 << 16, [](const Config& c) { return int64_t{c.num_workers}; }},
       {"DMLC_NODE_PORT", 0, 65535, [](const Config& c) { return int64_t{c.node_port}; }},
+      {"DTRAIN_LOCAL_WORKERS", 1, 1 << 20,
+       [](const Config& c) { return int64_t{c.local_workers}; }},
       {"PS_VERBOSE", 0, 2, [](const Config& c) { return int64_t{c.verbose}; }},
       {"PS_RESEND_TIMEOUT", 1, kMaxMs, ms(&Config::resend_timeout)},
       {"DTRAIN_RESEND_WINDOW_MS", 1, kMaxMs, ms(&Config::resend_window)},

@@ -1,7 +1,9 @@
 #include "dtrain/kvstore/operation.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
 
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 
@@ -46,6 +48,46 @@ TEST(Operation, OnDoneOfACompleteOperationRunsAtOnce) {
   bool ran = false;
   Operation().OnDone([&](std::exception_ptr error) { ran = error == nullptr; });
   EXPECT_TRUE(ran);
+}
+
+}  // namespace
+}  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+// CPU time of the calling thread.
+std::chrono::microseconds ThreadCpuTime() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::chrono::microseconds(int64_t{t.tv_sec} * 1000000 + t.tv_nsec / 1000);
+}
+
+// The waiting thread's CPU time while another thread finishes the operation 200 ms later.
+std::chrono::microseconds CpuWhileWaiting(std::chrono::microseconds spin) {
+  OperationState::SetWaitSpin(spin);
+  auto op = Pending(1);
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    op->PartDone();
+  });
+  const auto before = ThreadCpuTime();
+  const auto start = std::chrono::steady_clock::now();
+  op->Wait();
+  const auto cpu = ThreadCpuTime() - before;
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));
+  finisher.join();
+  OperationState::SetWaitSpin(std::chrono::microseconds(0));
+  return cpu;
+}
+
+TEST(Operation, AWaitPollsForTheSpinTimeThenSleeps) {
+  // Polling yields the core, so another busy thread may take some of the 40 ms; a wait that
+  // sleeps at once takes next to no CPU at all, and one that polled on past its time ~200 ms.
+  const auto polled = CpuWhileWaiting(std::chrono::microseconds(40000));
+  EXPECT_GE(polled, std::chrono::microseconds(2000));
+  EXPECT_LE(polled, std::chrono::microseconds(150000));
+  EXPECT_LE(CpuWhileWaiting(std::chrono::microseconds(0)), std::chrono::microseconds(1500));
 }
 
 }  // namespace

@@ -187,6 +187,8 @@ Config Config::FromEnvironment(const EnvLookup& process_env) {
   r.Millis("DTRAIN_LINK_TIMEOUT_MS", &c.link_timeout, 0);
   r.Millis("DTRAIN_RESEND_WINDOW_MS", &c.resend_window);
   r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
+  if (auto v = r.Integer("DTRAIN_LOCAL_WORKERS", 1, 1 << 20))
+    c.local_workers = static_cast<int>(*v);
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
   r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
   r.Millis("DTRAIN_RESTART_WAIT_MS", &c.restart_wait, 0);

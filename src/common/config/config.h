@@ -109,6 +109,7 @@ struct Config {
   std::string node_host;        // DMLC_NODE_HOST: announce exactly this address
   uint16_t node_port = 0;       // DMLC_NODE_PORT (0: any free port)
   int requested_rank = -1;      // DTRAIN_NODE_RANK: rank wanted (set by dtrain launch)
+  int local_workers = 1;        // DTRAIN_LOCAL_WORKERS: the workers on this host (dtrain launch)
 
   // --- logging and reliability (PS_*) ---
   int verbose = 0;  // PS_VERBOSE: 0, 1 or 2

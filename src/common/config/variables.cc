@@ -17,7 +17,7 @@ constexpr std::array kVariables = {
     Variable{"DMLC_NODE_HOST"},
     Variable{"DMLC_NODE_PORT"},
     Variable{"DTRAIN_NODE_RANK", true},
-    Variable{"DTRAIN_LOCAL_WORKERS", true},  // read by `import dtrain` (python/dtrain/_threads.py)
+    Variable{"DTRAIN_LOCAL_WORKERS", true},  // `import dtrain`'s threads; the KVStore's waits
     // Kubernetes's: in a pod, the connect and start deadlines wait for pods (config.cc)
     Variable{"KUBERNETES_SERVICE_HOST", true},
     Variable{"DMLC_USE_KUBERNETES", true},
