@@ -63,6 +63,7 @@ void Init() {
   DTRAIN_LOG(kConnections) << "collectives: " << config.Describe();
   auto backend = std::shared_ptr<Communicator>(
       config.elastic ? CreateGlooBackend(config, std::move(rendezvous)) : CreateBackend(config));
+  config.spin_wait = SpinWaitFor(config, *backend);  // the world's ranks per host decide
   g_engine = std::make_shared<Engine>(backend, config);
   g_sets = std::make_shared<ProcessSetTable>(g_engine, backend, config);
   g_backend = std::move(backend);

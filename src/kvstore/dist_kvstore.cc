@@ -61,7 +61,7 @@ size_t FirstFillBytes(const Config& config) {
   return share + SlabArena::kSlabBytes;  // Reserve rounds up to whole slabs
 }
 
-// How long this worker's waits poll before they sleep (OperationState::SetWaitSpin): where the
+// How long this worker's waits poll before they sleep (OperationState's `spin`): where the
 // host has a core for each of its workers. Servers on the host are not counted: a poller yields
 // its core to them, and polling shortened the Trainer's LeNet steps by 9% with 2 workers and 2
 // servers on 2 cores (docs/performance.md, "Waiting callers poll before they sleep").
@@ -87,11 +87,11 @@ DistKVStore::DistKVStore(std::string type, const Config& config,
       log_pushes_(config.ServersReplaceable()),
       log_buffers_(log_pushes_ ? PushLogArenas(config) : std::vector<std::shared_ptr<SlabArena>>{}),
       config_(config),
+      wait_spin_(WorkerWaitSpin(config)),
       node_(config, Role::kWorker, std::move(transport), ps::Node::Options{exit_on_failure}),
       client_(node_),
       partition_(config.num_servers, config.bigarray_bound, config.chunk_bytes,
                  config.partition_bytes) {
-  OperationState::SetWaitSpin(WorkerWaitSpin(config));
   if (config.ServersReplaceable()) {
     client_.EnableReplay(config.replay_log_bytes, log_pushes_);
     node_.SetServerReplacedHandlers([this](int server) { client_.Hold(server); },
@@ -261,7 +261,7 @@ std::string DistKVStore::ServersOf(const std::vector<ps::Slot>& slots) const {
 void DistKVStore::AskEveryServer(const std::string& what, const nlohmann::json& command,
                                  std::function<void(int, const Message&)> read) {
   const int servers = node_.layout().num_servers;
-  auto state = std::make_shared<OperationState>(what, servers, config_.request_timeout);
+  auto state = std::make_shared<OperationState>(what, servers, config_.request_timeout, wait_spin_);
   for (int s = 0; s < servers; ++s) {
     Message msg;
     msg.header.command = Command::kCommand;
@@ -285,7 +285,7 @@ void DistKVStore::RequestAndWait(const std::string& what,
                                  std::vector<std::pair<int, Message>> requests) {
   if (requests.empty()) return;
   auto state = std::make_shared<OperationState>(what, static_cast<int>(requests.size()),
-                                                config_.request_timeout);
+                                                config_.request_timeout, wait_spin_);
   for (auto& [server, msg] : requests) {
     client_.Request(server, std::move(msg), Body{},
                     [state](const Message*, std::exception_ptr error) { state->PartDone(error); });
@@ -472,7 +472,8 @@ CompressionSpec DistKVStore::gradient_compression() const {
 }
 
 std::shared_ptr<OperationState> DistKVStore::Track(std::string what, int parts) {
-  auto state = std::make_shared<OperationState>(std::move(what), parts, config_.request_timeout);
+  auto state =
+      std::make_shared<OperationState>(std::move(what), parts, config_.request_timeout, wait_spin_);
   std::lock_guard<std::mutex> lock(mutex_);
   std::erase_if(outstanding_, [](const auto& s) { return s->done(); });
   outstanding_.push_back(state);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -162,6 +163,7 @@ class DistKVStore : public KVStore, public StagedCalls {
   size_t log_reserved_bytes_ = 0;
   double log_reserve_ms_ = 0;
   const Config config_;
+  const std::chrono::microseconds wait_spin_;  // WorkerWaitSpin (dist_kvstore.cc)
   ps::Node node_;
   ps::WorkerClient client_;
 

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 
@@ -38,17 +39,10 @@ bool OperationState::done() const {
   return remaining_ <= 0;
 }
 
-namespace {
-std::atomic<int64_t> wait_spin_us{0};  // OperationState::SetWaitSpin
-}  // namespace
-
-void OperationState::SetWaitSpin(std::chrono::microseconds spin) { wait_spin_us = spin.count(); }
-
 void OperationState::Wait(Duration timeout) const {
-  if (const int64_t spin = wait_spin_us.load(std::memory_order_relaxed); spin > 0) {
-    const auto until =
-        std::chrono::steady_clock::now() +
-        std::min<std::chrono::microseconds>(std::chrono::microseconds(spin), timeout);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (spin_.count() > 0) {  // polls first (the constructor says why)
+    const auto until = std::min(deadline, std::chrono::steady_clock::now() + spin_);
     while (std::chrono::steady_clock::now() < until) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -58,7 +52,7 @@ void OperationState::Wait(Duration timeout) const {
     }
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!cv_.wait_for(lock, timeout, [this] { return remaining_ <= 0; })) {
+  if (!cv_.wait_until(lock, deadline, [this] { return remaining_ <= 0; })) {
     throw TimeoutError(what_ + " did not finish within " + std::to_string(Seconds(timeout)) +
                        " s (DTRAIN_REQUEST_TIMEOUT_MS); " + std::to_string(remaining_) +
                        " part(s) still outstanding");

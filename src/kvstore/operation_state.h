@@ -19,8 +19,13 @@ namespace dtrain {
 
 class OperationState {
  public:
-  OperationState(std::string what, int parts, Duration timeout)
-      : what_(std::move(what)), remaining_(parts), timeout_(timeout) {}
+  // `spin`: how long Wait polls, yielding the core, before it sleeps (DTRAIN_SPIN_WAIT_US, given by
+  // a DistKVStore where the host has a core for each of its workers): a sleeping waiter's core
+  // goes idle and is slow to wake when the reply comes (collectives' engine.cc, SpinWaitFor, says
+  // more). Zero: it sleeps at once.
+  OperationState(std::string what, int parts, Duration timeout,
+                 std::chrono::microseconds spin = std::chrono::microseconds(0))
+      : what_(std::move(what)), remaining_(parts), timeout_(timeout), spin_(spin) {}
 
   // One part finished; `error` (if not null) fails the whole operation. The first error wins.
   void PartDone(std::exception_ptr error = nullptr);
@@ -30,11 +35,6 @@ class OperationState {
   void WhenDone(std::function<void()> fn);
 
   bool done() const;
-  // How long Wait polls, yielding the core, before it sleeps (DTRAIN_SPIN_WAIT_US; the DistKVStore
-  // sets it for its process, where the host has a core for each of its workers): a sleeping
-  // waiter's core goes idle and is slow to wake when the reply comes (engine.cc, SpinWait, says
-  // more). Zero, the default: it sleeps at once.
-  static void SetWaitSpin(std::chrono::microseconds spin);
   // Waits for the operation; rethrows its error; throws TimeoutError at the deadline.
   void Wait(Duration timeout) const;
   void Wait() const { Wait(timeout_); }
@@ -48,6 +48,7 @@ class OperationState {
   int remaining_;
   std::exception_ptr error_;
   const Duration timeout_;
+  const std::chrono::microseconds spin_;
   std::vector<std::function<void()>> when_done_;
 };
 

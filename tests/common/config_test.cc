@@ -343,3 +343,21 @@ TEST(ConfigTest, ProcessEnvironmentReadsTheProcess) {
 
 }  // namespace
 }  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+TEST(ConfigTest, LocalWorkersComeFromDtrainLaunchElseFromHorovodrunMpirunOrTorchrun) {
+  EXPECT_EQ(Parse({}).local_workers, 1);
+  EXPECT_EQ(
+      Parse({{"DTRAIN_LOCAL_WORKERS", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}}).local_workers, 2);
+  EXPECT_EQ(Parse({{"HOROVOD_LOCAL_SIZE", "5"}, {"LOCAL_WORLD_SIZE", "4"}}).local_workers, 5);
+  EXPECT_EQ(Parse({{"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}}).local_workers, 3);
+  EXPECT_EQ(Parse({{"LOCAL_WORLD_SIZE", "4"}}).local_workers, 4);
+  // Others' values are passed over when they are no positive count, as `import dtrain` does.
+  EXPECT_EQ(Parse({{"HOROVOD_LOCAL_SIZE", "x"}, {"LOCAL_WORLD_SIZE", "0"}}).local_workers, 1);
+  ExpectConfigError({{"DTRAIN_LOCAL_WORKERS", "0"}}, {"DTRAIN_LOCAL_WORKERS", "0"});
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -65,8 +65,7 @@ std::chrono::microseconds ThreadCpuTime() {
 
 // The waiting thread's CPU time while another thread finishes the operation 200 ms later.
 std::chrono::microseconds CpuWhileWaiting(std::chrono::microseconds spin) {
-  OperationState::SetWaitSpin(spin);
-  auto op = Pending(1);
+  auto op = std::make_shared<OperationState>("test operation", 1, std::chrono::seconds(10), spin);
   std::thread finisher([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     op->PartDone();
@@ -77,8 +76,17 @@ std::chrono::microseconds CpuWhileWaiting(std::chrono::microseconds spin) {
   const auto cpu = ThreadCpuTime() - before;
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));
   finisher.join();
-  OperationState::SetWaitSpin(std::chrono::microseconds(0));
   return cpu;
+}
+
+TEST(Operation, AWaitThatPolledStillTimesOutAtItsDeadline) {
+  auto op = std::make_shared<OperationState>("test operation", 1, std::chrono::seconds(10),
+                                             std::chrono::microseconds(200000));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(op->Wait(std::chrono::milliseconds(100)), TimeoutError);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(100));
+  EXPECT_LT(took, std::chrono::milliseconds(190));  // not the poll's 200 ms, nor 100 + 100
 }
 
 TEST(Operation, AWaitPollsForTheSpinTimeThenSleeps) {

@@ -62,8 +62,8 @@ Request Refusal(const std::string& name, const std::string& what, Duration timeo
 // steps 0-16% shorter (docs/performance.md, "Waiting callers poll before they sleep"). Only where
 // the host has a core for each of its ranks: with more ranks than cores a poller would take the
 // core of a rank with work to do.
-std::chrono::microseconds Engine::Impl::SpinWait(const CollectivesConfig& config,
-                                                 const Communicator& backend) {
+std::chrono::microseconds SpinWaitFor(const CollectivesConfig& config,
+                                      const Communicator& backend) {
   const int cores = UsableCores();
   if (config.spin_wait.count() > 0 && backend.local_size() > cores) {
     DTRAIN_LOG(kConnections) << "collectives: waits sleep at once (" << backend.local_size()

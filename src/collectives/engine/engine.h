@@ -66,6 +66,12 @@ struct Handle::State {
   std::chrono::microseconds spin{0};
 };
 
+// How long a caller waiting for one of `backend`'s collectives polls before it sleeps:
+// config.spin_wait where the host has a core for each of the backend's ranks there, else none
+// (engine.cc says why). The world's answer is the process sets' too (collectives.cc): a set's
+// ranks on a host may be fewer than the host's ranks.
+std::chrono::microseconds SpinWaitFor(const CollectivesConfig& config, const Communicator& backend);
+
 class Engine {
  public:
   // Starts the background thread. The engine uses `backend` exclusively until Shutdown returns.

@@ -39,7 +39,7 @@ struct Engine::Impl {
         rank(backend->rank()),
         size(backend->size()),
         tuned{c.fusion_threshold_bytes, c.cycle_time},
-        spin_wait(SpinWait(c, *backend)),
+        spin_wait(SpinWaitFor(c, *backend)),
         table(size) {
     if (c.autotune && rank == 0) {
       autotuner = std::make_unique<Autotuner>(
@@ -50,10 +50,6 @@ struct Engine::Impl {
 
   Handle Submit(Request request);
   void Run();
-  // How long a waiting caller polls before it sleeps: the configured time where this host has a
-  // core for each of its ranks, else none (engine.cc says why).
-  static std::chrono::microseconds SpinWait(const CollectivesConfig& config,
-                                            const Communicator& backend);
 
   // --- background thread only ---
   std::vector<RoundMessage> Exchange(const RoundMessage& mine);
@@ -97,7 +93,7 @@ struct Engine::Impl {
   TunedParameters tuned;
   std::unique_ptr<Autotuner> autotuner;           // rank 0 under HOROVOD_AUTOTUNE
   std::optional<TunedParameters> announce_tuned;  // for rank 0's next round message
-  const std::chrono::microseconds spin_wait;      // SpinWait: each handle's Handle::State::spin
+  const std::chrono::microseconds spin_wait;      // SpinWaitFor: each handle's State::spin
 
   std::mutex mutex;  // guards the members up to `finished`
   std::condition_variable wake;

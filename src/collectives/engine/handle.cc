@@ -62,7 +62,7 @@ void Handle::Wait() const {
     }
     std::atomic<int>* count;
   } counted(s.waiters.get());
-  // Polls first (Engine::Impl::SpinWait says why), yielding the core to any thread that wants it.
+  // Polls first (SpinWaitFor says why), yielding the core to any thread that wants it.
   if (s.spin.count() > 0) {
     const auto until = std::min(s.deadline, Clock::now() + s.spin);
     while (Clock::now() < until) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -85,6 +86,21 @@ std::optional<std::string> CongestionControl(const EnvReader& r, const std::stri
                       "or system)");
   }
   return text;
+}
+
+// The workers on this host: dtrain launch's count, else what horovodrun, mpirun or torchrun report
+// (python/dtrain/_threads.py reads the same list). Theirs are not checked: a value that is not a
+// positive count is passed over, as in Python.
+int LocalWorkers(const EnvReader& r) {
+  if (auto v = r.Integer("DTRAIN_LOCAL_WORKERS", 1, 1 << 20)) return static_cast<int>(*v);
+  for (const char* name :
+       {"HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
+    const std::string text = r.Text(name).value_or("");
+    int n = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (error == std::errc() && end == text.data() + text.size() && n > 0) return n;
+  }
+  return 1;
 }
 
 AllreduceSettings ReadAllreduce(const EnvReader& r) {
@@ -187,8 +203,7 @@ Config Config::FromEnvironment(const EnvLookup& process_env) {
   r.Millis("DTRAIN_LINK_TIMEOUT_MS", &c.link_timeout, 0);
   r.Millis("DTRAIN_RESEND_WINDOW_MS", &c.resend_window);
   r.Millis("DTRAIN_START_TIMEOUT_MS", &c.start_timeout);
-  if (auto v = r.Integer("DTRAIN_LOCAL_WORKERS", 1, 1 << 20))
-    c.local_workers = static_cast<int>(*v);
+  c.local_workers = LocalWorkers(r);
   r.Millis("DTRAIN_REQUEST_TIMEOUT_MS", &c.request_timeout);
   r.Millis("DTRAIN_FAILURE_EXIT_MS", &c.failure_exit_grace, 0);
   r.Millis("DTRAIN_RESTART_WAIT_MS", &c.restart_wait, 0);

@@ -67,6 +67,9 @@ constexpr std::array kVariables = {
     // allreduce mode (Horovod's names as fallbacks)
     Variable{"DTRAIN_COLLECTIVES"},
     Variable{"OMPI_COMM_WORLD_SIZE", true},
+    Variable{"OMPI_COMM_WORLD_LOCAL_SIZE", true},
+    Variable{"HOROVOD_LOCAL_SIZE", true},
+    Variable{"LOCAL_WORLD_SIZE", true},
     Variable{"OMPI_MCA_mpi_yield_when_idle"},
     Variable{"DTRAIN_FUSION_THRESHOLD_MB"},
     Variable{"HOROVOD_FUSION_THRESHOLD"},
