@@ -1,11 +1,9 @@
 #include "dtrain/kvstore/operation.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 
+#include "common/poll_yielding.h"
 #include "dtrain/common/error.h"
 #include "kvstore/operation_state.h"
 
@@ -40,16 +38,10 @@ bool OperationState::done() const {
 }
 
 void OperationState::Wait(Duration timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (spin_.count() > 0) {  // polls first (the constructor says why)
-    const auto until = std::min(deadline, std::chrono::steady_clock::now() + spin_);
-    while (std::chrono::steady_clock::now() < until) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (remaining_ <= 0) break;
-      }
-      sched_yield();
-    }
+  const auto deadline = Clock::now() + timeout;
+  if (spin_.count() > 0) {  // polls first (common/poll_yielding.h says why)
+    PollYielding(mutex_, std::min(deadline, Clock::now() + spin_),
+                 [this] { return remaining_ <= 0; });
   }
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_until(lock, deadline, [this] { return remaining_ <= 0; })) {

@@ -19,10 +19,9 @@ namespace dtrain {
 
 class OperationState {
  public:
-  // `spin`: how long Wait polls, yielding the core, before it sleeps (DTRAIN_SPIN_WAIT_US, given by
-  // a DistKVStore where the host has a core for each of its workers): a sleeping waiter's core
-  // goes idle and is slow to wake when the reply comes (collectives' engine.cc, SpinWaitFor, says
-  // more). Zero: it sleeps at once.
+  // `spin`: how long Wait polls, yielding the core, before it sleeps (common/poll_yielding.h;
+  // DTRAIN_SPIN_WAIT_US, given by a DistKVStore where the host has a core for each of its
+  // workers). Zero: it sleeps at once.
   OperationState(std::string what, int parts, Duration timeout,
                  std::chrono::microseconds spin = std::chrono::microseconds(0))
       : what_(std::move(what)), remaining_(parts), timeout_(timeout), spin_(spin) {}

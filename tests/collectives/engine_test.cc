@@ -4,7 +4,6 @@
 #include "collectives/engine/engine.h"
 
 #include <gtest/gtest.h>
-#include <time.h>
 
 #include <cmath>
 #include <condition_variable>
@@ -18,6 +17,7 @@
 #include "collectives/engine/negotiation.h"
 #include "common/usable_cores.h"
 #include "dtrain/common/error.h"
+#include "support/thread_cpu_time.h"
 
 namespace dtrain::collectives {
 namespace {
@@ -139,13 +139,6 @@ TEST(Engine, ALateRanksSubmissionRunsAtOnceThoughItsRoundOpenedEmpty) {
       [&](CollectivesConfig& c) { c.cycle_time = kCycle; });
 }
 
-// CPU time of the calling thread.
-std::chrono::microseconds ThreadCpuTime() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return std::chrono::microseconds(int64_t{t.tv_sec} * 1000000 + t.tv_nsec / 1000);
-}
-
 TEST(Engine, AWaitingCallerPollsForTheSpinTimeWhereTheHostHasACorePerRankThenSleeps) {
   // Rank 1 submits 300 ms after rank 0, whose caller waits meanwhile: polling (yielding) for the
   // spin time where its 2 ranks have 2 cores, its thread's CPU time grows by about that much, and
@@ -162,10 +155,10 @@ TEST(Engine, AWaitingCallerPollsForTheSpinTimeWhereTheHostHasACorePerRankThenSle
           if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
           Handle h = engine.Allreduce("late", late, late, ReduceOp::kSum);
           const auto start = Clock::now();
-          const auto cpu_before = ThreadCpuTime();
+          const auto cpu_before = test_support::ThreadCpuTime();
           h.Wait();
           if (rank == 0) {
-            cpu = ThreadCpuTime() - cpu_before;
+            cpu = test_support::ThreadCpuTime() - cpu_before;
             waited = std::chrono::duration_cast<Duration>(Clock::now() - start);
           }
           EXPECT_EQ(late.floats()[0], 2.0f);

@@ -341,12 +341,6 @@ TEST(ConfigTest, ProcessEnvironmentReadsTheProcess) {
   EXPECT_EQ(ProcessEnvironment()("DTRAIN_CONFIG_TEST_ONLY"), std::nullopt);
 }
 
-}  // namespace
-}  // namespace dtrain
-
-namespace dtrain {
-namespace {
-
 TEST(ConfigTest, LocalWorkersComeFromDtrainLaunchElseFromHorovodrunMpirunOrTorchrun) {
   EXPECT_EQ(Parse({}).local_workers, 1);
   EXPECT_EQ(

@@ -1,7 +1,6 @@
 #include "dtrain/kvstore/operation.h"
 
 #include <gtest/gtest.h>
-#include <time.h>
 
 #include <chrono>
 #include <stdexcept>
@@ -9,6 +8,7 @@
 
 #include "dtrain/common/error.h"
 #include "kvstore/operation_state.h"
+#include "support/thread_cpu_time.h"
 
 namespace dtrain {
 namespace {
@@ -50,19 +50,6 @@ TEST(Operation, OnDoneOfACompleteOperationRunsAtOnce) {
   EXPECT_TRUE(ran);
 }
 
-}  // namespace
-}  // namespace dtrain
-
-namespace dtrain {
-namespace {
-
-// CPU time of the calling thread.
-std::chrono::microseconds ThreadCpuTime() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return std::chrono::microseconds(int64_t{t.tv_sec} * 1000000 + t.tv_nsec / 1000);
-}
-
 // The waiting thread's CPU time while another thread finishes the operation 200 ms later.
 std::chrono::microseconds CpuWhileWaiting(std::chrono::microseconds spin) {
   auto op = std::make_shared<OperationState>("test operation", 1, std::chrono::seconds(10), spin);
@@ -70,10 +57,10 @@ std::chrono::microseconds CpuWhileWaiting(std::chrono::microseconds spin) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     op->PartDone();
   });
-  const auto before = ThreadCpuTime();
+  const auto before = test_support::ThreadCpuTime();
   const auto start = std::chrono::steady_clock::now();
   op->Wait();
-  const auto cpu = ThreadCpuTime() - before;
+  const auto cpu = test_support::ThreadCpuTime() - before;
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));
   finisher.join();
   return cpu;

@@ -55,13 +55,13 @@ Request Refusal(const std::string& name, const std::string& what, Duration timeo
 }  // namespace
 
 // A caller waiting for a collective polls its handle, yielding the core, for up to
-// DTRAIN_SPIN_WAIT_US before it sleeps. A sleeping caller's core goes idle, and the chain of
-// wake-ups that ends a collective (this rank's engine, the other ranks' engines, the caller) then
-// pays for idle cores to wake: on 2 cores a 4-byte allreduce a step cost 0.25-0.9 ms a step in
-// training, where a polled barrier cost 0.02-0.16 ms, and polling waits made the Horovod API's
-// steps 0-16% shorter (docs/performance.md, "Waiting callers poll before they sleep"). Only where
-// the host has a core for each of its ranks: with more ranks than cores a poller would take the
-// core of a rank with work to do.
+// DTRAIN_SPIN_WAIT_US before it sleeps (common/poll_yielding.h). A sleeping caller's core goes
+// idle, and the chain of wake-ups that ends a collective (this rank's engine, the other ranks'
+// engines, the caller) then pays for idle cores to wake: on 2 cores a 4-byte allreduce a step
+// cost 0.2-0.6 ms a training step, where a polled barrier cost 0-3% of one, and polling waits
+// made the Horovod API's steps 0-16% shorter (docs/performance.md, "Waiting callers poll before
+// they sleep"). Only where the host has a core for each of its ranks: with more ranks than cores a
+// poller would take the core of a rank with work to do.
 std::chrono::microseconds SpinWaitFor(const CollectivesConfig& config,
                                       const Communicator& backend) {
   const int cores = UsableCores();

@@ -1,8 +1,7 @@
 // A submission's handle: its completion, waited for with the submission's deadline.
-#include <sched.h>
-
 #include "collectives/engine/engine.h"
 #include "collectives/error_text.h"
+#include "common/poll_yielding.h"
 #include "dtrain/common/error.h"
 
 namespace dtrain::collectives {
@@ -62,16 +61,8 @@ void Handle::Wait() const {
     }
     std::atomic<int>* count;
   } counted(s.waiters.get());
-  // Polls first (SpinWaitFor says why), yielding the core to any thread that wants it.
-  if (s.spin.count() > 0) {
-    const auto until = std::min(s.deadline, Clock::now() + s.spin);
-    while (Clock::now() < until) {
-      {
-        std::lock_guard<std::mutex> lock(s.mutex);
-        if (s.done) break;
-      }
-      sched_yield();
-    }
+  if (s.spin.count() > 0) {  // polls first (common/poll_yielding.h says why)
+    PollYielding(s.mutex, std::min(s.deadline, Clock::now() + s.spin), [&] { return s.done; });
   }
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
