@@ -13,7 +13,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <string>
+#include <system_error>
 
+#include "dtrain/common/error.h"
 #include "launcher/plan/cluster_tools/cluster_tool_plan.h"
 #include "launcher/plan/cluster_tools/mpi_launcher_args.h"
 #include "launcher/plan/forwarded_env.h"
@@ -53,8 +57,10 @@ int RunMpiJob(const LaunchOptions& options) {
   // A job on this machine keeps Open MPI's session directory in a folder of its own. Under the
   // shared default (/tmp/ompi.HOST.UID) a job that ends removes that folder while another starting
   // here is creating its own in it, and that start fails ("A call to mkdir was unable to create
-  // the desired directory": seen with two jobs at once in ctest). Jobs over a hostfile keep the
-  // default, which each host creates for itself.
+  // the desired directory": seen with two jobs at once in ctest). The job's two mpiruns (servers,
+  // workers) each get a folder of it: in one, both made the same session directory at once and
+  // one failed the same way ("File exists", seen once in a fresh-clone CI run). Jobs over a
+  // hostfile keep the default, which each host creates for itself.
   std::optional<ScratchDirectory> session;
   Placement placement;
   std::string where = "through mpirun on this machine";
@@ -90,7 +96,14 @@ int RunMpiJob(const LaunchOptions& options) {
     fe.num_tasks = role.count;
     fe.argv = MpirunCommand(request);
     fe.env = std::move(role.env);  // -x NAME takes the value from mpirun's environment
-    if (session) fe.env.emplace_back("OMPI_MCA_orte_tmpdir_base", session->path());
+    if (session) {
+      const std::string tmpdir = session->path() + "/" + RolePlural(role.role);
+      std::error_code error;
+      if (!std::filesystem::create_directory(tmpdir, error)) {
+        throw Error("cannot create " + tmpdir + " for mpirun's session: " + error.message());
+      }
+      fe.env.emplace_back("OMPI_MCA_orte_tmpdir_base", tmpdir);
+    }
     fe.parser = std::make_unique<MpiOutputParser>();
     job.front_ends.push_back(std::move(fe));
   }
