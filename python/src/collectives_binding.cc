@@ -76,6 +76,12 @@ void RegisterCollectives(py::module_& m) {
         "NCCL_VERSION_CODE of the NCCL compiled against; 0 without NCCL");
   m.def("collectives_nccl_enabled", &coll::NcclEnabled,
         "Whether CUDA tensors go over NCCL (else they are staged through host memory)");
+  py::class_<coll::SubmittedTogether>(
+      m, "SubmittedTogether",
+      "Holds the process set's collectives back until release(), which submits them together "
+      "(one negotiation round, one fusion batch): Horovod's grouped collectives")
+      .def(py::init<int>(), py::arg("process_set") = 0)
+      .def("release", &coll::SubmittedTogether::release);
   m.def(
       "allreduce_async",
       [](const std::string& name, const at::Tensor& in, const at::Tensor& out,

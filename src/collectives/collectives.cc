@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "collectives/backend.h"
 #include "collectives/collectives_internal.h"
@@ -135,6 +136,16 @@ Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op,
 }
 Handle BarrierAsync(int process_set) { return EngineOf(process_set)->Barrier(); }
 void RefuseName(const std::string& name, int process_set) { EngineOf(process_set)->Refuse(name); }
+
+SubmittedTogether::SubmittedTogether(int process_set) {
+  std::shared_ptr<Engine> engine = EngineOf(process_set);
+  engine->HoldRounds();
+  release_ = [engine] { engine->ReleaseRounds(); };
+}
+SubmittedTogether::~SubmittedTogether() { release(); }
+void SubmittedTogether::release() {
+  if (release_) std::exchange(release_, nullptr)();
+}
 
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op) {
   AllreduceAsync(name, in, out, op).Wait();

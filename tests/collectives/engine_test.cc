@@ -117,6 +117,29 @@ TEST(Engine, SmallAllreducesReadyTogetherShareOneBackendCall) {
       [](CollectivesConfig& c) { c.cycle_time = std::chrono::milliseconds(50); });
 }
 
+TEST(Engine, AllreducesSubmittedWhileRoundsAreHeldRunInOneBackendCall) {
+  // Horovod's grouped allreduce. Without the hold, the engine starts a round at the first
+  // submission, and the pause lets it run that one alone before the rest arrive.
+  RunRanks(2, [](Engine& engine, int rank) {
+    std::vector<Array> arrays;
+    for (int i = 0; i < 6; ++i) arrays.push_back(Filled(1000 * (i + 1), static_cast<float>(i)));
+    engine.Barrier().Wait();
+    const auto before = engine.stats();
+    std::vector<Handle> handles;
+    engine.HoldRounds();
+    for (int i = 0; i < 6; ++i) {
+      handles.push_back(engine.Allreduce(Numbered("g", i), arrays[i], arrays[i], ReduceOp::kSum));
+      if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    engine.ReleaseRounds();
+    for (auto& h : handles) h.Wait();
+    const auto after = engine.stats();
+    for (int i = 0; i < 6; ++i) ASSERT_EQ(arrays[i].floats()[0], 2.0f * i);
+    EXPECT_EQ(after.data_calls - before.data_calls, 1u);
+    EXPECT_EQ(after.fused_tensors - before.fused_tensors, 6u);
+  });
+}
+
 TEST(Engine, ALateRanksSubmissionRunsAtOnceThoughItsRoundOpenedEmpty) {
   // After the warm-up both engines sleep a cycle (4 s). Rank 0 submits `z` at 3.5 s and waits in
   // a round; rank 1's round opens at 4 s on its own, empty, and rank 1 submits `z` at 4.5 s.

@@ -92,11 +92,10 @@ TEST(ShmGroup, AllreduceInPlaceOfEveryDtype) {
   });
 }
 
-TEST(ShmGroup, PiecesAreReducedAsOneArrayAcrossRoundsAndScaled) {
-  // Pieces of 0, 1, 1,500, 0, 2,048 and 777 floats, end to end 4,326: the 1,024-float rounds cut
-  // through pieces, and a piece through rounds. Odd pieces in place, even ones into an output.
-  const std::vector<size_t> counts = {0, 1, 1500, 0, 2048, 777};
-  Group group(3);
+// Pieces of `counts` floats, odd ones in place and even ones into an output, reduced by 3 ranks
+// over slots of `slot_bytes` and halved.
+void ExpectPiecesReducedAsOneArray(const std::vector<size_t>& counts, size_t slot_bytes) {
+  Group group(3, slot_bytes);
   group.Run([&](int rank, ShmGroup& g) {
     std::vector<std::vector<float>> ins, outs;
     std::vector<AllreducePiece> pieces;
@@ -124,6 +123,18 @@ TEST(ShmGroup, PiecesAreReducedAsOneArrayAcrossRoundsAndScaled) {
       base += counts[p];
     }
   });
+}
+
+TEST(ShmGroup, PiecesAreReducedAsOneArrayAcrossRoundsAndScaled) {
+  // End to end 4,326 floats: the 1,024-float rounds cut through pieces, and a piece through
+  // rounds.
+  ExpectPiecesReducedAsOneArray({0, 1, 1500, 0, 2048, 777}, 4096);
+}
+
+TEST(ShmGroup, SharesLargerThanASumBlockAreSummedBlockByBlockAcrossPieces) {
+  // One round of 140,002 floats: each rank's share (about 182 KB) spans pieces and is summed in
+  // blocks of 32 KB, the third rank's kept aside from the output it overwrites.
+  ExpectPiecesReducedAsOneArray({40000, 1, 70001, 0, 30000}, size_t{1} << 20);
 }
 
 TEST(ShmGroup, EveryRankGetsTheSameBitsThoughFloatAdditionIsNotAssociative) {

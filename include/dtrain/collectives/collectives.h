@@ -164,6 +164,25 @@ Handle ReducescatterAsync(const std::string& name, const Array& in, ReduceOp op,
 // Completes once every rank of the set has called it as often.
 Handle BarrierAsync(int process_set = kGlobalProcessSet);
 
+// Horovod's grouped collectives: while one of these lives, the collectives submitted to the
+// process set's engine (by any thread) are held back, and its end announces them together, so
+// that they are negotiated in one round and the allreduces among them share one fusion batch
+// (within the fusion threshold). Without it the engine starts a round at the first submission,
+// and the rest of a group follows in later ones. Submit only while holding: a handle waited for
+// before the hold ends is never started and times out. The destructor releases (release() does
+// it sooner; once).
+class SubmittedTogether {
+ public:
+  explicit SubmittedTogether(int process_set = kGlobalProcessSet);
+  ~SubmittedTogether();
+  SubmittedTogether(const SubmittedTogether&) = delete;
+  SubmittedTogether& operator=(const SubmittedTogether&) = delete;
+  void release();
+
+ private:
+  std::function<void()> release_;
+};
+
 // Synchronous forms.
 void Allreduce(const std::string& name, const Array& in, const Array& out, ReduceOp op);
 Array Allgather(const std::string& name, const Array& in);

@@ -29,6 +29,7 @@ and the grouped ones) are in autograd.py; alltoall and reducescatter in scatter_
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import pickle
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,7 @@ from .process_sets import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -454,23 +455,39 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
 def grouped_allreduce_async(tensors: Iterable[torch.Tensor], average: bool | None = None,
                             name: str | None = None, op: int | None = None,
                             **kwargs: Any) -> int:
-    base = _name("grouped_allreduce", name, _set_id(kwargs.get("process_set")))
-    return _grouped([allreduce_async(t, average, "%s.%d" % (base, i), op, **kwargs)
-                     for i, t in enumerate(tensors)])
+    pid = _set_id(kwargs.get("process_set"))
+    base = _name("grouped_allreduce", name, pid)
+    with _submitted_together(pid):
+        return _grouped([allreduce_async(t, average, "%s.%d" % (base, i), op, **kwargs)
+                         for i, t in enumerate(tensors)])
 
 
 def grouped_allreduce_async_(tensors: Iterable[torch.Tensor], average: bool | None = None,
                              name: str | None = None, op: int | None = None,
                              **kwargs: Any) -> int:
-    base = _name("grouped_allreduce", name, _set_id(kwargs.get("process_set")))
-    return _grouped([allreduce_async_(t, average, "%s.%d" % (base, i), op, **kwargs)
-                     for i, t in enumerate(tensors)])
+    pid = _set_id(kwargs.get("process_set"))
+    base = _name("grouped_allreduce", name, pid)
+    with _submitted_together(pid):
+        return _grouped([allreduce_async_(t, average, "%s.%d" % (base, i), op, **kwargs)
+                         for i, t in enumerate(tensors)])
 
 
 def grouped_allreduce_(tensors: Iterable[torch.Tensor], average: bool | None = None,
                        name: str | None = None, op: int | None = None,
                        **kwargs: Any) -> list[torch.Tensor]:
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, **kwargs))
+
+
+@contextlib.contextmanager
+def _submitted_together(pid: int) -> Iterator[None]:
+    """The collectives submitted inside go to the engine together, once it ends: one negotiation
+    round for the group and one fusion batch for its allreduces, as Horovod's grouped collectives
+    (else the engine starts a round at the first, and the rest follow in later ones)."""
+    together = _dtrain.SubmittedTogether(pid)
+    try:
+        yield
+    finally:
+        together.release()
 
 
 def _grouped(handles: list[int]) -> int:

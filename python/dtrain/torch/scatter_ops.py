@@ -17,7 +17,7 @@ from .. import _dtrain
 from ..errors import InvalidArgument
 from .ops import (
     Adasum, _check_rows, _grouped, _handle, _initialized, _name, _on_host, _reduce_op,
-    _reduction, _rows_for_engine, allgather_async,
+    _reduction, _rows_for_engine, _submitted_together, allgather_async,
 )
 from .process_sets import _set_id, _set_size
 
@@ -105,9 +105,11 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: int |
 def grouped_allgather_async(tensors: Iterable[torch.Tensor], name: str | None = None,
                             process_set: object = None) -> int:
     """Starts an allgather of each tensor, negotiated together; synchronize gives the list."""
-    base = _name("grouped_allgather", name, _set_id(process_set))
-    return _grouped([allgather_async(t, "%s.%d" % (base, i), process_set)
-                     for i, t in enumerate(tensors)])
+    pid = _set_id(process_set)
+    base = _name("grouped_allgather", name, pid)
+    with _submitted_together(pid):
+        return _grouped([allgather_async(t, "%s.%d" % (base, i), process_set)
+                         for i, t in enumerate(tensors)])
 
 
 def grouped_reducescatter_async(tensors: Iterable[torch.Tensor], name: str | None = None,
@@ -115,8 +117,10 @@ def grouped_reducescatter_async(tensors: Iterable[torch.Tensor], name: str | Non
                                 prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> int:
     """Starts a reducescatter of each tensor, negotiated together; synchronize gives the list."""
-    base = _name("grouped_reducescatter", name, _set_id(process_set))
+    pid = _set_id(process_set)
+    base = _name("grouped_reducescatter", name, pid)
     kwargs: dict[str, Any] = {"process_set": process_set, "prescale_factor": prescale_factor,
                               "postscale_factor": postscale_factor}
-    return _grouped([reducescatter_async(t, "%s.%d" % (base, i), op, **kwargs)
-                     for i, t in enumerate(tensors)])
+    with _submitted_together(pid):
+        return _grouped([reducescatter_async(t, "%s.%d" % (base, i), op, **kwargs)
+                         for i, t in enumerate(tensors)])

@@ -112,6 +112,10 @@ Handle Engine::Impl::Submit(Request request) {
                           "among the collectives in flight; wait for the first one)");
   }
   in_flight.emplace(request.name, state);
+  if (holds > 0) {  // SubmittedTogether: announced together once the last hold ends
+    held.push_back(std::move(request));
+    return Handle(state);
+  }
   const bool was_empty = queue.empty();
   queue.push_back(std::move(request));
   lock.unlock();
@@ -659,6 +663,7 @@ void Engine::Shutdown() {
   if (!thread_.joinable()) return;
   std::unique_lock<std::mutex> lock(impl_->mutex);
   if (!impl_->shutdown_requested) {
+    impl_->ReleaseHeld();  // what a hold kept back is the job's too (Shutdown's contract)
     impl_->shutdown_requested = true;
     impl_->shutdown_deadline = Clock::now() + impl_->config.collective_timeout;
   }

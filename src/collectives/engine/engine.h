@@ -105,6 +105,12 @@ class Engine {
   // so that their second collective of the name fails too and the ranks stay in step.
   void Refuse(const std::string& name);
 
+  // While holds last, submissions wait to be announced: the engine starts no round for them, so
+  // that they all join one (SubmittedTogether, collectives.h). Each HoldRounds needs one
+  // ReleaseRounds; the last queues what was held.
+  void HoldRounds();
+  void ReleaseRounds();
+
   // Collective: stops once every rank has called Shutdown, or once DTRAIN_COLLECTIVE_TIMEOUT_MS
   // has passed (then the other ranks see this rank leave). Collectives that not every rank
   // submitted fail. Idempotent.

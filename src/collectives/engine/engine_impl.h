@@ -50,6 +50,9 @@ struct Engine::Impl {
 
   Handle Submit(Request request);
   void Run();
+  // Under `mutex`: moves what holds kept back (SubmittedTogether) into the queue, waking the
+  // thread if it was idle.
+  void ReleaseHeld();
 
   // --- background thread only ---
   std::vector<RoundMessage> Exchange(const RoundMessage& mine);
@@ -98,6 +101,8 @@ struct Engine::Impl {
   std::mutex mutex;  // guards the members up to `finished`
   std::condition_variable wake;
   std::deque<Request> queue;  // submitted, not yet announced
+  int holds = 0;              // SubmittedTogether objects alive (Engine::HoldRounds)
+  std::deque<Request> held;   // submitted while holds > 0: queued when the last one ends
   // Submitted, not yet finished: the names, and the handles for failing them from any thread.
   std::unordered_map<std::string, std::shared_ptr<Handle::State>> in_flight;
   // Refusals of names submitted again while in flight (OpKind::kRefused), by name, each waiting

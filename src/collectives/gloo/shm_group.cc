@@ -328,22 +328,24 @@ class PieceWalk {
 
   // The next `bytes` of the pieces' inputs into `to`.
   void Gather(char* to, size_t bytes) {
-    Walk(bytes, [&](const AllreducePiece& p, size_t at, size_t n) {
+    Visit(bytes, [&](const AllreducePiece& p, size_t at, size_t n) {
       std::memcpy(to, static_cast<const char*>(p.in) + at, n);
       to += n;
     });
   }
   // `from`'s `bytes` into the pieces' outputs, next in order.
   void Scatter(const char* from, size_t bytes) {
-    Walk(bytes, [&](const AllreducePiece& p, size_t at, size_t n) {
+    Visit(bytes, [&](const AllreducePiece& p, size_t at, size_t n) {
       std::memcpy(static_cast<char*>(p.out) + at, from, n);
       from += n;
     });
   }
-
- private:
-  template <typename Copy>
-  void Walk(size_t bytes, Copy&& copy) {
+  void Skip(size_t bytes) {
+    Visit(bytes, [](const AllreducePiece&, size_t, size_t) {});
+  }
+  // Calls visit(piece, byte offset in it, bytes) for the next `bytes`, piece by piece.
+  template <typename Visitor>
+  void Visit(size_t bytes, Visitor&& visit) {
     while (bytes > 0 && piece_ < pieces_.size()) {
       const AllreducePiece& p = pieces_[piece_];
       const size_t left = p.count * element_ - at_;
@@ -353,17 +355,22 @@ class PieceWalk {
         continue;
       }
       const size_t n = std::min(left, bytes);
-      copy(p, at_, n);
+      visit(p, at_, n);
       at_ += n;
       bytes -= n;
     }
   }
 
+ private:
   std::span<const AllreducePiece> pieces_;
   const size_t element_;
   size_t piece_ = 0;
   size_t at_ = 0;  // bytes of pieces_[piece_] walked
 };
+
+// Sums a share in blocks this small, so that scaling it and copying it to the result slot read
+// what the sum has just written from the cache, not from memory.
+constexpr size_t kShareBlockBytes = 32 << 10;
 
 }  // namespace
 
@@ -380,29 +387,50 @@ void ShmGroup::AllreducePieces(std::span<const AllreducePiece> pieces, DType dty
     }
     return;
   }
-  PieceWalk gather(pieces, element), scatter(pieces, element);
+  // Each rank sums one share of a round. Its own input for that share is read where it is, the
+  // sum goes straight into its own output (and the result slot, for the others), and only the
+  // others' shares travel through the segment: per byte, one copy in and one copy out.
+  PieceWalk gather(pieces, element), share(pieces, element), scatter(pieces, element);
   const size_t per_round = slot_bytes_ / element;
-  // Each rank sums one share of a round; shares start on cache lines.
-  const size_t align = std::max<size_t>(1, kLine / element);
+  const size_t align = std::max<size_t>(1, kLine / element);  // shares start on cache lines
+  const int me = options_.rank;
+  // A rank after the first two keeps its block aside: the sum of ranks 0 and 1 goes first into
+  // its output, which may be its input.
+  std::vector<char> own(me >= 2 ? kShareBlockBytes : 0);
   for (size_t offset = 0; offset < count; offset += per_round) {
     const size_t n = std::min(per_round, count - offset);
-    gather.Gather(slot(options_.rank), n * element);
+    const size_t chunk = RoundUp((n + options_.size - 1) / options_.size, align);
+    const size_t begin = std::min(n, chunk * me) * element;
+    const size_t end = std::min(n, chunk * me + chunk) * element;
+    const size_t bytes = n * element;
+    gather.Gather(slot(me), begin);
+    gather.Skip(end - begin);
+    gather.Gather(slot(me) + end, bytes - end);
     Arrive();
     WaitForAll(deadline, "allreduce");
-    const size_t share = RoundUp((n + options_.size - 1) / options_.size, align);
-    const size_t begin = std::min(n, share * options_.rank);
-    const size_t end = std::min(n, begin + share);
-    if (end > begin) {
-      const size_t at = begin * element;
-      char* sum = result() + at;
-      Reduce(sum, slot(0) + at, slot(1) + at, end - begin, dtype, how);
-      for (int r = 2; r < options_.size; ++r)
-        Reduce(sum, sum, slot(r) + at, end - begin, dtype, how);
-      if (scale != 1.0) Scale(sum, end - begin, dtype, scale);
-    }
+    size_t at = begin;  // in the round
+    share.Skip(begin);
+    share.Visit(end - begin, [&](const AllreducePiece& p, size_t piece_at, size_t len) {
+      for (size_t b = 0; b < len; b += kShareBlockBytes) {
+        const size_t m = std::min(kShareBlockBytes, len - b);
+        const char* mine = static_cast<const char*>(p.in) + piece_at + b;
+        char* out = static_cast<char*>(p.out) + piece_at + b;
+        if (!own.empty()) mine = static_cast<const char*>(std::memcpy(own.data(), mine, m));
+        const auto from = [&](int r) { return r == me ? mine : slot(r) + at; };
+        // In rank order, as every share is summed: every rank gets the same bits.
+        Reduce(out, from(0), from(1), m / element, dtype, how);
+        for (int r = 2; r < options_.size; ++r) Reduce(out, out, from(r), m / element, dtype, how);
+        if (scale != 1.0) Scale(out, m / element, dtype, scale);
+        std::memcpy(result() + at, out, m);
+        at += m;
+      }
+    });
+    share.Skip(bytes - end);
     Arrive();
     WaitForAll(deadline, "allreduce");
-    scatter.Scatter(result(), n * element);
+    scatter.Scatter(result(), begin);
+    scatter.Skip(end - begin);
+    scatter.Scatter(result() + end, bytes - end);
   }
 }
 

@@ -83,9 +83,10 @@ class ShmGroup {
   // contribution concatenated in rank order; root's data to everyone; a barrier.
   void Allreduce(const void* in, void* out, size_t count, DType dtype,
                  Reduction how = Reduction::kSum);
-  // The pieces' allreduce (allreduce_piece.h) as one array, each result times `scale`: every
-  // piece is copied once into this rank's slot and once back, no fusion buffer between, and each
-  // rank scales only the share it sums.
+  // The pieces' allreduce (allreduce_piece.h) as one array, each result times `scale`, with no
+  // fusion buffer: each rank sums and scales one share, reading its own input there in place and
+  // writing its output directly; the rest of its input is copied once into its slot and the rest
+  // of its output once out of the result.
   void AllreducePieces(std::span<const AllreducePiece> pieces, DType dtype, Reduction how,
                        double scale);
   void Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes);

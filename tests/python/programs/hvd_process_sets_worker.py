@@ -212,6 +212,8 @@ def runtime_timeline(n, r, scratch):
     hvd.start_timeline(path)
     expect_error("started twice", lambda: hvd.start_timeline(path), dtrain.InvalidArgument)
     hvd.allreduce(torch.ones(4), name="timeline.probe")
+    # A grouped allreduce is held back until the whole group is submitted: one fused batch.
+    hvd.grouped_allreduce([torch.ones(1000 * (i + 1)) for i in range(5)], name="timeline.group")
     # The engine's span of an allreduce ends just after its waiter wakes; by the end of the next
     # collective (the same engine thread) it has surely been recorded.
     hvd.barrier()
@@ -221,6 +223,8 @@ def runtime_timeline(n, r, scratch):
     with open(mine) as f:
         events = json.load(f)["traceEvents"]
     assert any(e["name"] == "allreduce" for e in events), events[:5]
+    batches = [e.get("args", {}) for e in events if e["name"] == "allreduce"]
+    assert {"tensors": 5, "bytes": 60000} in batches, batches
     hvd.allreduce(torch.ones(4), name="timeline.after")  # not recorded, and no file rewritten
 
 
