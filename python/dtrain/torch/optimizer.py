@@ -16,8 +16,8 @@ from .. import _dtrain
 from ..errors import InvalidArgument
 from .compression import Compression
 from .ops import (
-    Adasum, Average, Sum, _AllOf, _handle, _handles, _reduce_op, _take, allgather_async,
-    allreduce_async_, synchronize,
+    Adasum, Average, Sum, _AllOf, _handle, _handles, _reduce_op, _submitted_together, _take,
+    allgather_async, allreduce_async_, synchronize,
 )
 from .process_sets import _set_id, _set_size
 
@@ -52,7 +52,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  named_parameters: Iterable[tuple[str, torch.Tensor]] | None,
                  compression: type[Compressor] | Compressor, backward_passes_per_step: int, op: int,
                  gradient_predivide_factor: float, sparse_as_dense: bool,
-                 process_set: object) -> None:
+                 process_set: object, groups: int | list[list[torch.Tensor]] | None = None
+                 ) -> None:
         # The wrapped class's __init__ (its own defaults), not torch.optim.Optimizer's.
         super(self.__class__, self).__init__(params)  # type: ignore[call-arg]
         self._compression = compression
@@ -74,6 +75,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs: list[Any] = []
         self._synchronized = False
         self._should_synchronize = True
+        self._group_of = _parameter_groups(groups, all_params, self._parameter_names)
+        # Per group: its parameters whose gradients are ready this step (submitted together once
+        # all are).
+        self._group_ready: dict[int, list[torch.Tensor]] = {}
         # An elastic job may grow from one worker: its hooks are there from the start.
         if _set_size(pid) > 1 or _dtrain.collectives_is_elastic():
             self._register_hooks()
@@ -106,6 +111,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Drops the reductions of a step the job broke under (dtrain.torch.elastic rolls back
         to the last commit): their handles died with the collectives."""
         self._handles.clear()
+        self._group_ready.clear()
         for p in self._delay:
             self._delay[p] = self.backward_passes_per_step
         self._synchronized = False
@@ -133,16 +139,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p: torch.Tensor) -> Callable[..., None]:
         def hook(*ignore: object) -> None:
-            if p in self._handles and self._handles[p][0] is not None and self._delay[p] <= 0:
+            if p in self._handles and self._delay[p] <= 0:
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times before call "
                     "to step(). Increase backward_passes_per_step to accumulate gradients "
                     "locally.")
             self._delay[p] -= 1
-            handle, ctx = None, None
-            if self._delay[p] == 0:
-                handle, ctx = self._allreduce_grad_async(p)
-            self._handles[p] = (handle, ctx)
+            self._handles[p] = (None, None)
+            if self._delay[p] > 0:
+                return
+            group = self._group_of.get(p)
+            if group is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+                return
+            ready = self._group_ready.setdefault(id(group), [])
+            ready.append(p)
+            if len(ready) == len(group):  # the group's last gradient: all go together
+                del self._group_ready[id(group)]
+                with _submitted_together(_set_id(self._process_set)):
+                    for q in group:
+                        self._handles[q] = self._allreduce_grad_async(q)
         return hook
 
     def _allreduce_grad_async(self, p: torch.Tensor) -> tuple[int, Any]:
@@ -168,11 +184,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self) -> None:
         """Waits for every gradient's allreduce and writes the results into .grad. A parameter
         backward did not reach takes part with zeros (every rank must submit it)."""
-        for p in self._requires_update - set(self._handles):
-            self._handles[p] = self._allreduce_grad_async(p)
-        for p, (handle, ctx) in list(self._handles.items()):
-            if handle is None:
+        with _submitted_together(_set_id(self._process_set)):
+            for p in self._requires_update - set(self._handles):
                 self._handles[p] = self._allreduce_grad_async(p)
+            for p, (handle, ctx) in list(self._handles.items()):
+                if handle is None:  # its group is incomplete, or its passes are not done
+                    self._handles[p] = self._allreduce_grad_async(p)
+        self._group_ready.clear()
         try:
             for p, (handle, ctx) in self._handles.items():
                 output = synchronize(handle)  # type: ignore[arg-type]  # no None left (above)
@@ -316,10 +334,17 @@ def DistributedOptimizer(optimizer: _Optimizer,
     (indices and values) unless `sparse_as_dense`. With `process_set`, gradients are averaged over
     its ranks only (each rank calls this with the set it belongs to). With op=Adasum each rank
     steps on its own and the ranks combine the parameters' changes by Adasum
-    (a power-of-two number of ranks). `num_groups` and `groups`
-    are accepted for Horovod's scripts: dtrain's engine fuses the allreduces that are ready
-    together anyway."""
+    (a power-of-two number of ranks). `groups` (Horovod's): an int k splits the parameters,
+    ordered by name, into k groups as even as can be; a list of lists of parameters gives the
+    groups (a parameter in none is reduced alone). A group's gradients are reduced together, in
+    one fusion batch, once backward has produced all of them; `num_groups` is the old name of an
+    int `groups`."""
     op = _reduce_op(None, op)
+    if num_groups != 0:
+        warnings.warn("DistributedOptimizer: num_groups is Horovod's old name; pass groups",
+                      DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     members = dict(_DistributedOptimizer.__dict__)
@@ -329,7 +354,47 @@ def DistributedOptimizer(optimizer: _Optimizer,
                        if not k.startswith("__") or k == "__init__")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), members)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, sparse_as_dense, process_set)
+               op, gradient_predivide_factor, sparse_as_dense, process_set, groups)
+
+
+def _parameter_groups(groups: object, params: list[torch.Tensor],
+                      names: dict[torch.Tensor, str]) -> dict[torch.Tensor, list[torch.Tensor]]:
+    """Each grouped parameter's group (DistributedOptimizer's `groups`), checked as Horovod
+    does."""
+    if groups is None:
+        return {}
+    trained = [p for p in params if p.requires_grad]
+    if isinstance(groups, bool) or not isinstance(groups, (int, list)) or \
+            (isinstance(groups, int) and groups <= 0):
+        raise ValueError("groups should be a positive integer or a list of lists of parameters, "
+                         "not %r" % (groups,))
+    if isinstance(groups, int):
+        # By name, so that every rank forms the same groups.
+        ordered = sorted(trained, key=lambda p: names[p])
+        size, extra = divmod(len(ordered), groups)
+        lists, at = [], 0
+        for i in range(groups):
+            n = size + (1 if i < extra else 0)
+            lists.append(ordered[at:at + n])
+            at += n
+    else:
+        lists = [list(g) for g in groups]
+        known = {id(p) for p in params}
+        seen: set[int] = set()
+        for group in lists:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor, not %s"
+                                     % type(p).__name__)
+                if id(p) in seen:
+                    raise ValueError("a parameter can only appear once in groups")
+                if id(p) not in known:
+                    raise ValueError("groups names a tensor that is not one of the optimizer's "
+                                     "parameters")
+                seen.add(id(p))
+    # Only gradients that backward produces count towards a group's completion.
+    trained_lists = [[p for p in group if p.requires_grad] for group in lists]
+    return {p: group for group in trained_lists for p in group}
 
 
 class SparseAllreduceHandle(int):

@@ -1,5 +1,6 @@
-"""A rank that checks Horovod's process sets, SyncBatchNorm, sparse gradients, the runtime
-timeline and the refusal of duplicate names on dtrain, every result against values computed here. Start it N times (N >= 2) with
+"""A rank that checks Horovod's process sets, SyncBatchNorm, sparse gradients, the
+DistributedOptimizer's gradient groups, the runtime timeline and the refusal of duplicate names on
+dtrain, every result against values computed here. Start it N times (N >= 2) with
 `dtrain launch -n N -s 0` (Gloo) or `mpirun -np N` (OpenMPI); prints "hvd_process_sets OK rank
 R of N (BACKEND)". Arguments: a scratch directory for the timeline, and --cuda to run the process
 sets' collectives and SyncBatchNorm on CUDA tensors.
@@ -10,6 +11,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 import torch
 
@@ -207,6 +209,42 @@ def sparse_gradients(n, r):
     assert set(opt._parameter_names.values()) == {"weight"}, opt._parameter_names
 
 
+def small_model():
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+
+
+def train_steps(model, groups, steps=3, **kwargs):
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), groups=groups,
+                                   **kwargs)
+    for step in range(steps):
+        torch.manual_seed(100 * hvd.rank() + step)  # each rank its own batch
+        opt.zero_grad()
+        model(torch.randn(8, 5)).square().sum().backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def gradient_groups(n, r):
+    """Horovod's `groups`: however the gradients are grouped, the same reductions, the same bits."""
+    plain = train_steps(small_model(), None)
+    one = train_steps(small_model(), 1)
+    model = small_model()
+    w1, b1, w2, _ = model.parameters()  # the last bias in no group: reduced alone
+    listed = train_steps(model, [[w1, b1], [w2]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old_name = train_steps(small_model(), None, num_groups=3)
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught), caught
+    for name, got in [("groups=1", one), ("list groups", listed), ("num_groups=3", old_name)]:
+        for a, b in zip(got, plain):
+            assert torch.equal(a, b), "%s: %s != %s" % (name, a, b)
+    for bad in [0, -1, "2", [[torch.zeros(1)]], [[w1], [w1]], [[w1, 3]]]:
+        expect_error("groups=%r" % (bad,), lambda bad=bad: hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1), groups=bad), ValueError)
+
+
 def runtime_timeline(n, r, scratch):
     path = os.path.join(scratch, "timeline.json")
     hvd.start_timeline(path)
@@ -214,6 +252,8 @@ def runtime_timeline(n, r, scratch):
     hvd.allreduce(torch.ones(4), name="timeline.probe")
     # A grouped allreduce is held back until the whole group is submitted: one fused batch.
     hvd.grouped_allreduce([torch.ones(1000 * (i + 1)) for i in range(5)], name="timeline.group")
+    # So are the gradients of one of the DistributedOptimizer's groups (all 4 here: 39 floats).
+    train_steps(small_model(), 1, steps=1)
     # The engine's span of an allreduce ends just after its waiter wakes; by the end of the next
     # collective (the same engine thread) it has surely been recorded.
     hvd.barrier()
@@ -225,6 +265,7 @@ def runtime_timeline(n, r, scratch):
     assert any(e["name"] == "allreduce" for e in events), events[:5]
     batches = [e.get("args", {}) for e in events if e["name"] == "allreduce"]
     assert {"tensors": 5, "bytes": 60000} in batches, batches
+    assert {"tensors": 4, "bytes": 156} in batches, batches
     hvd.allreduce(torch.ones(4), name="timeline.after")  # not recorded, and no file rewritten
 
 
@@ -263,6 +304,7 @@ def main():
     duplicate_names(n, r)
     sync_batch_norm(n, r, device)
     sparse_gradients(n, r)
+    gradient_groups(n, r)
     runtime_timeline(n, r, scratch)
     print("hvd_process_sets OK rank %d of %d (%s)"
           % (r, n, "mpi" if hvd.mpi_enabled() else "gloo"), flush=True)
