@@ -7,6 +7,7 @@ allgathered, the result a sparse gradient again (or densified and allreduced wit
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
@@ -75,6 +76,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs: list[Any] = []
         self._synchronized = False
         self._should_synchronize = True
+        if groups is None and not _overlap_gradients(all_params):
+            groups = 1  # every gradient in one group: all go together once backward is done
         self._group_of = _parameter_groups(groups, all_params, self._parameter_names)
         # Per group: its parameters whose gradients are ready this step (submitted together once
         # all are).
@@ -338,7 +341,9 @@ def DistributedOptimizer(optimizer: _Optimizer,
     ordered by name, into k groups as even as can be; a list of lists of parameters gives the
     groups (a parameter in none is reduced alone). A group's gradients are reduced together, in
     one fusion batch, once backward has produced all of them; `num_groups` is the old name of an
-    int `groups`."""
+    int `groups`. Without `groups`, each gradient goes from its hook, except where the ranks train
+    on CPUs with no core to spare for communication: there all go together once backward is done
+    (DTRAIN_OVERLAP_GRADIENTS)."""
     op = _reduce_op(None, op)
     if num_groups != 0:
         warnings.warn("DistributedOptimizer: num_groups is Horovod's old name; pass groups",
@@ -355,6 +360,25 @@ def DistributedOptimizer(optimizer: _Optimizer,
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), members)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, sparse_as_dense, process_set, groups)
+
+
+def _overlap_gradients(params: list[torch.Tensor]) -> bool:
+    """Whether each gradient's allreduce starts from its hook, overlapping the rest of backward
+    (Horovod's way), rather than all together once backward is done. Overlap needs a core for the
+    engine while the training computes: where a host's ranks train on the CPU and have no core to
+    spare (as many ranks as usable cores, or more), the engine's rounds during backward only take
+    turns with the training on its cores, each turn a wake-up and a switch, and the gradients
+    reduced together after backward gave 1-10% shorter steps (docs/performance.md). The results
+    are the same bits either way. DTRAIN_OVERLAP_GRADIENTS=1 or 0 decides instead; an explicit
+    `groups` wins over both."""
+    setting = os.environ.get("DTRAIN_OVERLAP_GRADIENTS", "auto")
+    if setting not in ("auto", "0", "1"):
+        raise ValueError("DTRAIN_OVERLAP_GRADIENTS=%r: auto, 1 (from the hooks) or 0 (together "
+                         "after backward)" % setting)
+    if setting != "auto":
+        return setting == "1"
+    on_cpu = all(p.device.type == "cpu" for p in params)
+    return not on_cpu or _dtrain.collectives_local_size() < _dtrain.usable_cores()
 
 
 def _parameter_groups(groups: object, params: list[torch.Tensor],

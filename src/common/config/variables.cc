@@ -80,6 +80,7 @@ constexpr std::array kVariables = {
     Variable{"DTRAIN_COLLECTIVE_TIMEOUT_MS"},
     Variable{"DTRAIN_DEADLOCK_MS"},
     Variable{"DTRAIN_SPIN_WAIT_US"},
+    Variable{"DTRAIN_OVERLAP_GRADIENTS"},  // read by dtrain.torch's DistributedOptimizer
     Variable{"DTRAIN_FP16_ALLREDUCE"},
     Variable{"HOROVOD_AUTOTUNE"},
     Variable{"HOROVOD_AUTOTUNE_LOG"},
