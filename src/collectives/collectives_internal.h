@@ -39,6 +39,7 @@ struct EngineStats {
   uint64_t data_calls = 0;     // backend calls that moved tensors: one per fusion buffer
   uint64_t collectives = 0;    // collectives completed (successfully or not)
   uint64_t fused_tensors = 0;  // allreduces that shared a backend call with others
+  uint64_t caller_rounds = 0;  // rounds a waiting caller ran itself (Engine::Impl::HelpWithRound)
 };
 EngineStats Stats();
 

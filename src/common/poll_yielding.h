@@ -14,16 +14,23 @@
 namespace dtrain {
 
 // Returns once `done()`, checked under `mutex`, is true (true) or `until` has passed (false).
-template <class Done>
-bool PollYielding(std::mutex& mutex, Clock::time_point until, Done done) {
+// Between looks it calls `work()`, which may do some of what is waited for itself, and yields
+// the core when that did nothing (returned false).
+template <class Done, class Work>
+bool PollYielding(std::mutex& mutex, Clock::time_point until, Done done, Work work) {
   while (Clock::now() < until) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (done()) return true;
     }
-    sched_yield();
+    if (!work()) sched_yield();
   }
   return false;
+}
+
+template <class Done>
+bool PollYielding(std::mutex& mutex, Clock::time_point until, Done done) {
+  return PollYielding(mutex, until, done, [] { return false; });
 }
 
 }  // namespace dtrain

@@ -1,5 +1,6 @@
 """Horovod's DistributedOptimizer: wraps a torch optimizer so that gradients are averaged over
-all ranks, each allreduce starting as soon as backward has accumulated that gradient. Sparse
+all ranks, each allreduce starting as soon as backward has accumulated that gradient (or its
+group's last one; see DistributedOptimizer's `groups`). Sparse
 gradients (``nn.Embedding(sparse=True)``) are exchanged as Horovod does: their indices and values
 allgathered, the result a sparse gradient again (or densified and allreduced with
 ``sparse_as_dense=True``)."""
@@ -76,9 +77,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs: list[Any] = []
         self._synchronized = False
         self._should_synchronize = True
-        if groups is None and not _overlap_gradients(all_params):
-            groups = 1  # every gradient in one group: all go together once backward is done
         self._group_of = _parameter_groups(groups, all_params, self._parameter_names)
+        # Without groups, whether to overlap is decided at the first gradient, where the
+        # parameters are (a model may move to a GPU after its optimizer is made).
+        self._overlap_undecided = groups is None
+        self._overlap_setting = _overlap_setting()  # a bad value fails here, not in backward
         # Per group: its parameters whose gradients are ready this step (submitted together once
         # all are).
         self._group_ready: dict[int, list[torch.Tensor]] = {}
@@ -124,6 +127,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if passes < 1:
             raise ValueError("backward_passes_per_step must be at least 1")
         self.backward_passes_per_step = passes
+        self._group_ready.clear()
         for p in self._delay:
             self._delay[p] = passes
 
@@ -149,6 +153,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     "locally.")
             self._delay[p] -= 1
             self._handles[p] = (None, None)
+            if self._overlap_undecided:
+                self._overlap_undecided = False
+                all_params = [q for group in self.param_groups for q in group["params"]]
+                if not _overlap_gradients(all_params, self._overlap_setting):  # one group
+                    self._group_of = _parameter_groups(1, all_params, self._parameter_names)
             if self._delay[p] > 0:
                 return
             group = self._group_of.get(p)
@@ -303,10 +312,13 @@ class _DistributedAdasumOptimizer(_DistributedOptimizer):
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = closure() if closure is not None else None
-        # Parameters backward did not reach take part too (every rank submits each of them).
-        for p in self._requires_update:
-            if self._handles.get(p, (None, None))[0] is None:
-                self._handles[p] = self._allreduce_grad_async(p)
+        # Parameters backward did not reach take part too (every rank submits each of them),
+        # as do those of a group it did not complete.
+        with _submitted_together(_set_id(self._process_set)):
+            for p in self._requires_update:
+                if self._handles.get(p, (None, None))[0] is None:
+                    self._handles[p] = self._allreduce_grad_async(p)
+        self._group_ready.clear()
         try:
             for p, (handle, ctx) in self._handles.items():
                 assert handle is not None  # every one started above
@@ -331,7 +343,7 @@ def DistributedOptimizer(optimizer: _Optimizer,
                          process_set: object = None) -> _Optimizer:
     """`optimizer` (a torch.optim.Optimizer) whose step() first averages every gradient over all
     ranks (op=Sum sums). Each allreduce starts from an autograd hook as soon as its gradient is
-    accumulated, so communication overlaps the rest of backward. With
+    accumulated, so communication overlaps the rest of backward (but see `groups` below). With
     `backward_passes_per_step` = k, gradients accumulate locally over k backward passes and are
     reduced once. `compression=Compression.fp16` sends float16. Sparse gradients are allgathered
     (indices and values) unless `sparse_as_dense`. With `process_set`, gradients are averaged over
@@ -362,19 +374,25 @@ def DistributedOptimizer(optimizer: _Optimizer,
                op, gradient_predivide_factor, sparse_as_dense, process_set, groups)
 
 
-def _overlap_gradients(params: list[torch.Tensor]) -> bool:
+def _overlap_setting() -> str:
+    setting = os.environ.get("DTRAIN_OVERLAP_GRADIENTS", "auto")
+    if setting not in ("auto", "0", "1"):
+        raise ValueError("DTRAIN_OVERLAP_GRADIENTS=%r: auto, 1 (from the hooks) or 0 (together "
+                         "after backward)" % setting)
+    return setting
+
+
+def _overlap_gradients(params: list[torch.Tensor], setting: str) -> bool:
     """Whether each gradient's allreduce starts from its hook, overlapping the rest of backward
     (Horovod's way), rather than all together once backward is done. Overlap needs a core for the
     engine while the training computes: where a host's ranks train on the CPU and have no core to
     spare (as many ranks as usable cores, or more), the engine's rounds during backward only take
     turns with the training on its cores, each turn a wake-up and a switch, and the gradients
-    reduced together after backward gave 1-10% shorter steps (docs/performance.md). The results
-    are the same bits either way. DTRAIN_OVERLAP_GRADIENTS=1 or 0 decides instead; an explicit
-    `groups` wins over both."""
-    setting = os.environ.get("DTRAIN_OVERLAP_GRADIENTS", "auto")
-    if setting not in ("auto", "0", "1"):
-        raise ValueError("DTRAIN_OVERLAP_GRADIENTS=%r: auto, 1 (from the hooks) or 0 (together "
-                         "after backward)" % setting)
+    reduced together after backward gave 1-10% shorter steps (docs/performance.md). On one host
+    the results are the same bits either way (each element is summed by one rank, in rank order);
+    across hosts the size of a fused batch may choose another algorithm, with another order of
+    summing. DTRAIN_OVERLAP_GRADIENTS=1 or 0 decides instead; an explicit `groups` wins over
+    both."""
     if setting != "auto":
         return setting == "1"
     on_cpu = all(p.device.type == "cpu" for p in params)

@@ -28,12 +28,6 @@ namespace {
 constexpr size_t kSlotBytes = 1024;
 constexpr size_t kSlotPayload = kSlotBytes - 4;
 constexpr size_t kMaxRoundBytes = size_t{64} << 20;
-// An idle engine (nothing pending on any rank) runs a round only every kIdleCycle, or as soon as
-// something is submitted: every round is an allgather, and MPI's spin while they wait for a peer,
-// which would take the CPU from the training between steps. Every rank sees the same rounds, so
-// all go idle together; a rank that submits first waits in its round until the others submit too
-// (or their idle cycle ends, which bounds how late a stall check can run).
-constexpr std::chrono::microseconds kIdleCycle(20000);
 // How long Shutdown waits for a failed engine's thread to come back from the backend.
 constexpr Duration kFailedShutdownGrace(3000);
 
@@ -77,6 +71,12 @@ Handle Engine::Impl::Submit(Request request) {
   auto state = request.state;
   state->waiters = waiters;
   state->spin = spin_wait;
+  if (spin_wait.count() > 0) {
+    state->help_round = [engine = weak_from_this()] {
+      const auto impl = engine.lock();
+      return impl && impl->HelpWithRound();
+    };
+  }
   std::unique_lock<std::mutex> lock(mutex);
   if (failure || shutdown_requested) {
     const Failure f =
@@ -87,6 +87,7 @@ Handle Engine::Impl::Submit(Request request) {
     return Handle(state);
   }
   if (request.desc.on_device) {
+    device_seen.store(true);
     if (!config.nccl) {
       throw InvalidArgument(state->what +
                             ": its tensor is in GPU memory, and this job reduces CUDA tensors "
@@ -123,125 +124,6 @@ Handle Engine::Impl::Submit(Request request) {
   // waiting in theirs. Later submissions of the burst join the next round.
   if (was_empty) wake.notify_one();
   return Handle(state);
-}
-
-void Engine::Impl::Run() {
-  Clock::time_point next_cycle = Clock::now();
-  std::vector<int> not_shutting_down;
-  try {
-    while (true) {
-      std::vector<Request> fresh;
-      bool shutting_down = false;
-      bool joined = false;
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        wake.wait_until(lock, next_cycle, [&] { return !queue.empty() || announce_join; });
-        fresh.assign(std::make_move_iterator(queue.begin()), std::make_move_iterator(queue.end()));
-        queue.clear();
-        joined = std::exchange(announce_join, false);
-        shutting_down = shutdown_requested;
-        if (shutting_down && Clock::now() >= shutdown_deadline) {
-          DTRAIN_LOG(kWarning) << "collectives: gave up waiting for " << RankList(not_shutting_down)
-                               << " to shut down the collectives too; leaving without them";
-          for (auto& r : fresh) pending.emplace(r.name, std::move(r));
-          break;
-        }
-      }
-      const Clock::time_point now = Clock::now();
-      RoundMessage mine;
-      mine.shutting_down = shutting_down;
-      mine.joined = joined;
-      mine.stuck = fresh.empty() && StuckVote(now);
-      mine.tuned = std::exchange(announce_tuned, std::nullopt);
-      for (auto& r : fresh) {
-        table.Announce(rank, r.name, r.desc, &mine);
-        std::string name = r.name;
-        pending.emplace(std::move(name), std::move(r));
-      }
-      std::vector<RoundMessage> round;
-      {
-        timeline::Span span("negotiate", "collectives");
-        round = Exchange(mine);
-      }
-      rounds.fetch_add(1, std::memory_order_relaxed);
-      if (round[0].tuned) tuned = *round[0].tuned;
-      const bool quiet =
-          std::all_of(round.begin(), round.end(), [](const RoundMessage& m) { return m.empty(); });
-      auto ready = table.Apply(round, now);
-      if (!quiet || !ready.empty() || !runnable.empty()) last_progress = Clock::now();
-      if (!ready.empty() || !runnable.empty()) Execute(ready);
-      if (autotuner) announce_tuned = autotuner->EndRound();
-      FailDeadlock(round, now);
-      if (const auto last = table.TakeJoinCompleted()) CompleteJoin(nullptr, *last);
-      FailWhatShutDownRanksMiss(round);
-      // When to start the next round (a submission starts one sooner, see Submit):
-      //  - right away while allreduces are left to run (every rank has the same left, so all
-      //    come back at once);
-      //  - right away while this rank has submitted every pending collective and waits for
-      //    other ranks to submit theirs, where the backend's waits sleep: it waits for them
-      //    inside the round. Otherwise a late rank whose submission came while it sat in a round
-      //    (its message went out empty) started its next round at once and found the others
-      //    asleep for a cycle: a tiny allreduce a step on one host waited over 1.2 ms one time
-      //    in ten. A rank late for something sleeps as before, so the rounds go at the late
-      //    ranks' pace. A rank that has joined (Horovod's join) has nothing left to submit and
-      //    waits for the others the same way. Not where a wait polls (MPI across hosts): it
-      //    would take the training's core; a joined rank there comes back a cycle after a round
-      //    that moved;
-      //  - after a cycle while collectives are pending (a rank is late). Not right away: on a
-      //    busy host each round takes CPU from the training, and a late rank's submission
-      //    starts its round at once anyway (one-host LeNet over Gloo trained 7% faster than
-      //    with an immediate round);
-      //  - after kIdleCycle with nothing pending, even after a round that ran something: rounds
-      //    then only serve a late rank's stall check and shutdown, and the CPU belongs to the
-      //    training. (A round one cycle after each run would open in the middle of the next
-      //    step and meet its first submission with an empty message: the late rank above.)
-      const bool joined_here = table.HasJoined(rank);
-      const bool only_others_late = joined_here || (table.pending() > 0 && !table.Lacks(rank));
-      if (!runnable.empty() || (only_others_late && backend->WaitsSleep())) {
-        next_cycle = now;
-      } else if (table.pending() > 0 || (joined_here && !quiet)) {
-        next_cycle = now + tuned.cycle_time;
-      } else {
-        next_cycle = now + std::max<std::chrono::microseconds>(tuned.cycle_time, kIdleCycle);
-      }
-      Monitor(now);
-      not_shutting_down.clear();
-      for (int r = 0; r < size; ++r) {
-        if (!round[r].shutting_down) not_shutting_down.push_back(r);
-      }
-      if (not_shutting_down.empty() && runnable.empty()) break;
-    }
-  } catch (const std::exception& e) {
-    const Failure f = Failure::From(e);
-    DTRAIN_LOG(kError) << "collectives: " << f.message;
-    FailAll(f);
-  }
-  // Whatever is left was not submitted by every rank before they all shut down.
-  std::vector<Request> left;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (auto& r : queue) left.push_back(std::move(r));
-    queue.clear();
-  }
-  for (auto& [name, r] : pending) left.push_back(std::move(r));
-  pending.clear();
-  CompleteJoin(
-      Failure{ErrorKind::kOther, "the collectives were shut down before every rank joined"}.For(
-          "join"));
-  for (auto& r : left) {
-    const auto missing = table.MissingRanks(r.name);
-    Finish(r, Failure{ErrorKind::kOther,
-                      "the collectives were shut down before " +
-                          (missing.empty() ? std::string("every rank") : RankList(missing)) +
-                          " submitted it"}
-                  .For(r.state->what));
-  }
-  nccl.reset();  // on this thread, which made it
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    finished = true;
-  }
-  finished_cv.notify_all();
 }
 
 std::vector<RoundMessage> Engine::Impl::Exchange(const RoundMessage& mine) {
@@ -466,6 +348,8 @@ void Engine::Impl::FailAll(const Failure& f) {
     failure = f;
     for (auto& r : queue) failed.push_back(std::move(r));
     queue.clear();
+    for (auto& r : held) failed.push_back(std::move(r));
+    held.clear();
     refused.clear();  // their handles have no waiters
   }
   CompleteJoin(f.For("join"));
@@ -692,6 +576,7 @@ EngineStats Engine::stats() const {
   s.data_calls = impl_->data_calls.load();
   s.collectives = impl_->collectives.load();
   s.fused_tensors = impl_->fused_tensors.load();
+  s.caller_rounds = impl_->caller_rounds.load();
   return s;
 }
 

@@ -64,6 +64,9 @@ struct Handle::State {
   std::shared_ptr<std::atomic<int>> waiters;
   // How long Wait polls before it sleeps (Engine::Impl::spin_wait); zero: it sleeps at once.
   std::chrono::microseconds spin{0};
+  // While polling, Wait runs the engine's due round with this (Engine::Impl::HelpWithRound):
+  // true if it ran one.
+  std::function<bool()> help_round;
 };
 
 // How long a caller waiting for one of `backend`'s collectives polls before it sleeps:

@@ -32,7 +32,7 @@ struct Request {
   std::shared_ptr<Handle::State> state;
 };
 
-struct Engine::Impl {
+struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   Impl(std::shared_ptr<Communicator> b, const CollectivesConfig& c)
       : backend(std::move(b)),
         config(c),
@@ -49,7 +49,16 @@ struct Engine::Impl {
   }
 
   Handle Submit(Request request);
+  // The background thread's loop (rounds.cc): a round whenever one is due (RoundDue), until the
+  // ranks have shut down or the engine failed, then fails what is left.
   void Run();
+  // Any thread, holding round_mutex: one round. False once the engine is over (`stopped`).
+  bool RunRound();
+  // A waiting caller's turn (Handle::Wait): runs the round that is due, if no other thread is
+  // running one and no CUDA collective was ever submitted (NCCL stays on the engine thread).
+  // Returns whether it ran one.
+  bool HelpWithRound();
+  bool RoundDue() const;  // under `mutex`
   // Under `mutex`: moves what holds kept back (SubmittedTogether) into the queue, waking the
   // thread if it was idle.
   void ReleaseHeld();
@@ -98,7 +107,12 @@ struct Engine::Impl {
   std::optional<TunedParameters> announce_tuned;  // for rank 0's next round message
   const std::chrono::microseconds spin_wait;      // SpinWaitFor: each handle's State::spin
 
-  std::mutex mutex;  // guards the members up to `finished`
+  // Held by whichever thread runs a round (the engine's, or a waiting caller's): it guards the
+  // members from `table` on, which only rounds touch.
+  std::mutex round_mutex;
+  std::mutex mutex;                             // guards the members up to `finished`
+  Clock::time_point next_cycle = Clock::now();  // when the next round is due at the latest
+  bool stopped = false;                         // no more rounds: Run cleans up and returns
   std::condition_variable wake;
   std::deque<Request> queue;  // submitted, not yet announced
   int holds = 0;              // SubmittedTogether objects alive (Engine::HoldRounds)
@@ -119,7 +133,10 @@ struct Engine::Impl {
   int nccl_device = -1;
   bool announce_join = false;  // Join called; goes into the next round's message
 
+  std::atomic<bool> device_seen{false};  // a CUDA collective was submitted (HelpWithRound)
+
   NegotiationTable table;
+  std::vector<int> not_shutting_down;                // the ranks whose last round message was not
   std::unordered_map<std::string, Request> pending;  // announced, not yet run
   // Allreduces every rank has submitted (or joined), not yet run: the same list on every rank.
   std::vector<ReadyCollective> runnable;
@@ -134,7 +151,8 @@ struct Engine::Impl {
   Clock::time_point last_progress = Clock::now();
   Clock::time_point last_stall_check = Clock::now();
 
-  std::atomic<uint64_t> rounds{0}, data_calls{0}, collectives{0}, fused_tensors{0};
+  std::atomic<uint64_t> rounds{0}, data_calls{0}, collectives{0}, fused_tensors{0},
+      caller_rounds{0};
 };
 
 }  // namespace dtrain::collectives

@@ -62,7 +62,9 @@ void Handle::Wait() const {
     std::atomic<int>* count;
   } counted(s.waiters.get());
   if (s.spin.count() > 0) {  // polls first (common/poll_yielding.h says why)
-    PollYielding(s.mutex, std::min(s.deadline, Clock::now() + s.spin), [&] { return s.done; });
+    PollYielding(
+        s.mutex, std::min(s.deadline, Clock::now() + s.spin), [&] { return s.done; },
+        [&] { return s.help_round && s.help_round(); });
   }
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {

@@ -394,9 +394,9 @@ void ShmGroup::AllreducePieces(std::span<const AllreducePiece> pieces, DType dty
   const size_t per_round = slot_bytes_ / element;
   const size_t align = std::max<size_t>(1, kLine / element);  // shares start on cache lines
   const int me = options_.rank;
-  // A rank after the first two keeps its block aside: the sum of ranks 0 and 1 goes first into
-  // its output, which may be its input.
-  std::vector<char> own(me >= 2 ? kShareBlockBytes : 0);
+  // A rank after the first two keeps an in-place block aside: the sum of ranks 0 and 1 goes
+  // first into its output, which is then its input.
+  if (me >= 2) own_block_.resize(kShareBlockBytes);
   for (size_t offset = 0; offset < count; offset += per_round) {
     const size_t n = std::min(per_round, count - offset);
     const size_t chunk = RoundUp((n + options_.size - 1) / options_.size, align);
@@ -415,7 +415,9 @@ void ShmGroup::AllreducePieces(std::span<const AllreducePiece> pieces, DType dty
         const size_t m = std::min(kShareBlockBytes, len - b);
         const char* mine = static_cast<const char*>(p.in) + piece_at + b;
         char* out = static_cast<char*>(p.out) + piece_at + b;
-        if (!own.empty()) mine = static_cast<const char*>(std::memcpy(own.data(), mine, m));
+        if (me >= 2 && p.in == p.out) {
+          mine = static_cast<const char*>(std::memcpy(own_block_.data(), mine, m));
+        }
         const auto from = [&](int r) { return r == me ? mine : slot(r) + at; };
         // In rank order, as every share is summed: every rank gets the same bits.
         Reduce(out, from(0), from(1), m / element, dtype, how);

@@ -127,6 +127,7 @@ class ShmGroup {
   size_t slot_bytes_ = 0;
   uint32_t arrivals_ = 0;  // this rank's arrivals so far (its sequence number)
   Layout* layout_;
+  std::vector<char> own_block_;  // AllreducePieces: an in-place block of a rank after the second
 };
 
 }  // namespace dtrain::collectives
