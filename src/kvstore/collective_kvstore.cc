@@ -112,7 +112,8 @@ Operation CollectiveKVStore::StartPush(Key key, Slot& slot, const std::vector<Ar
   }
   const collectives::Handle handle = collectives::AllreduceAsync(
       CollectiveName(key), slot.merged, slot.merged, collectives::ReduceOp::kSum, priority);
-  // Applied on the engine's thread as soon as the sum is in: no hand-off to another thread
+  // Applied by the thread that ran the engine's round (its own, or a waiting caller's; one round
+  // at a time) as soon as the sum is in: no hand-off to another thread
   // before the training thread, waiting on the operation, can go on.
   Slot* s = &slot;
   handle.OnDone([s, key, optimizer, op, outs = std::move(outs)](std::exception_ptr error) {

@@ -87,7 +87,6 @@ Handle Engine::Impl::Submit(Request request) {
     return Handle(state);
   }
   if (request.desc.on_device) {
-    device_seen.store(true);
     if (!config.nccl) {
       throw InvalidArgument(state->what +
                             ": its tensor is in GPU memory, and this job reduces CUDA tensors "
@@ -113,6 +112,7 @@ Handle Engine::Impl::Submit(Request request) {
                           "among the collectives in flight; wait for the first one)");
   }
   in_flight.emplace(request.name, state);
+  if (request.desc.on_device) device_seen.store(true);  // before it can be in a round
   if (holds > 0) {  // SubmittedTogether: announced together once the last hold ends
     held.push_back(std::move(request));
     return Handle(state);

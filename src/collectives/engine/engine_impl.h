@@ -63,7 +63,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   // thread if it was idle.
   void ReleaseHeld();
 
-  // --- background thread only ---
+  // --- the thread running a round (round_mutex) only ---
   std::vector<RoundMessage> Exchange(const RoundMessage& mine);
   void Execute(std::vector<ReadyCollective>& ready);
   // Runs one fusion batch of `runnable`: the allreduce of highest priority and those after it, in
@@ -137,6 +137,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
 
   NegotiationTable table;
   std::vector<int> not_shutting_down;                // the ranks whose last round message was not
+                                                     // shutting down
   std::unordered_map<std::string, Request> pending;  // announced, not yet run
   // Allreduces every rank has submitted (or joined), not yet run: the same list on every rank.
   std::vector<ReadyCollective> runnable;

@@ -78,16 +78,28 @@ void Engine::Impl::Run() {
   finished_cv.notify_all();
 }
 
+namespace {
+// The engine whose round this thread is running: a completion callback run within the round
+// that waits for another handle must not run a round of that engine again.
+thread_local const Engine::Impl* running_round_of = nullptr;
+}  // namespace
+
 bool Engine::Impl::HelpWithRound() {
-  if (device_seen.load(std::memory_order_relaxed)) return false;  // NCCL's: the engine thread's
+  // Not where the backend's waits poll without a deadline (MPI across hosts): the caller would
+  // spin there, past its own deadline, for a rank that may never come. Not once CUDA collectives
+  // are about: NCCL's communicator stays on the engine thread.
+  if (running_round_of == this || !backend->WaitsSleep() || device_seen.load()) return false;
   std::unique_lock<std::mutex> round(round_mutex, std::try_to_lock);
   if (!round.owns_lock()) return false;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (stopped || !RoundDue()) return false;
+    if (stopped || device_seen.load() || nccl || !RoundDue()) return false;
   }
   caller_rounds.fetch_add(1, std::memory_order_relaxed);
-  if (!RunRound()) wake.notify_all();  // the engine thread ends the engine
+  running_round_of = this;
+  const bool going_on = RunRound();
+  running_round_of = nullptr;
+  if (!going_on) wake.notify_all();  // the engine thread ends the engine
   return true;
 }
 
@@ -174,15 +186,29 @@ bool Engine::Impl::RunRound() {
       if (!round[r].shutting_down) not_shutting_down.push_back(r);
     }
     std::lock_guard<std::mutex> lock(mutex);
+    // A caller's round may make the next one due sooner than the engine thread, asleep until the
+    // old time, expects; the caller may not run it (its handle is done, or it stopped polling).
+    if (next < next_cycle) wake.notify_one();
     next_cycle = next;
     if (not_shutting_down.empty() && runnable.empty()) stopped = true;
     return !stopped;
-  } catch (const std::exception& e) {
-    const Failure f = Failure::From(e);
+  } catch (...) {
+    Failure f{ErrorKind::kOther, "the collectives engine failed with an unknown exception"};
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      f = Failure::From(e);
+    } catch (...) {
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopped = true;
+    }
     DTRAIN_LOG(kError) << "collectives: " << f.message;
-    FailAll(f);
-    std::lock_guard<std::mutex> lock(mutex);
-    stopped = true;
+    try {
+      FailAll(f);
+    } catch (...) {  // a completion callback's; the handles are failed all the same
+    }
     return false;
   }
 }

@@ -1,5 +1,6 @@
 // What each collective that every rank agreed to run does with the backend (or NCCL): fusion
-// batches of allreduces, allgathers, broadcasts, alltoalls and reducescatters. Engine thread only.
+// batches of allreduces, allgathers, broadcasts, alltoalls and reducescatters. Run by the thread
+// running a round (rounds.cc), under round_mutex.
 #include <algorithm>
 #include <cstring>
 #include <deque>

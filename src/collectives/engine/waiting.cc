@@ -1,7 +1,7 @@
 // What the engine does about collectives that wait for some ranks: each handle learns whom it
 // waits for, rank 0 warns of stalls (Horovod's stall check), and ranks that all wait for each
 // other's collectives fail them as a deadlock (the vote in each round message; docs/design.md,
-// "Allreduce mode"). Part of Engine::Impl (engine_impl.h), on the engine's thread.
+// "Allreduce mode"). Part of Engine::Impl (engine_impl.h), run within rounds.
 #include <algorithm>
 #include <sstream>
 #include <string>
