@@ -341,15 +341,21 @@ void Engine::Impl::Abandon(const Failure& f) {
   }
 }
 
+std::vector<Request> Engine::Impl::TakeUnannounced() {
+  std::vector<Request> taken;
+  for (auto* requests : {&queue, &held}) {
+    for (auto& r : *requests) taken.push_back(std::move(r));
+    requests->clear();
+  }
+  return taken;
+}
+
 void Engine::Impl::FailAll(const Failure& f) {
   std::vector<Request> failed;
   {
     std::lock_guard<std::mutex> lock(mutex);
     failure = f;
-    for (auto& r : queue) failed.push_back(std::move(r));
-    queue.clear();
-    for (auto& r : held) failed.push_back(std::move(r));
-    held.clear();
+    failed = TakeUnannounced();
     refused.clear();  // their handles have no waiters
   }
   CompleteJoin(f.For("join"));

@@ -62,6 +62,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   // Under `mutex`: moves what holds kept back (SubmittedTogether) into the queue, waking the
   // thread if it was idle.
   void ReleaseHeld();
+  // Under `mutex`: every request submitted and not yet announced, queued or held back.
+  std::vector<Request> TakeUnannounced();
 
   // --- the thread running a round (round_mutex) only ---
   std::vector<RoundMessage> Exchange(const RoundMessage& mine);

@@ -52,10 +52,7 @@ void Engine::Impl::Run() {
   std::vector<Request> left;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    for (auto& r : queue) left.push_back(std::move(r));
-    queue.clear();
-    for (auto& r : held) left.push_back(std::move(r));
-    held.clear();
+    left = TakeUnannounced();
   }
   for (auto& [name, r] : pending) left.push_back(std::move(r));
   pending.clear();
@@ -104,6 +101,19 @@ bool Engine::Impl::HelpWithRound() {
 }
 
 bool Engine::Impl::RunRound() {
+  // A failed round ends the engine: no more rounds, every handle failed with the reason.
+  const auto stop = [this](const Failure& f) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopped = true;
+    }
+    DTRAIN_LOG(kError) << "collectives: " << f.message;
+    try {
+      FailAll(f);
+    } catch (...) {  // a completion callback's; the handles are failed all the same
+    }
+    return false;
+  };
   try {
     std::vector<Request> fresh;
     bool shutting_down = false;
@@ -172,7 +182,7 @@ bool Engine::Impl::RunRound() {
     //    step and meet its first submission with an empty message: the late rank above.)
     const bool joined_here = table.HasJoined(rank);
     const bool only_others_late = joined_here || (table.pending() > 0 && !table.Lacks(rank));
-    Clock::time_point next = now;
+    Clock::time_point next;
     if (!runnable.empty() || (only_others_late && backend->WaitsSleep())) {
       next = now;
     } else if (table.pending() > 0 || (joined_here && !quiet)) {
@@ -192,24 +202,11 @@ bool Engine::Impl::RunRound() {
     next_cycle = next;
     if (not_shutting_down.empty() && runnable.empty()) stopped = true;
     return !stopped;
+  } catch (const std::exception& e) {
+    return stop(Failure::From(e));
   } catch (...) {
-    Failure f{ErrorKind::kOther, "the collectives engine failed with an unknown exception"};
-    try {
-      throw;
-    } catch (const std::exception& e) {
-      f = Failure::From(e);
-    } catch (...) {
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stopped = true;
-    }
-    DTRAIN_LOG(kError) << "collectives: " << f.message;
-    try {
-      FailAll(f);
-    } catch (...) {  // a completion callback's; the handles are failed all the same
-    }
-    return false;
+    return stop(
+        Failure{ErrorKind::kOther, "the collectives engine failed with an unknown exception"});
   }
 }
 
